@@ -1,0 +1,12 @@
+// Command relay is the transactional outbox relay daemon. See the README.
+package main
+
+import (
+	"os"
+
+	"github.com/outboxrelay/relay/internal/cli"
+)
+
+func main() {
+	os.Exit(cli.Main(os.Args[1:], cli.IO{Stdout: os.Stdout, Stderr: os.Stderr}))
+}

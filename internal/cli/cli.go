@@ -1,0 +1,170 @@
+// Package cli is the relay command line: it parses flags and RELAY_*
+// environment variables, and calls the packages that do the work.
+package cli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"sort"
+	"strings"
+	"syscall"
+)
+
+// IO is what a command may touch of its surroundings.
+type IO struct {
+	Stdout io.Writer
+	Stderr io.Writer
+	// Getenv reads the environment; tests pass their own.
+	Getenv func(string) string
+}
+
+type command struct {
+	name    string
+	summary string
+	// run executes the command; nil when the command only groups others.
+	run func(ctx context.Context, io IO, args []string) error
+	sub []*command
+}
+
+// usageError is a mistake on the command line: it prints usage and exits 2.
+type usageError struct{ msg string }
+
+func (e *usageError) Error() string { return e.msg }
+
+func usagef(format string, args ...any) error {
+	return &usageError{msg: fmt.Sprintf(format, args...)}
+}
+
+func commands() *command {
+	return &command{
+		name: "relay",
+		sub: []*command{
+			migrateCommand(),
+		},
+	}
+}
+
+// Main runs the command line args (without the program name) and returns
+// the process exit status: 0 on success, 1 on failure, 2 on bad usage.
+func Main(args []string, stdio IO) int {
+	if stdio.Getenv == nil {
+		stdio.Getenv = os.Getenv
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	cmd, rest, path := resolve(commands(), args)
+	if cmd.run == nil {
+		switch {
+		case len(rest) == 0:
+			printUsage(stdio.Stderr, cmd, path)
+			return 2
+		case rest[0] == "-h" || rest[0] == "--help" || rest[0] == "help":
+			printUsage(stdio.Stdout, cmd, path)
+			return 0
+		default:
+			fmt.Fprintf(stdio.Stderr, "relay: unknown command %q\n\n", strings.Join(append(path, rest[0]), " "))
+			printUsage(stdio.Stderr, cmd, path)
+			return 2
+		}
+	}
+	err := cmd.run(ctx, stdio, rest)
+	var usage *usageError
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, flag.ErrHelp):
+		return 0
+	case errors.As(err, &usage):
+		fmt.Fprintf(stdio.Stderr, "%s: %s\n", strings.Join(path, " "), usage.msg)
+		return 2
+	default:
+		fmt.Fprintf(stdio.Stderr, "%s: %s\n", strings.Join(path, " "), oneLine(err.Error()))
+		return 1
+	}
+}
+
+func resolve(root *command, args []string) (*command, []string, []string) {
+	cmd, path := root, []string{root.name}
+	for len(args) > 0 {
+		next := find(cmd.sub, args[0])
+		if next == nil {
+			break
+		}
+		cmd, path, args = next, append(path, next.name), args[1:]
+	}
+	return cmd, args, path
+}
+
+func find(cmds []*command, name string) *command {
+	for _, c := range cmds {
+		if c.name == name {
+			return c
+		}
+	}
+	return nil
+}
+
+func printUsage(w io.Writer, cmd *command, path []string) {
+	fmt.Fprintf(w, "Usage: %s <command> [flags]\n\nCommands:\n", strings.Join(path, " "))
+	for _, c := range cmd.sub {
+		fmt.Fprintf(w, "  %-10s %s\n", c.name, c.summary)
+	}
+	fmt.Fprintf(w, "\nRun '%s <command> -h' for a command's flags.\n", strings.Join(path, " "))
+}
+
+func oneLine(s string) string {
+	return strings.Join(strings.Fields(s), " ")
+}
+
+// flagSet returns a FlagSet that reports errors instead of exiting.
+func flagSet(name string, stdio IO) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stdio.Stderr)
+	return fs
+}
+
+// EnvName is the environment variable that sets a flag: RELAY_ and the flag
+// name in upper case with dashes as underscores.
+func EnvName(flagName string) string {
+	return "RELAY_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}
+
+// parse parses args; every flag not given on the command line takes its
+// RELAY_* environment variable when that is set. Positional arguments are
+// refused unless allowed.
+func parse(fs *flag.FlagSet, args []string, stdio IO, positional bool) error {
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage of %s (every flag may also be set as RELAY_<FLAG>, e.g. %s):\n", fs.Name(), EnvName("database-url"))
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return &usageError{msg: err.Error()}
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	var names []string
+	fs.VisitAll(func(f *flag.Flag) { names = append(names, f.Name) })
+	sort.Strings(names)
+	for _, name := range names {
+		if set[name] {
+			continue
+		}
+		if v := stdio.Getenv(EnvName(name)); v != "" {
+			if err := fs.Set(name, v); err != nil {
+				return usagef("invalid %s: %v", EnvName(name), err)
+			}
+		}
+	}
+	if !positional && fs.NArg() > 0 {
+		return usagef("unexpected argument %q", fs.Arg(0))
+	}
+	return nil
+}

@@ -1,0 +1,246 @@
+package cli_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net"
+	"net/url"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/outboxrelay/relay/internal/pgtest"
+	"github.com/outboxrelay/relay/internal/testbin"
+	"github.com/outboxrelay/relay/migrations"
+)
+
+func TestMain(m *testing.M) {
+	code := pgtest.Run(m)
+	testbin.Cleanup()
+	os.Exit(code)
+}
+
+type result struct {
+	stdout, stderr string
+	code           int
+}
+
+// relay runs the real binary with env added to a minimal environment.
+func relay(t *testing.T, env []string, args ...string) result {
+	t.Helper()
+	cmd := exec.Command(testbin.Relay(t), args...)
+	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.TempDir()}, env...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	code := 0
+	if exit, ok := err.(*exec.ExitError); ok {
+		code = exit.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return result{stdout.String(), stderr.String(), code}
+}
+
+func latest(t *testing.T) int {
+	m, err := migrations.New("outbox")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m.Latest()
+}
+
+type statusJSON struct {
+	Schema   string `json:"schema"`
+	Current  int    `json:"current"`
+	Latest   int    `json:"latest"`
+	Versions []struct {
+		Version int    `json:"version"`
+		State   string `json:"state"`
+	} `json:"versions"`
+}
+
+func status(t *testing.T, env []string, args ...string) statusJSON {
+	t.Helper()
+	r := relay(t, env, append([]string{"migrate", "status", "--json"}, args...)...)
+	if r.code != 0 {
+		t.Fatalf("migrate status: exit %d: %s", r.code, r.stderr)
+	}
+	var st statusJSON
+	if err := json.Unmarshal([]byte(r.stdout), &st); err != nil {
+		t.Fatalf("status output is not JSON: %v\n%s", err, r.stdout)
+	}
+	return st
+}
+
+func TestMigrateCommands(t *testing.T) {
+	t.Parallel()
+	dbURL := pgtest.NewDatabase(t)
+	env := []string{"RELAY_DATABASE_URL=" + dbURL}
+	n := latest(t)
+
+	if st := status(t, env); st.Current != 0 || st.Latest != n || st.Versions[0].State != "pending" {
+		t.Fatalf("fresh status = %+v", st)
+	}
+	r := relay(t, env, "migrate", "up")
+	if r.code != 0 || !strings.Contains(r.stdout, "applied 001_outbox") {
+		t.Fatalf("migrate up: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	if st := status(t, env); st.Current != n {
+		t.Fatalf("status after up = %+v", st)
+	}
+	table := relay(t, env, "migrate", "status")
+	if table.code != 0 || !strings.Contains(table.stdout, "001") || !strings.Contains(table.stdout, "applied") {
+		t.Fatalf("status table: exit %d\n%s", table.code, table.stdout)
+	}
+	if r := relay(t, env, "migrate", "down", "--to", "0"); r.code != 0 || !strings.Contains(r.stdout, "rolled back 001_outbox") {
+		t.Fatalf("migrate down --to 0: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	if st := status(t, env); st.Current != 0 {
+		t.Fatalf("status after down = %+v", st)
+	}
+	// The flag wins over the environment, and --schema picks another schema.
+	if r := relay(t, []string{"RELAY_DATABASE_URL=postgres://nobody@127.0.0.1:1/x"}, "migrate", "up", "--database-url", dbURL, "--schema", "other"); r.code != 0 {
+		t.Fatalf("migrate up with flags: exit %d: %s", r.code, r.stderr)
+	}
+	if st := status(t, env, "--schema", "other"); st.Current != n {
+		t.Fatalf("schema other: %+v", st)
+	}
+	if st := status(t, env); st.Current != 0 {
+		t.Fatalf("schema outbox changed by a migration of schema other: %+v", st)
+	}
+	if r := relay(t, env, "migrate", "up"); r.code != 0 {
+		t.Fatalf("migrate up again: exit %d: %s", r.code, r.stderr)
+	}
+	if st := status(t, env); st.Current != n {
+		t.Fatalf("status after up again = %+v", st)
+	}
+}
+
+func TestMigrateReadsPGVariables(t *testing.T) {
+	t.Parallel()
+	u, err := url.Parse(pgtest.NewDatabase(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	host, port, _ := net.SplitHostPort(u.Host)
+	env := []string{"PGHOST=" + host, "PGPORT=" + port, "PGUSER=" + u.User.Username(),
+		"PGDATABASE=" + strings.TrimPrefix(u.Path, "/"), "PGSSLMODE=disable"}
+	if r := relay(t, env, "migrate", "up"); r.code != 0 {
+		t.Fatalf("migrate up with PG* variables: exit %d: %s", r.code, r.stderr)
+	}
+	if st := status(t, env); st.Current != latest(t) {
+		t.Fatalf("status = %+v", st)
+	}
+}
+
+func TestConcurrentMigrateProcesses(t *testing.T) {
+	t.Parallel()
+	env := []string{"RELAY_DATABASE_URL=" + pgtest.NewDatabase(t)}
+	var wg sync.WaitGroup
+	results := make([]result, 4)
+	for i := range results {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			results[i] = relay(t, env, "migrate", "up")
+		}()
+	}
+	wg.Wait()
+	applied := 0
+	for _, r := range results {
+		if r.code != 0 {
+			t.Fatalf("a concurrent migrate up failed: exit %d: %s", r.code, r.stderr)
+		}
+		applied += strings.Count(r.stdout, "applied ")
+	}
+	if n := latest(t); applied != n {
+		t.Fatalf("4 processes applied %d migrations in all, want %d (each version once)", applied, n)
+	}
+	if st := status(t, env); st.Current != latest(t) {
+		t.Fatalf("status = %+v", st)
+	}
+}
+
+func TestNewerSchemaGivesClearError(t *testing.T) {
+	t.Parallel()
+	dbURL := pgtest.NewDatabase(t)
+	env := []string{"RELAY_DATABASE_URL=" + dbURL}
+	if r := relay(t, env, "migrate", "up"); r.code != 0 {
+		t.Fatal(r.stderr)
+	}
+	conn := pgtest.Connect(t, dbURL)
+	if _, err := conn.Exec(context.Background(), "INSERT INTO outbox.schema_migrations (version, name) VALUES (999, 'future')"); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"migrate", "up"}, {"migrate", "down"}, {"migrate", "status"}} {
+		r := relay(t, env, args...)
+		if r.code != 1 || !strings.Contains(r.stderr, "newer relay") || strings.Count(strings.TrimSpace(r.stderr), "\n") != 0 {
+			t.Fatalf("%v: exit %d, stderr %q; want exit 1 and one line naming a newer relay", args, r.code, r.stderr)
+		}
+	}
+}
+
+// TestBadConnectionIsOneLineWithoutPassword covers an unparsable URL and an
+// unreachable server, given by flag, by RELAY_DATABASE_URL and by PG*.
+func TestBadConnectionIsOneLineWithoutPassword(t *testing.T) {
+	t.Parallel()
+	const secret = "s3cr3t-Pa55"
+	free, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := strconv.Itoa(free.Addr().(*net.TCPAddr).Port)
+	free.Close()
+	cases := []struct {
+		name string
+		env  []string
+		args []string
+		want string
+	}{
+		{"bad port", nil, []string{"--database-url", "postgres://alice:" + secret + "@127.0.0.1:99999999/db"}, "invalid database URL"},
+		{"bad url", nil, []string{"--database-url", "postgres://alice:" + secret + "@[::1/db"}, "invalid database URL"},
+		{"bad key-value", nil, []string{"--database-url", "host=localhost password=" + secret + " port=abc"}, "invalid database URL"},
+		{"unreachable by flag", nil, []string{"--database-url", "postgres://alice:" + secret + "@127.0.0.1:" + port + "/db"}, "cannot connect"},
+		{"unreachable by env", []string{"RELAY_DATABASE_URL=postgres://alice:" + secret + "@127.0.0.1:" + port + "/db"}, nil, "cannot connect"},
+		{"unreachable by PG*", []string{"PGHOST=127.0.0.1", "PGPORT=" + port, "PGUSER=alice", "PGPASSWORD=" + secret}, nil, "cannot connect"},
+	}
+	for _, c := range cases {
+		for _, sub := range []string{"up", "status"} {
+			r := relay(t, c.env, append([]string{"migrate", sub}, c.args...)...)
+			if r.code == 0 {
+				t.Errorf("%s, migrate %s: exit 0", c.name, sub)
+			}
+			out := r.stdout + r.stderr
+			if strings.Contains(out, secret) {
+				t.Errorf("%s, migrate %s: output shows the password: %q", c.name, sub, out)
+			}
+			if !strings.Contains(r.stderr, c.want) || strings.Count(strings.TrimSpace(r.stderr), "\n") != 0 || strings.Contains(out, "goroutine") {
+				t.Errorf("%s, migrate %s: stderr %q; want one line containing %q", c.name, sub, r.stderr, c.want)
+			}
+		}
+	}
+}
+
+func TestUsageErrors(t *testing.T) {
+	t.Parallel()
+	if r := relay(t, nil); r.code != 2 || !strings.Contains(r.stderr, "migrate") {
+		t.Fatalf("no command: exit %d, %q", r.code, r.stderr)
+	}
+	if r := relay(t, nil, "nonsense"); r.code != 2 || !strings.Contains(r.stderr, "unknown command") {
+		t.Fatalf("unknown command: exit %d, %q", r.code, r.stderr)
+	}
+	if r := relay(t, nil, "migrate", "down", "--to", "-5"); r.code != 2 {
+		t.Fatalf("--to -5: exit %d, %q", r.code, r.stderr)
+	}
+	if r := relay(t, nil, "migrate", "up", "--schema", "Bad-Name"); r.code != 1 || !strings.Contains(r.stderr, "invalid schema name") {
+		t.Fatalf("bad schema: exit %d, %q", r.code, r.stderr)
+	}
+	if r := relay(t, []string{"RELAY_DRY_RUN=maybe"}, "migrate", "up"); r.code != 2 || !strings.Contains(r.stderr, "RELAY_DRY_RUN") {
+		t.Fatalf("bad env value: exit %d, %q", r.code, r.stderr)
+	}
+}

@@ -1,0 +1,134 @@
+// Package pgconfig turns Relay's connection settings into a PostgreSQL
+// connection, and keeps passwords out of everything it prints.
+//
+// The URL comes from --database-url, else RELAY_DATABASE_URL, else the
+// standard libpq variables (PGHOST, PGPORT, PGUSER, PGPASSWORD, PGDATABASE,
+// PGSSLMODE, ...), which pgx reads when the URL is empty.
+package pgconfig
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// EnvURL is the environment variable read when no URL flag is given.
+const EnvURL = "RELAY_DATABASE_URL"
+
+const mask = "xxxxx"
+
+// Redact returns connString with any password replaced, for logs and
+// messages. It handles URLs and key=value strings, valid or not.
+func Redact(connString string) string {
+	out := connString
+	for _, pw := range passwords(connString) {
+		out = strings.ReplaceAll(out, pw, mask)
+	}
+	return out
+}
+
+var (
+	urlUserinfo = regexp.MustCompile(`^[a-zA-Z][a-zA-Z0-9+.-]*://[^/@?#]*?:([^@]*)@`)
+	kvPassword  = regexp.MustCompile(`(?i)\b(?:ssl)?password\s*=\s*('(?:[^'\\]|\\.)*'|[^\s&]*)`)
+)
+
+// passwords finds every password-like value in connString, including ones
+// in a string too broken to parse.
+func passwords(connString string) []string {
+	var out []string
+	add := func(s string) {
+		s = strings.Trim(s, "'")
+		if s != "" && s != mask {
+			out = append(out, s)
+			if dec, err := url.QueryUnescape(s); err == nil && dec != s {
+				out = append(out, dec)
+			}
+		}
+	}
+	if m := urlUserinfo.FindStringSubmatch(connString); m != nil {
+		add(m[1])
+	}
+	for _, m := range kvPassword.FindAllStringSubmatch(connString, -1) {
+		add(m[1])
+	}
+	if u, err := url.Parse(connString); err == nil && u.User != nil {
+		if pw, ok := u.User.Password(); ok {
+			add(pw)
+		}
+	}
+	return out
+}
+
+// Scrub is err's message with every password from connString removed.
+func Scrub(err error, connString string) string {
+	msg := err.Error()
+	for _, pw := range passwords(connString) {
+		msg = strings.ReplaceAll(msg, pw, mask)
+	}
+	return msg
+}
+
+// Error is a connection failure whose message holds no password.
+type Error struct {
+	msg string
+	err error
+}
+
+func (e *Error) Error() string { return e.msg }
+func (e *Error) Unwrap() error { return e.err }
+
+// ParseConfig parses connString (empty: the PG* variables) into a pgx
+// config. Its errors name no password.
+func ParseConfig(connString string) (*pgx.ConnConfig, error) {
+	cfg, err := pgx.ParseConfig(connString)
+	if err != nil {
+		return nil, &Error{msg: "invalid database URL: " + Scrub(err, connString), err: err}
+	}
+	return cfg, nil
+}
+
+// Describe names the server a config points at, without a password, as
+// user@host:port/database.
+func Describe(cfg *pgconn.Config) string {
+	return fmt.Sprintf("%s@%s:%d/%s", cfg.User, cfg.Host, cfg.Port, cfg.Database)
+}
+
+// Connect opens one connection. The error, if any, is one line without a
+// password.
+func Connect(ctx context.Context, connString string) (*pgx.Conn, error) {
+	cfg, err := ParseConfig(connString)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.ConnectTimeout == 0 {
+		cfg.ConnectTimeout = 10 * time.Second
+	}
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		msg := dedupeLines(Scrub(err, connString))
+		return nil, &Error{msg: fmt.Sprintf("cannot connect to PostgreSQL at %s: %s", Describe(&cfg.Config), msg), err: err}
+	}
+	return conn, nil
+}
+
+// dedupeLines joins a multi-line message into one line, dropping repeats:
+// pgx reports each connection attempt (with and without TLS) on its own
+// line, and they are often the same.
+func dedupeLines(msg string) string {
+	seen := map[string]bool{}
+	var parts []string
+	for _, line := range strings.Split(msg, "\n") {
+		line = strings.Join(strings.Fields(line), " ")
+		if line != "" && !seen[line] {
+			seen[line] = true
+			parts = append(parts, line)
+		}
+	}
+	return strings.Join(parts, " ")
+}
