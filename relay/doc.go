@@ -1,0 +1,12 @@
+// Package relay is the pipeline between an outbox reader and a log.
+//
+// A Source (poller/ or cdc/) delivers committed outbox events in commit
+// order. The core validates and routes each one into a Message (topic, key,
+// headers plus the event id), hands batches to a Sink (the embedded broker or
+// Kafka), and once the sink reports them durable, it acknowledges them in one
+// Postgres transaction: the published rows are deleted (or archived) and the
+// source position and the sink's state are saved together. Only after that
+// commit does the source learn the events are done (the WAL reader then
+// advances its slot). Events that can never be published go to the
+// dead-letter table in the same transaction.
+package relay

@@ -1,0 +1,70 @@
+package relay
+
+import (
+	"context"
+	"time"
+)
+
+// Header is one record header.
+type Header struct {
+	Key   string
+	Value []byte
+}
+
+// Message is one record for a sink: an outbox event after routing.
+type Message struct {
+	Topic string
+	// Key picks the partition with Kafka's default partitioner; nil means
+	// no key.
+	Key []byte
+	// Value nil is a tombstone.
+	Value     []byte
+	Headers   []Header
+	Timestamp time.Time
+}
+
+// Record headers the core adds to every message, after the event's own.
+const (
+	// HeaderEventID carries the outbox row's event id, so any consumer can
+	// deduplicate.
+	HeaderEventID = "relay-event-id"
+	// HeaderCreatedAt carries the row's created_at in RFC 3339 with
+	// nanoseconds (the record timestamp keeps only milliseconds).
+	HeaderCreatedAt = "relay-created-at"
+)
+
+// PublishResult is what Publish reports for a batch it accepted.
+type PublishResult struct {
+	// Failed maps the index of each message that can never be published
+	// (too large for the destination, a topic it refuses) to its error.
+	// The core moves those to the dead letters; every other message is
+	// durable.
+	Failed map[int]error
+	// State is the sink's progress to save with the acknowledgement, in
+	// the same Postgres transaction that removes the published rows. It is
+	// handed back to Start after a restart. Nil means nothing to save.
+	State []byte
+}
+
+// Sink publishes messages to a log.
+//
+// The core calls Publish with consecutive batches in source order and
+// acknowledges a batch's rows only after Publish returned for it. When
+// Publish returns an error the core stops, restarts the sink with Start and
+// the last saved state, and delivers the same messages again from the
+// source: a sink that can tell what it already made durable (the embedded
+// broker, through its idempotent producer state) must not publish those
+// messages a second time.
+type Sink interface {
+	// Start prepares the sink, with the State saved with the last
+	// acknowledged batch (nil on the first start).
+	Start(ctx context.Context, state []byte) error
+	// Publish makes every message durable (embedded: fsynced; Kafka:
+	// acknowledged by all in-sync replicas), keeping their order within
+	// each partition, and returns only then.
+	Publish(ctx context.Context, msgs []Message) (PublishResult, error)
+	// Ready returns nil when the sink can accept messages, else why not.
+	Ready(ctx context.Context) error
+	// Close flushes and releases the sink.
+	Close(ctx context.Context) error
+}
