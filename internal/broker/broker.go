@@ -1,0 +1,786 @@
+package broker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// SyncPolicy says when appended data is fsynced.
+type SyncPolicy int
+
+const (
+	// SyncBeforeAck fsyncs before Append returns (the default). Concurrent
+	// appends to a partition share fsyncs.
+	SyncBeforeAck SyncPolicy = iota
+	// SyncIntervalUnsafe acknowledges after the write and fsyncs every
+	// Options.SyncInterval: a machine crash can lose acknowledged records.
+	SyncIntervalUnsafe
+)
+
+// CleanupPolicy is a topic's cleanup.policy.
+type CleanupPolicy string
+
+// Cleanup policies.
+const (
+	CleanupDelete  CleanupPolicy = "delete"
+	CleanupCompact CleanupPolicy = "compact"
+)
+
+// TopicConfig holds per-topic settings, named after Kafka's topic configs.
+// Zero fields take the defaults documented on each.
+type TopicConfig struct {
+	// Partitions is the partition count (default Options.DefaultPartitions).
+	Partitions int32 `json:"partitions"`
+	// RetentionMs deletes segments whose newest record is older (default 7
+	// days; -1 keeps forever).
+	RetentionMs int64 `json:"retention_ms"`
+	// RetentionBytes caps each partition's size (default -1, unlimited).
+	RetentionBytes int64 `json:"retention_bytes"`
+	// CleanupPolicy is delete (default) or compact.
+	CleanupPolicy CleanupPolicy `json:"cleanup_policy"`
+	// SegmentBytes rolls the active segment at this size (default 1 GiB,
+	// at most 2 GiB because index positions are 32-bit).
+	SegmentBytes int64 `json:"segment_bytes"`
+	// SegmentMs rolls the active segment at this age (default 7 days).
+	SegmentMs int64 `json:"segment_ms"`
+	// DeleteRetentionMs keeps tombstones on compacted topics at least this
+	// long after their timestamp (default 1 day).
+	DeleteRetentionMs int64 `json:"delete_retention_ms"`
+	// MaxMessageBytes is the largest batch accepted (default 1 MiB + 12).
+	MaxMessageBytes int32 `json:"max_message_bytes"`
+}
+
+// withDefaults fills zero fields.
+func (c TopicConfig) withDefaults(defaultPartitions int32) TopicConfig {
+	if c.Partitions == 0 {
+		c.Partitions = defaultPartitions
+	}
+	if c.RetentionMs == 0 {
+		c.RetentionMs = 7 * 24 * 3600 * 1000
+	}
+	if c.RetentionBytes == 0 {
+		c.RetentionBytes = -1
+	}
+	if c.CleanupPolicy == "" {
+		c.CleanupPolicy = CleanupDelete
+	}
+	if c.SegmentBytes == 0 {
+		c.SegmentBytes = 1 << 30
+	}
+	if c.SegmentMs == 0 {
+		c.SegmentMs = 7 * 24 * 3600 * 1000
+	}
+	if c.DeleteRetentionMs == 0 {
+		c.DeleteRetentionMs = 24 * 3600 * 1000
+	}
+	if c.MaxMessageBytes == 0 {
+		c.MaxMessageBytes = 1<<20 + 12
+	}
+	return c
+}
+
+func (c TopicConfig) validate() error {
+	switch {
+	case c.Partitions < 1 || c.Partitions > 100000:
+		return fmt.Errorf("%w: partitions %d", ErrInvalidConfig, c.Partitions)
+	case c.CleanupPolicy != CleanupDelete && c.CleanupPolicy != CleanupCompact:
+		return fmt.Errorf("%w: cleanup policy %q", ErrInvalidConfig, c.CleanupPolicy)
+	case c.SegmentBytes < 1024 || c.SegmentBytes > 1<<31-1:
+		return fmt.Errorf("%w: segment bytes %d", ErrInvalidConfig, c.SegmentBytes)
+	case c.MaxMessageBytes < BatchHeaderSize:
+		return fmt.Errorf("%w: max message bytes %d", ErrInvalidConfig, c.MaxMessageBytes)
+	case c.SegmentMs < 0 || c.DeleteRetentionMs < 0:
+		return fmt.Errorf("%w: negative segment or delete retention time", ErrInvalidConfig)
+	}
+	return nil
+}
+
+// Options configure a Broker. Dir is required; zero fields take defaults.
+type Options struct {
+	// Dir holds all broker data; one Broker owns it at a time (flock).
+	Dir string
+	// Sync is the durability policy (default SyncBeforeAck).
+	Sync SyncPolicy
+	// SyncInterval is the fsync period under SyncIntervalUnsafe (default 1s).
+	SyncInterval time.Duration
+	// DefaultPartitions is the partition count of topics created without
+	// one, including auto-created topics (default 1).
+	DefaultPartitions int32
+	// DefaultTopicConfig fills unset fields of every created topic.
+	DefaultTopicConfig TopicConfig
+	// AutoCreateTopics makes Append, Fetch and friends create unknown topics
+	// with the defaults instead of failing with ErrUnknownTopicOrPartition.
+	AutoCreateTopics bool
+	// JanitorInterval is how often retention and compaction run (default
+	// 5 minutes; negative disables the background janitor).
+	JanitorInterval time.Duration
+	// IndexIntervalBytes is the log bytes between sparse index entries
+	// (default 4096).
+	IndexIntervalBytes int
+	// MaxOpenSegmentReaders bounds open handles of inactive segments per
+	// partition (default 2).
+	MaxOpenSegmentReaders int
+	// OffsetsCompactBytes rewrites the group offsets file when it grows past
+	// this size and is mostly superseded entries (default 16 MiB).
+	OffsetsCompactBytes int64
+	// FS is the file system (default OSFS); tests inject faults through it.
+	FS FS
+	// Now is the clock (default time.Now); retention and tombstone expiry
+	// use it.
+	Now func() time.Time
+	// Logger receives recovery and janitor events (default slog.Default()).
+	Logger *slog.Logger
+}
+
+func (o Options) withDefaults() Options {
+	if o.SyncInterval <= 0 {
+		o.SyncInterval = time.Second
+	}
+	if o.DefaultPartitions <= 0 {
+		o.DefaultPartitions = 1
+	}
+	if o.JanitorInterval == 0 {
+		o.JanitorInterval = 5 * time.Minute
+	}
+	if o.IndexIntervalBytes <= 0 {
+		o.IndexIntervalBytes = 4096
+	}
+	if o.MaxOpenSegmentReaders <= 0 {
+		o.MaxOpenSegmentReaders = 2
+	}
+	if o.OffsetsCompactBytes <= 0 {
+		o.OffsetsCompactBytes = 16 << 20
+	}
+	if o.FS == nil {
+		o.FS = OSFS{}
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	return o
+}
+
+// Validate reports unusable options.
+func (o Options) Validate() error {
+	if o.Dir == "" {
+		return fmt.Errorf("%w: data dir is required", ErrInvalidConfig)
+	}
+	if o.Sync != SyncBeforeAck && o.Sync != SyncIntervalUnsafe {
+		return fmt.Errorf("%w: sync policy %d", ErrInvalidConfig, o.Sync)
+	}
+	return nil
+}
+
+type topic struct {
+	name  string
+	cfg   TopicConfig
+	parts []*partition
+}
+
+// metadata is the broker-wide state in meta.json.
+type metadata struct {
+	Version        int                       `json:"version"`
+	NextProducerID int64                     `json:"next_producer_id"`
+	Producers      map[string]stableProducer `json:"producers"`
+	Topics         map[string]TopicConfig    `json:"topics"`
+}
+
+type stableProducer struct {
+	ID    int64 `json:"id"`
+	Epoch int16 `json:"epoch"`
+}
+
+// Broker is the embedded log: topics of partitioned, durable logs with
+// Kafka's idempotent producer semantics and consumer group offsets.
+type Broker struct {
+	opts Options
+	lock *os.File
+
+	mu     sync.RWMutex
+	topics map[string]*topic
+	meta   metadata
+	closed bool
+
+	metaMu sync.Mutex // serialises meta.json rewrites
+	groups *groupStore
+
+	stop chan struct{}
+	wg   sync.WaitGroup
+}
+
+const metaFile = "meta.json"
+
+// Open opens (creating if needed) the broker data directory, recovering
+// every partition: torn tails are cut, indexes rebuilt, producer state
+// reloaded.
+func Open(ctx context.Context, opts Options) (*Broker, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	opts = opts.withDefaults()
+	if err := opts.FS.MkdirAll(filepath.Join(opts.Dir, "topics"), 0o755); err != nil {
+		return nil, storageErr("create data dir", err)
+	}
+	lock, err := lockDir(opts.Dir)
+	if err != nil {
+		return nil, err
+	}
+	b := &Broker{opts: opts, lock: lock, topics: map[string]*topic{}, stop: make(chan struct{})}
+	if err := b.load(ctx); err != nil {
+		b.closeParts()
+		_ = lock.Close()
+		return nil, err
+	}
+	if b.opts.Sync == SyncIntervalUnsafe {
+		b.wg.Add(1)
+		go b.syncLoop()
+	}
+	if b.opts.JanitorInterval > 0 {
+		b.wg.Add(1)
+		go b.janitorLoop()
+	}
+	return b, nil
+}
+
+// lockDir takes an exclusive flock so two daemons never write one log.
+func lockDir(dir string) (*os.File, error) {
+	f, err := os.OpenFile(filepath.Join(dir, "LOCK"), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, storageErr("open lock file", err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		_ = f.Close()
+		return nil, fmt.Errorf("broker: data dir %s is in use by another process: %w", dir, err)
+	}
+	return f, nil
+}
+
+func (b *Broker) load(ctx context.Context) error {
+	b.meta = metadata{Version: 1, NextProducerID: 1, Producers: map[string]stableProducer{}, Topics: map[string]TopicConfig{}}
+	data, err := readFile(b.opts.FS, filepath.Join(b.opts.Dir, metaFile))
+	switch {
+	case err == nil:
+		if err := json.Unmarshal(data, &b.meta); err != nil {
+			return fmt.Errorf("broker: parse %s: %w", metaFile, err)
+		}
+		if b.meta.Producers == nil {
+			b.meta.Producers = map[string]stableProducer{}
+		}
+		if b.meta.Topics == nil {
+			b.meta.Topics = map[string]TopicConfig{}
+		}
+	case errors.Is(err, os.ErrNotExist):
+	default:
+		return storageErr("read metadata", err)
+	}
+	names := make([]string, 0, len(b.meta.Topics))
+	for n := range b.meta.Topics {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		t, err := b.openTopic(n, b.meta.Topics[n])
+		if err != nil {
+			return err
+		}
+		b.topics[n] = t
+	}
+	gs, err := openGroupStore(b.opts.FS, filepath.Join(b.opts.Dir, "groups"), b.opts.OffsetsCompactBytes, b.opts.Logger)
+	if err != nil {
+		return err
+	}
+	b.groups = gs
+	return nil
+}
+
+func (b *Broker) openTopic(name string, cfg TopicConfig) (*topic, error) {
+	set := &partitionSettings{
+		fs:             b.opts.FS,
+		syncBeforeAck:  b.opts.Sync == SyncBeforeAck,
+		indexInterval:  b.opts.IndexIntervalBytes,
+		maxOpenReaders: b.opts.MaxOpenSegmentReaders,
+		now:            b.opts.Now,
+		logger:         b.opts.Logger,
+		cfg:            cfg,
+	}
+	t := &topic{name: name, cfg: cfg}
+	for i := int32(0); i < cfg.Partitions; i++ {
+		p, err := openPartition(set, partitionDir(b.opts.Dir, name, i), name, i)
+		if err != nil {
+			for _, q := range t.parts {
+				_ = q.close()
+			}
+			return nil, fmt.Errorf("open %s/%d: %w", name, i, err)
+		}
+		t.parts = append(t.parts, p)
+	}
+	return t, nil
+}
+
+func partitionDir(dataDir, topic string, p int32) string {
+	return filepath.Join(dataDir, "topics", topic, strconv.Itoa(int(p)))
+}
+
+// saveMetaLocked persists b.meta atomically; metaMu must be held.
+func (b *Broker) saveMetaLocked(m metadata) error {
+	data, err := json.MarshalIndent(m, "", "  ")
+	if err != nil {
+		return fmt.Errorf("broker: encode metadata: %w", err)
+	}
+	return storageErr("write metadata", writeFileAtomic(b.opts.FS, filepath.Join(b.opts.Dir, metaFile), data))
+}
+
+// ValidateTopicName applies Kafka's topic naming rules.
+func ValidateTopicName(name string) error {
+	if len(name) == 0 || len(name) > 249 || name == "." || name == ".." {
+		return fmt.Errorf("%w: %q must be 1..249 characters and not . or ..", ErrInvalidTopic, name)
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return fmt.Errorf("%w: %q has character %q outside [a-zA-Z0-9._-]", ErrInvalidTopic, name, c)
+		}
+	}
+	return nil
+}
+
+// CreateTopic creates a topic; unset config fields take the broker's
+// defaults. It fails with ErrTopicExists if the topic exists.
+func (b *Broker) CreateTopic(name string, cfg TopicConfig) (TopicInfo, error) {
+	if err := ValidateTopicName(name); err != nil {
+		return TopicInfo{}, err
+	}
+	cfg = b.fillTopicConfig(cfg)
+	if err := cfg.validate(); err != nil {
+		return TopicInfo{}, err
+	}
+	b.metaMu.Lock()
+	defer b.metaMu.Unlock()
+	b.mu.RLock()
+	_, exists := b.topics[name]
+	closed := b.closed
+	b.mu.RUnlock()
+	if closed {
+		return TopicInfo{}, ErrClosed
+	}
+	if exists {
+		return TopicInfo{}, fmt.Errorf("%w: %s", ErrTopicExists, name)
+	}
+	t, err := b.openTopic(name, cfg)
+	if err != nil {
+		return TopicInfo{}, err
+	}
+	m := b.copyMeta()
+	m.Topics[name] = cfg
+	if err := b.saveMetaLocked(m); err != nil {
+		for _, p := range t.parts {
+			_ = p.close()
+		}
+		return TopicInfo{}, err
+	}
+	b.mu.Lock()
+	b.meta = m
+	b.topics[name] = t
+	b.mu.Unlock()
+	return t.info(), nil
+}
+
+func (b *Broker) fillTopicConfig(cfg TopicConfig) TopicConfig {
+	d := b.opts.DefaultTopicConfig
+	if cfg.Partitions == 0 {
+		cfg.Partitions = d.Partitions
+	}
+	if cfg.RetentionMs == 0 {
+		cfg.RetentionMs = d.RetentionMs
+	}
+	if cfg.RetentionBytes == 0 {
+		cfg.RetentionBytes = d.RetentionBytes
+	}
+	if cfg.CleanupPolicy == "" {
+		cfg.CleanupPolicy = d.CleanupPolicy
+	}
+	if cfg.SegmentBytes == 0 {
+		cfg.SegmentBytes = d.SegmentBytes
+	}
+	if cfg.SegmentMs == 0 {
+		cfg.SegmentMs = d.SegmentMs
+	}
+	if cfg.DeleteRetentionMs == 0 {
+		cfg.DeleteRetentionMs = d.DeleteRetentionMs
+	}
+	if cfg.MaxMessageBytes == 0 {
+		cfg.MaxMessageBytes = d.MaxMessageBytes
+	}
+	return cfg.withDefaults(b.opts.DefaultPartitions)
+}
+
+func (b *Broker) copyMeta() metadata {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	m := b.meta
+	m.Producers = make(map[string]stableProducer, len(b.meta.Producers))
+	for k, v := range b.meta.Producers {
+		m.Producers[k] = v
+	}
+	m.Topics = make(map[string]TopicConfig, len(b.meta.Topics))
+	for k, v := range b.meta.Topics {
+		m.Topics[k] = v
+	}
+	return m
+}
+
+// EnsureTopic returns the topic, creating it with the defaults if missing.
+func (b *Broker) EnsureTopic(name string) (TopicInfo, error) {
+	if info, err := b.Topic(name); err == nil {
+		return info, nil
+	}
+	info, err := b.CreateTopic(name, TopicConfig{})
+	if errors.Is(err, ErrTopicExists) {
+		return b.Topic(name)
+	}
+	return info, err
+}
+
+// TopicInfo describes a topic and its partitions.
+type TopicInfo struct {
+	Name       string
+	Config     TopicConfig
+	Partitions []PartitionInfo
+}
+
+func (t *topic) info() TopicInfo {
+	ti := TopicInfo{Name: t.name, Config: t.cfg}
+	for _, p := range t.parts {
+		ti.Partitions = append(ti.Partitions, p.info())
+	}
+	return ti
+}
+
+// Topic describes one topic.
+func (b *Broker) Topic(name string) (TopicInfo, error) {
+	b.mu.RLock()
+	t := b.topics[name]
+	b.mu.RUnlock()
+	if t == nil {
+		return TopicInfo{}, fmt.Errorf("%w: %s", ErrUnknownTopicOrPartition, name)
+	}
+	return t.info(), nil
+}
+
+// Topics lists all topics sorted by name.
+func (b *Broker) Topics() []TopicInfo {
+	b.mu.RLock()
+	ts := make([]*topic, 0, len(b.topics))
+	for _, t := range b.topics {
+		ts = append(ts, t)
+	}
+	b.mu.RUnlock()
+	sort.Slice(ts, func(i, j int) bool { return ts[i].name < ts[j].name })
+	out := make([]TopicInfo, 0, len(ts))
+	for _, t := range ts {
+		out = append(out, t.info())
+	}
+	return out
+}
+
+func (b *Broker) lookup(name string, part int32, create bool) (*topic, *partition, error) {
+	b.mu.RLock()
+	t, closed := b.topics[name], b.closed
+	b.mu.RUnlock()
+	if closed {
+		return nil, nil, ErrClosed
+	}
+	if t == nil && create && b.opts.AutoCreateTopics {
+		if _, err := b.EnsureTopic(name); err != nil {
+			return nil, nil, err
+		}
+		b.mu.RLock()
+		t = b.topics[name]
+		b.mu.RUnlock()
+	}
+	if t == nil {
+		if err := ValidateTopicName(name); err != nil {
+			return nil, nil, err
+		}
+		return nil, nil, fmt.Errorf("%w: topic %s", ErrUnknownTopicOrPartition, name)
+	}
+	if part < 0 || int(part) >= len(t.parts) {
+		return nil, nil, fmt.Errorf("%w: %s/%d", ErrUnknownTopicOrPartition, name, part)
+	}
+	return t, t.parts[part], nil
+}
+
+// Append validates one record batch v2 (as a Produce request carries it)
+// and appends it to the partition, returning the assigned base offset. The
+// broker rewrites the batch's baseOffset field (bytes 0-7, outside the CRC)
+// in place, so the caller must not share batch with concurrent readers.
+// Under SyncBeforeAck it returns only after the batch is fsynced. Idempotent
+// batches are checked against the producer's state: a duplicate of one of
+// its last five batches returns the original offset with Duplicate set.
+func (b *Broker) Append(ctx context.Context, topicName string, part int32, batch []byte) (AppendResult, error) {
+	if err := ctx.Err(); err != nil {
+		return AppendResult{}, err
+	}
+	t, p, err := b.lookup(topicName, part, true)
+	if err != nil {
+		return AppendResult{}, err
+	}
+	h, err := validateProduced(batch, t.cfg)
+	if err != nil {
+		return AppendResult{}, err
+	}
+	return p.append(batch, h)
+}
+
+// validateProduced applies the checks a produced batch must pass before
+// anything is written.
+func validateProduced(batch []byte, cfg TopicConfig) (BatchHeader, error) {
+	if len(batch) > int(cfg.MaxMessageBytes) {
+		return BatchHeader{}, fmt.Errorf("%w: %d bytes, limit %d", ErrMessageTooLarge, len(batch), cfg.MaxMessageBytes)
+	}
+	h, err := VerifyBatch(batch)
+	if err != nil {
+		return h, err
+	}
+	if h.Transactional() || h.Control() {
+		return h, ErrTransactionalUnsupported
+	}
+	if h.NumRecords < 1 || h.LastOffsetDelta != h.NumRecords-1 {
+		return h, fmt.Errorf("%w: %d records with last offset delta %d", ErrCorruptBatch, h.NumRecords, h.LastOffsetDelta)
+	}
+	if h.Idempotent() && (h.ProducerEpoch < 0 || h.BaseSequence < 0) {
+		return h, fmt.Errorf("%w: idempotent batch with epoch %d sequence %d", ErrCorruptBatch, h.ProducerEpoch, h.BaseSequence)
+	}
+	if cfg.CleanupPolicy == CleanupCompact || h.Compression() != CompressionNone {
+		if h.Compression() == CompressionNone && cfg.CleanupPolicy != CleanupCompact {
+			return h, checkUncompressedRecords(h, batch)
+		}
+		recs, err := decodeRecords(h, batch, maxDecompressedSize)
+		if err != nil {
+			return h, err
+		}
+		if cfg.CleanupPolicy == CleanupCompact {
+			for _, r := range recs {
+				if r.Key == nil {
+					return h, fmt.Errorf("%w: record at delta %d", ErrKeylessCompacted, r.Offset-h.BaseOffset)
+				}
+			}
+		}
+		return h, nil
+	}
+	return h, checkUncompressedRecords(h, batch)
+}
+
+// Fetch returns whole batches starting with the one holding offset, up to
+// maxBytes (but always at least one batch), never past the high watermark.
+// An offset equal to the high watermark yields no batches; outside [log
+// start, high watermark] it fails with ErrOffsetOutOfRange. Fetch does not
+// wait; combine it with Wait or Watch.
+func (b *Broker) Fetch(ctx context.Context, topicName string, part int32, offset int64, maxBytes int) (FetchResult, error) {
+	if err := ctx.Err(); err != nil {
+		return FetchResult{}, err
+	}
+	_, p, err := b.lookup(topicName, part, false)
+	if err != nil {
+		return FetchResult{}, err
+	}
+	return p.fetch(offset, maxBytes)
+}
+
+// Watch returns a channel closed the next time the partition's high
+// watermark moves (or the broker closes), so a listener can wait on many
+// partitions in one select.
+func (b *Broker) Watch(topicName string, part int32) (<-chan struct{}, error) {
+	_, p, err := b.lookup(topicName, part, false)
+	if err != nil {
+		return nil, err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.hwCh, nil
+}
+
+// Wait blocks until the high watermark is above offset (data to fetch at
+// offset) or ctx ends.
+func (b *Broker) Wait(ctx context.Context, topicName string, part int32, offset int64) error {
+	_, p, err := b.lookup(topicName, part, false)
+	if err != nil {
+		return err
+	}
+	for {
+		p.mu.Lock()
+		hw, ch, closed := p.hw, p.hwCh, p.closed
+		p.mu.Unlock()
+		if closed {
+			return ErrClosed
+		}
+		if hw > offset {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// Offsets returns the log start offset (earliest) and the high watermark
+// (latest) of a partition.
+func (b *Broker) Offsets(topicName string, part int32) (earliest, latest int64, err error) {
+	_, p, err := b.lookup(topicName, part, false)
+	if err != nil {
+		return 0, 0, err
+	}
+	info := p.info()
+	return info.LogStartOffset, info.HighWatermark, nil
+}
+
+// OffsetForTime returns the offset and timestamp of the first record whose
+// timestamp is at or after ts, using the time index; -1, -1 when no record
+// is that recent (as Kafka's ListOffsets answers).
+func (b *Broker) OffsetForTime(topicName string, part int32, ts time.Time) (offset, timestamp int64, err error) {
+	_, p, err := b.lookup(topicName, part, false)
+	if err != nil {
+		return 0, 0, err
+	}
+	return p.offsetForTime(ts.UnixMilli())
+}
+
+// ProducerState reports what the partition knows about a producer: its
+// epoch and last batches. A relay restarting with a stable producer id uses
+// it to continue its sequence. ok is false when the partition has no state
+// for the producer (it may start at any sequence).
+func (b *Broker) ProducerState(topicName string, part int32, producerID int64) (state ProducerState, ok bool, err error) {
+	_, p, err := b.lookup(topicName, part, false)
+	if err != nil {
+		return ProducerState{}, false, err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	s, ok := p.producers.state(producerID)
+	return s, ok, nil
+}
+
+// ProducerID is an idempotent producer's identity.
+type ProducerID struct {
+	ID    int64
+	Epoch int16
+}
+
+// InitProducerID allocates a producer identity, persisted before it is
+// returned so ids never repeat across restarts. With an empty stableName it
+// returns a fresh id at epoch 0. With a stableName (Kafka's transactional.id
+// idea) the same name always maps to the same id and each call bumps the
+// epoch, fencing older instances: their batches then fail with
+// ErrInvalidProducerEpoch. When the epoch would overflow, the name moves to
+// a fresh id at epoch 0, as Kafka does.
+func (b *Broker) InitProducerID(ctx context.Context, stableName string) (ProducerID, error) {
+	if err := ctx.Err(); err != nil {
+		return ProducerID{}, err
+	}
+	b.metaMu.Lock()
+	defer b.metaMu.Unlock()
+	m := b.copyMeta()
+	var id ProducerID
+	sp, known := m.Producers[stableName]
+	switch {
+	case stableName != "" && known && sp.Epoch < 1<<15-2:
+		id = ProducerID{ID: sp.ID, Epoch: sp.Epoch + 1}
+	default:
+		id = ProducerID{ID: m.NextProducerID}
+		m.NextProducerID++
+	}
+	if stableName != "" {
+		m.Producers[stableName] = stableProducer(id)
+	}
+	if err := b.saveMetaLocked(m); err != nil {
+		return ProducerID{}, err
+	}
+	b.mu.Lock()
+	b.meta = m
+	b.mu.Unlock()
+	return id, nil
+}
+
+// Sync fsyncs every partition now (useful under SyncIntervalUnsafe).
+func (b *Broker) Sync() error {
+	var errs []error
+	for _, p := range b.allPartitions() {
+		errs = append(errs, p.sync())
+	}
+	return errors.Join(errs...)
+}
+
+func (b *Broker) allPartitions() []*partition {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	var ps []*partition
+	for _, t := range b.topics {
+		ps = append(ps, t.parts...)
+	}
+	return ps
+}
+
+func (b *Broker) syncLoop() {
+	defer b.wg.Done()
+	tick := time.NewTicker(b.opts.SyncInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-b.stop:
+			return
+		case <-tick.C:
+			if err := b.Sync(); err != nil {
+				b.opts.Logger.Error("interval fsync failed", "err", err)
+			}
+		}
+	}
+}
+
+// Close stops background work, fsyncs and snapshots every partition, and
+// releases the data directory.
+func (b *Broker) Close() error {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return nil
+	}
+	b.closed = true
+	b.mu.Unlock()
+	close(b.stop)
+	b.wg.Wait()
+	errs := []error{b.closeParts()}
+	if b.groups != nil {
+		errs = append(errs, b.groups.close())
+	}
+	errs = append(errs, b.lock.Close())
+	return errors.Join(errs...)
+}
+
+func (b *Broker) closeParts() error {
+	var errs []error
+	for _, p := range b.allPartitions() {
+		errs = append(errs, p.close())
+	}
+	return errors.Join(errs...)
+}
+
+var _ io.Closer = (*Broker)(nil)

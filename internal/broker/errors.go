@@ -1,0 +1,138 @@
+package broker
+
+import (
+	"context"
+	"errors"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+)
+
+// Sentinel errors. Every error the broker returns for a client-visible
+// condition wraps one of these, so callers test with errors.Is and the wire
+// listener maps them with KafkaErrorCode.
+var (
+	// ErrCorruptBatch means the bytes are not a well-formed record batch
+	// (lengths disagree, truncated records, undecodable compression).
+	ErrCorruptBatch = errors.New("broker: corrupt record batch")
+	// ErrInvalidCRC means the batch's CRC32C does not match its contents.
+	// It wraps ErrCorruptBatch so either test matches.
+	ErrInvalidCRC = &wrapped{msg: "broker: record batch CRC mismatch", parent: ErrCorruptBatch}
+	// ErrUnsupportedMagic means the batch is not record batch v2.
+	ErrUnsupportedMagic = errors.New("broker: unsupported record batch magic")
+	// ErrMessageTooLarge means the batch exceeds the topic's max.message.bytes.
+	ErrMessageTooLarge = errors.New("broker: record batch larger than max message bytes")
+	// ErrInvalidTopic means the name breaks Kafka's topic naming rules.
+	ErrInvalidTopic = errors.New("broker: invalid topic name")
+	// ErrTopicExists is returned by CreateTopic for an existing topic.
+	ErrTopicExists = errors.New("broker: topic already exists")
+	// ErrInvalidConfig means a TopicConfig or Options value is out of range.
+	ErrInvalidConfig = errors.New("broker: invalid configuration")
+	// ErrUnknownTopicOrPartition means the topic or partition does not exist.
+	ErrUnknownTopicOrPartition = errors.New("broker: unknown topic or partition")
+	// ErrOffsetOutOfRange means the offset is below the log start or above the
+	// high watermark.
+	ErrOffsetOutOfRange = errors.New("broker: offset out of range")
+	// ErrDuplicateSequence is never returned by Append (a duplicate is an
+	// acknowledged success carrying the original offset); it exists for
+	// callers that want to name the condition, e.g. AppendResult.Err.
+	ErrDuplicateSequence = errors.New("broker: duplicate sequence number")
+	// ErrOutOfOrderSequence means the batch's sequence does not follow the
+	// producer's last sequence on this partition.
+	ErrOutOfOrderSequence = errors.New("broker: out of order sequence number")
+	// ErrInvalidProducerEpoch means the batch carries an epoch older than the
+	// producer's current one (a fenced producer).
+	ErrInvalidProducerEpoch = errors.New("broker: invalid (stale) producer epoch")
+	// ErrUnknownProducerID means a producer id the broker never allocated.
+	ErrUnknownProducerID = errors.New("broker: unknown producer id")
+	// ErrKeylessCompacted means a record without a key was sent to a topic
+	// with cleanup.policy=compact.
+	ErrKeylessCompacted = errors.New("broker: compacted topic requires record keys")
+	// ErrTransactionalUnsupported means the batch is transactional or a
+	// control batch; this broker stores idempotent batches only.
+	ErrTransactionalUnsupported = errors.New("broker: transactional batches are not supported")
+	// ErrClosed means the broker was closed.
+	ErrClosed = errors.New("broker: closed")
+	// ErrStorage means a write, fsync or read of the log failed; the append
+	// was not acknowledged and the partition was rolled back to its last
+	// durable state. It wraps the underlying I/O error as well.
+	ErrStorage = errors.New("broker: storage error")
+	// ErrUnknownGroup means no offsets were ever committed for the group.
+	ErrUnknownGroup = errors.New("broker: unknown consumer group")
+)
+
+// wrapped lets one sentinel match a broader one via errors.Is.
+type wrapped struct {
+	msg    string
+	parent error
+}
+
+func (w *wrapped) Error() string { return w.msg }
+func (w *wrapped) Unwrap() error { return w.parent }
+
+// storageError carries both ErrStorage and the I/O cause so errors.Is works
+// for either (e.g. syscall.ENOSPC).
+type storageError struct {
+	op    string
+	cause error
+}
+
+func (e *storageError) Error() string {
+	return "broker: storage error during " + e.op + ": " + e.cause.Error()
+}
+func (e *storageError) Unwrap() []error { return []error{ErrStorage, e.cause} }
+
+func storageErr(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	var se *storageError
+	if errors.As(err, &se) {
+		return err
+	}
+	return &storageError{op: op, cause: err}
+}
+
+// KafkaErrorCode maps an error returned by this package to the Kafka protocol
+// error code a listener should put in its response (0 for nil).
+func KafkaErrorCode(err error) int16 {
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, ErrInvalidCRC), errors.Is(err, ErrCorruptBatch):
+		return kerr.CorruptMessage.Code
+	case errors.Is(err, ErrUnsupportedMagic):
+		return kerr.UnsupportedForMessageFormat.Code
+	case errors.Is(err, ErrMessageTooLarge):
+		return kerr.MessageTooLarge.Code
+	case errors.Is(err, ErrInvalidTopic):
+		return kerr.InvalidTopicException.Code
+	case errors.Is(err, ErrTopicExists):
+		return kerr.TopicAlreadyExists.Code
+	case errors.Is(err, ErrInvalidConfig):
+		return kerr.InvalidConfig.Code
+	case errors.Is(err, ErrUnknownTopicOrPartition):
+		return kerr.UnknownTopicOrPartition.Code
+	case errors.Is(err, ErrOffsetOutOfRange):
+		return kerr.OffsetOutOfRange.Code
+	case errors.Is(err, ErrDuplicateSequence):
+		return kerr.DuplicateSequenceNumber.Code
+	case errors.Is(err, ErrOutOfOrderSequence):
+		return kerr.OutOfOrderSequenceNumber.Code
+	case errors.Is(err, ErrInvalidProducerEpoch):
+		return kerr.InvalidProducerEpoch.Code
+	case errors.Is(err, ErrUnknownProducerID):
+		return kerr.UnknownProducerID.Code
+	case errors.Is(err, ErrKeylessCompacted):
+		return kerr.InvalidRecord.Code
+	case errors.Is(err, ErrTransactionalUnsupported):
+		return kerr.UnsupportedVersion.Code
+	case errors.Is(err, ErrUnknownGroup):
+		return kerr.GroupIDNotFound.Code
+	case errors.Is(err, ErrStorage):
+		return kerr.KafkaStorageError.Code
+	case errors.Is(err, ErrClosed), errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return kerr.RequestTimedOut.Code
+	default:
+		return kerr.UnknownServerError.Code
+	}
+}

@@ -1,0 +1,345 @@
+package broker
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"time"
+)
+
+// OffsetCommit is one committed position of a consumer group.
+type OffsetCommit struct {
+	Topic       string
+	Partition   int32
+	Offset      int64
+	LeaderEpoch int32
+	Metadata    string
+}
+
+// CommittedOffset is a stored commit.
+type CommittedOffset struct {
+	Offset      int64
+	LeaderEpoch int32
+	Metadata    string
+	CommitTime  time.Time
+}
+
+type groupKey struct {
+	group, topic string
+	partition    int32
+}
+
+// groupStore keeps committed offsets in memory and in an append-only file of
+// checksummed frames; the latest frame per key wins. The file is rewritten
+// atomically once it is mostly superseded entries.
+type groupStore struct {
+	fs           FS
+	dir          string
+	compactBytes int64
+	logger       *slog.Logger
+
+	mu      sync.Mutex
+	f       File
+	size    int64
+	offsets map[groupKey]CommittedOffset
+}
+
+const offsetsFile = "offsets.log"
+
+// Frame: u32 payload length | u32 CRC32C(payload) | payload. Payload: u16
+// group length, group, u16 topic length, topic, i32 partition, i64 offset,
+// i32 leader epoch, i64 commit time (unix ms), u32 metadata length, metadata.
+func appendOffsetFrame(dst []byte, k groupKey, c CommittedOffset) []byte {
+	p := make([]byte, 0, 32+len(k.group)+len(k.topic)+len(c.Metadata))
+	p = binary.BigEndian.AppendUint16(p, uint16(len(k.group)))
+	p = append(p, k.group...)
+	p = binary.BigEndian.AppendUint16(p, uint16(len(k.topic)))
+	p = append(p, k.topic...)
+	p = binary.BigEndian.AppendUint32(p, uint32(k.partition))
+	p = binary.BigEndian.AppendUint64(p, uint64(c.Offset))
+	p = binary.BigEndian.AppendUint32(p, uint32(c.LeaderEpoch))
+	p = binary.BigEndian.AppendUint64(p, uint64(c.CommitTime.UnixMilli()))
+	p = binary.BigEndian.AppendUint32(p, uint32(len(c.Metadata)))
+	p = append(p, c.Metadata...)
+	dst = binary.BigEndian.AppendUint32(dst, uint32(len(p)))
+	dst = binary.BigEndian.AppendUint32(dst, crc32.Checksum(p, castagnoli))
+	return append(dst, p...)
+}
+
+var errBadOffsetFrame = errors.New("broker: invalid offset commit frame")
+
+func parseOffsetFrame(b []byte) (groupKey, CommittedOffset, int, error) {
+	if len(b) < 8 {
+		return groupKey{}, CommittedOffset{}, 0, errBadOffsetFrame
+	}
+	n := binary.BigEndian.Uint32(b)
+	if uint64(n) > uint64(len(b)-8) || n < 2 {
+		return groupKey{}, CommittedOffset{}, 0, errBadOffsetFrame
+	}
+	p := b[8 : 8+n]
+	if crc32.Checksum(p, castagnoli) != binary.BigEndian.Uint32(b[4:]) {
+		return groupKey{}, CommittedOffset{}, 0, errBadOffsetFrame
+	}
+	str16 := func() (string, bool) {
+		if len(p) < 2 || int(binary.BigEndian.Uint16(p)) > len(p)-2 {
+			return "", false
+		}
+		l := int(binary.BigEndian.Uint16(p))
+		s := string(p[2 : 2+l])
+		p = p[2+l:]
+		return s, true
+	}
+	var k groupKey
+	var c CommittedOffset
+	var ok bool
+	if k.group, ok = str16(); !ok {
+		return k, c, 0, errBadOffsetFrame
+	}
+	if k.topic, ok = str16(); !ok || len(p) < 28 {
+		return k, c, 0, errBadOffsetFrame
+	}
+	k.partition = int32(binary.BigEndian.Uint32(p))
+	c.Offset = int64(binary.BigEndian.Uint64(p[4:]))
+	c.LeaderEpoch = int32(binary.BigEndian.Uint32(p[12:]))
+	c.CommitTime = time.UnixMilli(int64(binary.BigEndian.Uint64(p[16:])))
+	ml := binary.BigEndian.Uint32(p[24:])
+	if uint64(ml) != uint64(len(p)-28) {
+		return k, c, 0, errBadOffsetFrame
+	}
+	c.Metadata = string(p[28:])
+	return k, c, int(8 + n), nil
+}
+
+func openGroupStore(fsys FS, dir string, compactBytes int64, logger *slog.Logger) (*groupStore, error) {
+	if err := fsys.MkdirAll(dir, 0o755); err != nil {
+		return nil, storageErr("create groups dir", err)
+	}
+	g := &groupStore{fs: fsys, dir: dir, compactBytes: compactBytes, logger: logger, offsets: map[groupKey]CommittedOffset{}}
+	path := filepath.Join(dir, offsetsFile)
+	data, err := readFile(fsys, path)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, storageErr("read offsets", err)
+	}
+	pos := 0
+	for pos < len(data) {
+		k, c, n, err := parseOffsetFrame(data[pos:])
+		if err != nil {
+			break
+		}
+		g.offsets[k] = c
+		pos += n
+	}
+	f, err := fsys.OpenFile(path, os.O_CREATE|os.O_RDWR|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, storageErr("open offsets", err)
+	}
+	if pos < len(data) {
+		cut := fmt.Sprintf("%s%s%d", path, cutInfix, time.Now().UnixNano())
+		logger.Warn("truncating torn offsets file tail", "valid_bytes", pos, "cut_bytes", len(data)-pos, "kept_in", cut)
+		if err := copyRange(fsys, f, int64(pos), int64(len(data)), cut); err != nil {
+			_ = f.Close()
+			return nil, storageErr("save cut offsets tail", err)
+		}
+		if err := f.Truncate(int64(pos)); err != nil {
+			_ = f.Close()
+			return nil, storageErr("truncate offsets", err)
+		}
+	}
+	g.f, g.size = f, int64(pos)
+	return g, nil
+}
+
+func (g *groupStore) commit(group string, commits []OffsetCommit, now time.Time) error {
+	var buf []byte
+	for _, c := range commits {
+		buf = appendOffsetFrame(buf, groupKey{group, c.Topic, c.Partition},
+			CommittedOffset{Offset: c.Offset, LeaderEpoch: c.LeaderEpoch, Metadata: c.Metadata, CommitTime: now})
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.f == nil {
+		return ErrClosed
+	}
+	if _, err := g.f.Write(buf); err != nil {
+		_ = g.f.Truncate(g.size)
+		return storageErr("write offsets", err)
+	}
+	if err := g.f.Sync(); err != nil {
+		_ = g.f.Truncate(g.size)
+		return storageErr("fsync offsets", err)
+	}
+	g.size += int64(len(buf))
+	for _, c := range commits {
+		g.offsets[groupKey{group, c.Topic, c.Partition}] = CommittedOffset{Offset: c.Offset, LeaderEpoch: c.LeaderEpoch, Metadata: c.Metadata, CommitTime: now}
+	}
+	if g.size > g.compactBytes {
+		if err := g.compactLocked(); err != nil {
+			g.logger.Warn("offsets compaction failed", "err", err)
+		}
+	}
+	return nil
+}
+
+// compactLocked rewrites the file with only the live entries when at least
+// half of it is superseded.
+func (g *groupStore) compactLocked() error {
+	keys := make([]groupKey, 0, len(g.offsets))
+	for k := range g.offsets {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		a, b := keys[i], keys[j]
+		if a.group != b.group {
+			return a.group < b.group
+		}
+		if a.topic != b.topic {
+			return a.topic < b.topic
+		}
+		return a.partition < b.partition
+	})
+	var buf []byte
+	for _, k := range keys {
+		buf = appendOffsetFrame(buf, k, g.offsets[k])
+	}
+	if int64(len(buf))*2 > g.size {
+		return nil
+	}
+	path := filepath.Join(g.dir, offsetsFile)
+	if err := writeFileAtomic(g.fs, path, buf); err != nil {
+		return err
+	}
+	f, err := g.fs.OpenFile(path, os.O_RDWR|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	_ = g.f.Close()
+	g.f, g.size = f, int64(len(buf))
+	return nil
+}
+
+func (g *groupStore) close() error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.f == nil {
+		return nil
+	}
+	err := g.f.Close()
+	g.f = nil
+	return err
+}
+
+// CommitOffsets durably stores a group's committed offsets (one fsync per
+// call). Unknown topics or partitions are refused, as Kafka does.
+func (b *Broker) CommitOffsets(ctx context.Context, group string, commits []OffsetCommit) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if group == "" || len(group) > 1<<15 {
+		return fmt.Errorf("%w: group id length %d", ErrInvalidConfig, len(group))
+	}
+	for _, c := range commits {
+		if _, _, err := b.lookup(c.Topic, c.Partition, false); err != nil {
+			return err
+		}
+	}
+	return b.groups.commit(group, commits, b.opts.Now())
+}
+
+// FetchOffset returns a group's committed offset for a partition; ok is
+// false when the group never committed one.
+func (b *Broker) FetchOffset(group, topicName string, part int32) (c CommittedOffset, ok bool) {
+	b.groups.mu.Lock()
+	defer b.groups.mu.Unlock()
+	c, ok = b.groups.offsets[groupKey{group, topicName, part}]
+	return c, ok
+}
+
+// GroupOffset is one committed offset of a group.
+type GroupOffset struct {
+	Topic     string
+	Partition int32
+	CommittedOffset
+}
+
+// GroupOffsets lists a group's committed offsets sorted by topic and
+// partition.
+func (b *Broker) GroupOffsets(group string) []GroupOffset {
+	b.groups.mu.Lock()
+	var out []GroupOffset
+	for k, c := range b.groups.offsets {
+		if k.group == group {
+			out = append(out, GroupOffset{Topic: k.topic, Partition: k.partition, CommittedOffset: c})
+		}
+	}
+	b.groups.mu.Unlock()
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Topic != out[j].Topic {
+			return out[i].Topic < out[j].Topic
+		}
+		return out[i].Partition < out[j].Partition
+	})
+	return out
+}
+
+// Groups lists groups with committed offsets.
+func (b *Broker) Groups() []string {
+	b.groups.mu.Lock()
+	seen := map[string]bool{}
+	for k := range b.groups.offsets {
+		seen[k.group] = true
+	}
+	b.groups.mu.Unlock()
+	out := make([]string, 0, len(seen))
+	for g := range seen {
+		out = append(out, g)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// PartitionLag is a group's position against one partition's log.
+type PartitionLag struct {
+	Topic          string
+	Partition      int32
+	Committed      int64
+	LogStartOffset int64
+	HighWatermark  int64
+	// Lag is how many records the group has yet to consume.
+	Lag int64
+	// RetentionMargin is how far the committed offset is above the log
+	// start: the records retention may still delete before the group loses
+	// data. Zero or negative is the alert condition.
+	RetentionMargin int64
+	// BelowLogStart means retention already deleted records the group had
+	// not consumed; the group will reset per its offset reset policy.
+	BelowLogStart bool
+}
+
+// GroupLag reports lag and retention margin for every partition the group
+// committed on.
+func (b *Broker) GroupLag(group string) ([]PartitionLag, error) {
+	offs := b.GroupOffsets(group)
+	if len(offs) == 0 {
+		return nil, fmt.Errorf("%w: %s", ErrUnknownGroup, group)
+	}
+	out := make([]PartitionLag, 0, len(offs))
+	for _, o := range offs {
+		start, hw, err := b.Offsets(o.Topic, o.Partition)
+		if err != nil {
+			continue
+		}
+		pl := PartitionLag{Topic: o.Topic, Partition: o.Partition, Committed: o.Offset, LogStartOffset: start, HighWatermark: hw}
+		pl.Lag = max(hw-max(o.Offset, start), 0)
+		pl.RetentionMargin = o.Offset - start
+		pl.BelowLogStart = o.Offset < start
+		out = append(out, pl)
+	}
+	return out, nil
+}

@@ -1,0 +1,302 @@
+package broker
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+)
+
+func (b *Broker) janitorLoop() {
+	defer b.wg.Done()
+	tick := time.NewTicker(b.opts.JanitorInterval)
+	defer tick.Stop()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		<-b.stop
+		cancel()
+	}()
+	for {
+		select {
+		case <-b.stop:
+			return
+		case <-tick.C:
+			if err := b.EnforceRetention(ctx); err != nil && ctx.Err() == nil {
+				b.opts.Logger.Error("retention failed", "err", err)
+			}
+			if err := b.Compact(ctx); err != nil && ctx.Err() == nil {
+				b.opts.Logger.Error("compaction failed", "err", err)
+			}
+		}
+	}
+}
+
+func (b *Broker) topicList() []*topic {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	ts := make([]*topic, 0, len(b.topics))
+	for _, t := range b.topics {
+		ts = append(ts, t)
+	}
+	return ts
+}
+
+// EnforceRetention deletes whole inactive segments of delete-policy topics
+// that are past their topic's retention time or beyond its retention size,
+// advancing each log start offset. The janitor calls it periodically.
+func (b *Broker) EnforceRetention(ctx context.Context) error {
+	var errs []error
+	now := b.opts.Now().UnixMilli()
+	for _, t := range b.topicList() {
+		if t.cfg.CleanupPolicy != CleanupDelete {
+			continue
+		}
+		for _, p := range t.parts {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			if err := p.enforceRetention(now); err != nil {
+				errs = append(errs, fmt.Errorf("%s/%d: %w", t.name, p.id, err))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Compact cleans every partition of compact-policy topics. The janitor calls
+// it periodically.
+func (b *Broker) Compact(ctx context.Context) error {
+	var errs []error
+	now := b.opts.Now().UnixMilli()
+	for _, t := range b.topicList() {
+		if t.cfg.CleanupPolicy != CleanupCompact {
+			continue
+		}
+		for _, p := range t.parts {
+			if err := p.compact(ctx, now); err != nil {
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+				errs = append(errs, fmt.Errorf("%s/%d: %w", t.name, p.id, err))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (p *partition) enforceRetention(nowMs int64) error {
+	p.cleanMu.Lock()
+	defer p.cleanMu.Unlock()
+	cfg := p.set.cfg
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return ErrClosed
+	}
+	var total int64
+	for _, s := range p.segs {
+		total += s.size
+	}
+	n := 0
+	for n < len(p.segs)-1 {
+		s := p.segs[n]
+		expired := cfg.RetentionMs >= 0 && s.maxTS < nowMs-cfg.RetentionMs
+		oversize := cfg.RetentionBytes >= 0 && total-s.size >= cfg.RetentionBytes
+		if !expired && !oversize {
+			break
+		}
+		total -= s.size
+		n++
+	}
+	gone := p.segs[:n]
+	p.segs = append([]*segment(nil), p.segs[n:]...)
+	for _, s := range gone {
+		s.deleted = true
+		if s.refs == 0 {
+			_ = s.closeFiles()
+		}
+	}
+	p.mu.Unlock()
+	if len(gone) == 0 {
+		return nil
+	}
+	var errs []error
+	for _, s := range gone {
+		errs = append(errs, s.removeFiles(p.set.fs))
+	}
+	errs = append(errs, p.set.fs.SyncDir(p.dir))
+	p.set.logger.Info("retention deleted segments", "topic", p.topic, "partition", p.id, "segments", len(gone))
+	return storageErr("retention", errors.Join(errs...))
+}
+
+type keyHash [16]byte
+
+func hashKey(k []byte) keyHash {
+	sum := sha256.Sum256(k)
+	var h keyHash
+	copy(h[:], sum[:])
+	return h
+}
+
+// compact keeps only the newest record per key in the inactive segments,
+// preserving offsets. Memory is one 24-byte entry per distinct key. The
+// active segment is never touched. Tombstones older than delete.retention.ms
+// are dropped. A batch that is some producer's last known batch is kept
+// (even emptied of records) so idempotence state still rebuilds from the log.
+func (p *partition) compact(ctx context.Context, nowMs int64) error {
+	p.cleanMu.Lock()
+	defer p.cleanMu.Unlock()
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return ErrClosed
+	}
+	segs := append([]*segment(nil), p.segs[:len(p.segs)-1]...)
+	keepBatch := map[int64]bool{}
+	for _, e := range p.producers {
+		if len(e.batches) > 0 {
+			keepBatch[e.batches[len(e.batches)-1].FirstOffset] = true
+		}
+	}
+	p.mu.Unlock()
+	if len(segs) == 0 {
+		return nil
+	}
+	latest := map[keyHash]int64{}
+	for _, s := range segs {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		err := p.scanSegmentRecords(s, func(_ BatchHeader, _ []byte, recs []Record) error {
+			for _, r := range recs {
+				latest[hashKey(r.Key)] = r.Offset
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+	}
+	tombstoneCutoff := nowMs - p.set.cfg.DeleteRetentionMs
+	for _, s := range segs {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if err := p.cleanSegment(s, latest, keepBatch, tombstoneCutoff); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (p *partition) scanSegmentRecords(s *segment, fn func(h BatchHeader, b []byte, recs []Record) error) error {
+	f, err := p.set.fs.OpenFile(segmentName(p.dir, s.base, logSuffix), os.O_RDONLY, 0)
+	if err != nil {
+		return storageErr("open segment for compaction", err)
+	}
+	defer f.Close()
+	_, err = scanBatches(f, 0, s.size, true, func(h BatchHeader, _ int64, b []byte) error {
+		recs, err := decodeRecords(h, b, maxDecompressedSize)
+		if err != nil {
+			return err
+		}
+		return fn(h, b, recs)
+	})
+	if err != nil {
+		return fmt.Errorf("compaction scan of segment %d: %w", s.base, err)
+	}
+	return nil
+}
+
+// cleanSegment writes the surviving batches of s to a .cleaned file and
+// swaps it in. The index files are removed before the rename and written
+// after it, so a crash in between leaves no index that disagrees with its
+// log: missing indexes are rebuilt on open.
+func (p *partition) cleanSegment(s *segment, latest map[keyHash]int64, keepBatch map[int64]bool, tombstoneCutoff int64) error {
+	fsys := p.set.fs
+	cleanedPath := segmentName(p.dir, s.base, logSuffix+cleanedSuffix)
+	out, err := fsys.OpenFile(cleanedPath, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
+	if err != nil {
+		return storageErr("create cleaned segment", err)
+	}
+	ns := &segment{dir: p.dir, base: s.base, maxTS: -1, loaded: true}
+	changed := false
+	err = p.scanSegmentRecords(s, func(h BatchHeader, b []byte, recs []Record) error {
+		var kept []Record
+		var deltas []int32
+		for _, r := range recs {
+			if latest[hashKey(r.Key)] != r.Offset {
+				continue
+			}
+			if r.Value == nil && h.MaxTimestamp < tombstoneCutoff {
+				continue
+			}
+			kept = append(kept, r)
+			deltas = append(deltas, int32(r.Offset-h.BaseOffset))
+		}
+		data := b
+		if len(kept) != len(recs) {
+			changed = true
+			if len(kept) == 0 && !keepBatch[h.BaseOffset] {
+				return nil
+			}
+			var err error
+			data, err = appendBatchWithDeltas(nil, BatchOptions{
+				ProducerID: h.ProducerID, ProducerEpoch: h.ProducerEpoch, BaseSequence: h.BaseSequence,
+				Compression: h.Compression(), BaseOffset: h.BaseOffset, logAppendTime: h.Attributes&attrLogAppendTime != 0,
+			}, kept, deltas, h.LastOffsetDelta, h.BaseTimestamp, h.MaxTimestamp, true)
+			if err != nil {
+				return err
+			}
+		}
+		ns.noteBatch(h, ns.size, p.set.indexInterval)
+		if _, err := out.Write(data); err != nil {
+			return storageErr("write cleaned segment", err)
+		}
+		ns.size += int64(len(data))
+		return nil
+	})
+	if err == nil && changed {
+		err = storageErr("fsync cleaned segment", out.Sync())
+	}
+	if cerr := out.Close(); err == nil {
+		err = storageErr("close cleaned segment", cerr)
+	}
+	if err != nil || !changed {
+		_ = fsys.Remove(cleanedPath)
+		return err
+	}
+	for _, suf := range []string{indexSuffix, timeIndexSuffix} {
+		if err := fsys.Remove(segmentName(p.dir, s.base, suf)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return storageErr("remove stale index", err)
+		}
+	}
+	if err := fsys.Rename(cleanedPath, segmentName(p.dir, s.base, logSuffix)); err != nil {
+		return storageErr("swap in cleaned segment", err)
+	}
+	if err := fsys.SyncDir(p.dir); err != nil {
+		return storageErr("fsync partition dir", err)
+	}
+	if err := writeIndexFiles(fsys, ns); err != nil {
+		return err
+	}
+	ns.idx, ns.tidx, ns.loaded = nil, nil, false
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for i, c := range p.segs {
+		if c == s {
+			segs := append([]*segment(nil), p.segs...)
+			segs[i] = ns
+			p.segs = segs
+			break
+		}
+	}
+	s.deleted = true
+	if s.refs == 0 {
+		_ = s.closeFiles()
+	}
+	return nil
+}
