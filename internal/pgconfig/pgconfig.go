@@ -102,9 +102,17 @@ func Describe(cfg *pgconn.Config) string {
 // Connect opens one connection. The error, if any, is one line without a
 // password.
 func Connect(ctx context.Context, connString string) (*pgx.Conn, error) {
+	return ConnectWith(ctx, connString, nil)
+}
+
+// ConnectWith is Connect with a chance to adjust the parsed config.
+func ConnectWith(ctx context.Context, connString string, adjust func(*pgx.ConnConfig)) (*pgx.Conn, error) {
 	cfg, err := ParseConfig(connString)
 	if err != nil {
 		return nil, err
+	}
+	if adjust != nil {
+		adjust(cfg)
 	}
 	if cfg.ConnectTimeout == 0 {
 		cfg.ConnectTimeout = 10 * time.Second

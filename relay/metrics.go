@@ -1,0 +1,66 @@
+package relay
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+)
+
+// Metrics are the relay's Prometheus metrics. Every name starts with
+// "relay_".
+type Metrics struct {
+	Registry *prometheus.Registry
+
+	Published     *prometheus.CounterVec
+	Latency       prometheus.Histogram
+	BatchSize     prometheus.Histogram
+	Backlog       prometheus.Gauge
+	DeadLetters   *prometheus.CounterVec
+	Errors        *prometheus.CounterVec
+	Leader        prometheus.Gauge
+	LastPublished prometheus.Gauge
+}
+
+// NewMetrics registers the relay's metrics, with the Go and process
+// collectors, in a new registry.
+func NewMetrics() *Metrics {
+	m := &Metrics{
+		Registry: prometheus.NewRegistry(),
+		Published: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "relay_events_published_total",
+			Help: "Outbox events durably published, by topic.",
+		}, []string{"topic"}),
+		Latency: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "relay_publish_latency_seconds",
+			Help:    "Time from an event's created_at (its INSERT, in its transaction) to the sink's durable acknowledgement.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 18),
+		}),
+		BatchSize: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "relay_batch_size_events",
+			Help:    "Events per batch handed to the sink.",
+			Buckets: prometheus.ExponentialBuckets(1, 2, 15),
+		}),
+		Backlog: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "relay_backlog_rows",
+			Help: "Rows in the outbox table not yet acknowledged (sampled).",
+		}),
+		DeadLetters: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "relay_dead_letters_total",
+			Help: "Events moved to the dead-letter table, by reason.",
+		}, []string{"reason"}),
+		Errors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "relay_errors_total",
+			Help: "Pipeline failures that caused a restart, by stage (source, sink, ack, leader).",
+		}, []string{"stage"}),
+		Leader: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "relay_leader",
+			Help: "1 while this process holds the outbox's leader lock, else 0.",
+		}),
+		LastPublished: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "relay_last_publish_timestamp_seconds",
+			Help: "Unix time of the last durable acknowledgement.",
+		}),
+	}
+	m.Registry.MustRegister(m.Published, m.Latency, m.BatchSize, m.Backlog, m.DeadLetters, m.Errors, m.Leader, m.LastPublished,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}

@@ -1,0 +1,333 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outboxrelay/relay/internal/pgconfig"
+	"github.com/outboxrelay/relay/migrations"
+)
+
+// Config configures a Relay. Zero fields take the defaults of WithDefaults.
+type Config struct {
+	// DatabaseURL is the connection string; empty means the PG* variables.
+	DatabaseURL string
+	// Schema holds the outbox and Relay's tables (default "outbox").
+	Schema string
+	// Name keys the checkpoint row (default "default").
+	Name string
+	// BatchSize is the most events read and published at once (default
+	// 1000).
+	BatchSize int
+	// MaxMessageBytes bounds key, payload and headers of one event; larger
+	// events go to the dead letters (default 1 MiB, Kafka's default).
+	MaxMessageBytes int
+	// ShutdownTimeout bounds how long a graceful stop may take to finish
+	// the in-flight batch before work is abandoned (default 30s).
+	ShutdownTimeout time.Duration
+	// LeaderCheckInterval is how often the leader checks that it still holds
+	// its lock (default 1s).
+	LeaderCheckInterval time.Duration
+	// BacklogInterval is how often the backlog gauge is sampled (default
+	// 5s).
+	BacklogInterval time.Duration
+	Logger          *slog.Logger
+	Metrics         *Metrics
+}
+
+// WithDefaults returns c with unset fields filled in.
+func (c Config) WithDefaults() Config {
+	if c.Schema == "" {
+		c.Schema = migrations.DefaultSchema
+	}
+	if c.Name == "" {
+		c.Name = "default"
+	}
+	if c.BatchSize <= 0 {
+		c.BatchSize = 1000
+	}
+	if c.MaxMessageBytes <= 0 {
+		c.MaxMessageBytes = 1 << 20
+	}
+	if c.ShutdownTimeout <= 0 {
+		c.ShutdownTimeout = 30 * time.Second
+	}
+	if c.LeaderCheckInterval <= 0 {
+		c.LeaderCheckInterval = time.Second
+	}
+	if c.BacklogInterval <= 0 {
+		c.BacklogInterval = 5 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Metrics == nil {
+		c.Metrics = NewMetrics()
+	}
+	return c
+}
+
+// Validate checks c after defaults.
+func (c Config) Validate() error {
+	if err := migrations.ValidateSchema(c.Schema); err != nil {
+		return err
+	}
+	if c.BatchSize > 100_000 {
+		return fmt.Errorf("batch size %d is above the limit of 100000", c.BatchSize)
+	}
+	_, err := pgconfig.ParseConfig(c.DatabaseURL)
+	return err
+}
+
+// Role is what a Relay is doing.
+type Role string
+
+const (
+	RoleStarting Role = "starting"
+	RoleStandby  Role = "standby"
+	RoleLeader   Role = "leader"
+	RoleStopped  Role = "stopped"
+)
+
+// Relay moves events from a Source to a Sink while it holds the outbox's
+// leader lock.
+type Relay struct {
+	cfg    Config
+	source Source
+	sink   Sink
+	log    *slog.Logger
+	m      *Metrics
+
+	pool *pgxpool.Pool
+
+	role    atomic.Value // Role
+	lastErr atomic.Pointer[error]
+
+	deleteSQL, deadSQL, checkpointSQL, loadSQL, backlogSQL string
+}
+
+// New returns a Relay; Run starts it.
+func New(cfg Config, source Source, sink Sink) (*Relay, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	ident := func(name string) string { return pgx.Identifier{cfg.Schema, name}.Sanitize() }
+	r := &Relay{
+		cfg: cfg, source: source, sink: sink, log: cfg.Logger, m: cfg.Metrics,
+		deleteSQL: `DELETE FROM ` + ident("events") + ` WHERE id = ANY($1::bigint[])`,
+		deadSQL: `INSERT INTO ` + ident("dead_letters") + ` (event_row_id, event_id, topic, key, payload, headers, created_at, error)
+VALUES ($1, $2::uuid, $3, $4, $5, $6::text::jsonb, $7, $8)`,
+		checkpointSQL: `INSERT INTO ` + ident("checkpoints") + ` AS c (name, position_major, position_minor, sink_state, published, updated_at)
+VALUES ($1, $2, $3, $4, $5, now())
+ON CONFLICT (name) DO UPDATE SET position_major = $2, position_minor = $3, sink_state = $4,
+    published = c.published + $5, updated_at = now()`,
+		loadSQL:    `SELECT position_major, position_minor, sink_state FROM ` + ident("checkpoints") + ` WHERE name = $1`,
+		backlogSQL: `SELECT CASE WHEN n <= 100000 THEN n
+    ELSE greatest(n, (SELECT reltuples::bigint FROM pg_class WHERE oid = '` + ident("events") + `'::regclass)) END
+FROM (SELECT count(*) AS n FROM (SELECT 1 FROM ` + ident("events") + ` LIMIT 100001) AS l) AS b`,
+	}
+	r.role.Store(RoleStarting)
+	return r, nil
+}
+
+// Role reports what the relay is doing now.
+func (r *Relay) Role() Role { return r.role.Load().(Role) }
+
+// Ready returns nil when the relay is the leader, its pipeline runs and the
+// sink accepts messages.
+func (r *Relay) Ready(ctx context.Context) error {
+	if role := r.Role(); role != RoleLeader {
+		return fmt.Errorf("role is %s", role)
+	}
+	if err := r.lastErr.Load(); err != nil {
+		return *err
+	}
+	return r.sink.Ready(ctx)
+}
+
+// Run elects a leader and runs the pipeline until ctx ends. Cancelling ctx
+// is a graceful stop: the in-flight batch is published and acknowledged
+// (within ShutdownTimeout) before Run returns. Run returns nil after a
+// graceful stop.
+func (r *Relay) Run(ctx context.Context) error {
+	defer r.role.Store(RoleStopped)
+	pool, err := r.connectPool(ctx)
+	if err != nil {
+		return err
+	}
+	r.pool = pool
+	defer pool.Close()
+	if err := r.checkSchema(ctx); err != nil {
+		return err
+	}
+	backoff := time.Duration(0)
+	for ctx.Err() == nil {
+		err := r.leadOnce(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err == nil {
+			backoff = 0
+			continue
+		}
+		r.lastErr.Store(&err)
+		backoff = min(max(2*backoff, 200*time.Millisecond), 10*time.Second)
+		r.log.Error("relay pipeline stopped; restarting", "err", err, "retry_in", backoff)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(backoff):
+		}
+	}
+	return nil
+}
+
+func (r *Relay) connectPool(ctx context.Context) (*pgxpool.Pool, error) {
+	connCfg, err := pgconfig.ParseConfig(r.cfg.DatabaseURL)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := pgxpool.ParseConfig("")
+	if err != nil {
+		return nil, err
+	}
+	cfg.ConnConfig = connCfg
+	cfg.MaxConns = 4
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("connecting to PostgreSQL at %s: %w", pgconfig.Describe(&connCfg.Config), err)
+	}
+	return pool, nil
+}
+
+// checkSchema refuses to run against a database that is not migrated to
+// exactly this binary's version.
+func (r *Relay) checkSchema(ctx context.Context) error {
+	m, err := migrations.New(r.cfg.Schema)
+	if err != nil {
+		return err
+	}
+	conn, err := r.pool.Acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("connecting to PostgreSQL: %s", pgconfig.Scrub(err, r.cfg.DatabaseURL))
+	}
+	defer conn.Release()
+	return m.Check(ctx, conn.Conn())
+}
+
+// leadOnce waits for the leader lock, runs the pipeline while holding it,
+// and returns when the pipeline stops.
+func (r *Relay) leadOnce(ctx context.Context) error {
+	lock, err := pgconfig.Connect(ctx, r.cfg.DatabaseURL)
+	if err != nil {
+		r.m.Errors.WithLabelValues("leader").Inc()
+		return err
+	}
+	defer lock.Close(context.WithoutCancel(ctx))
+	key := leaderKey(r.cfg.Schema)
+	var got bool
+	if err := lock.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", key).Scan(&got); err != nil {
+		r.m.Errors.WithLabelValues("leader").Inc()
+		return fmt.Errorf("taking the leader lock: %w", err)
+	}
+	if !got {
+		r.role.Store(RoleStandby)
+		r.log.Info("another relay is the leader; waiting as standby", "schema", r.cfg.Schema)
+		// Blocks until the leader's session ends, however it ends.
+		if _, err := lock.Exec(ctx, "SELECT pg_advisory_lock($1)", key); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			r.m.Errors.WithLabelValues("leader").Inc()
+			return fmt.Errorf("waiting for the leader lock: %w", err)
+		}
+	}
+	r.role.Store(RoleLeader)
+	r.m.Leader.Set(1)
+	defer r.m.Leader.Set(0)
+	r.log.Info("became the leader", "schema", r.cfg.Schema)
+
+	lost := make(chan error, 1)
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	go r.watchLock(watchCtx, lock, lost)
+	err = r.pipeline(ctx, lost)
+	if err == nil {
+		r.lastErr.Store(nil)
+	}
+	return err
+}
+
+// watchLock reports on lost when the lock's session fails: then another
+// relay may already lead.
+func (r *Relay) watchLock(ctx context.Context, lock *pgx.Conn, lost chan<- error) {
+	t := time.NewTicker(r.cfg.LeaderCheckInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		pingCtx, cancel := context.WithTimeout(ctx, r.cfg.LeaderCheckInterval*3)
+		err := lock.Ping(pingCtx)
+		cancel()
+		if err != nil && ctx.Err() == nil {
+			lost <- fmt.Errorf("lost the leader lock's connection: %w", err)
+			return
+		}
+	}
+}
+
+func leaderKey(schema string) int64 {
+	h := fnv.New64a()
+	h.Write([]byte("relay.leader." + schema))
+	return int64(h.Sum64())
+}
+
+type checkpoint struct {
+	position Position
+	state    []byte
+}
+
+func (r *Relay) loadCheckpoint(ctx context.Context) (checkpoint, error) {
+	var ck checkpoint
+	var major, minor int64
+	err := r.pool.QueryRow(ctx, r.loadSQL, r.cfg.Name).Scan(&major, &minor, &ck.state)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return ck, nil
+	}
+	if err != nil {
+		return ck, fmt.Errorf("loading the checkpoint: %w", err)
+	}
+	ck.position = Position{Major: uint64(major), Minor: uint64(minor)}
+	return ck, nil
+}
+
+// firstErr keeps the first error of several goroutines and cancels their
+// context when it arrives.
+type firstErr struct {
+	once   sync.Once
+	err    error
+	cancel context.CancelFunc
+}
+
+func (f *firstErr) set(err error) {
+	if err == nil {
+		return
+	}
+	f.once.Do(func() {
+		f.err = err
+		f.cancel()
+	})
+}

@@ -1,0 +1,113 @@
+package relay
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+)
+
+// Reasons an event is moved to the dead letters; also the "reason" label of
+// the dead-letter metric.
+const (
+	ReasonInvalidTopic   = "invalid_topic"
+	ReasonInvalidHeaders = "invalid_headers"
+	ReasonTooLarge       = "too_large"
+	ReasonSinkRejected   = "sink_rejected"
+)
+
+// RouteError is why an event cannot become a message.
+type RouteError struct {
+	Reason string
+	Err    error
+}
+
+func (e *RouteError) Error() string { return e.Err.Error() }
+func (e *RouteError) Unwrap() error { return e.Err }
+
+// ErrInvalidTopic, ErrInvalidHeaders and ErrTooLarge are the route errors.
+var (
+	ErrInvalidTopic   = errors.New("invalid topic")
+	ErrInvalidHeaders = errors.New("invalid headers")
+	ErrTooLarge       = errors.New("event too large")
+)
+
+// ValidTopic checks Kafka's topic rules: 1 to 249 characters from
+// [a-zA-Z0-9._-], and neither "." nor "..".
+func ValidTopic(topic string) error {
+	if len(topic) == 0 || len(topic) > 249 {
+		return fmt.Errorf("%w %q: length must be 1..249", ErrInvalidTopic, topic)
+	}
+	if topic == "." || topic == ".." {
+		return fmt.Errorf("%w %q", ErrInvalidTopic, topic)
+	}
+	for i := 0; i < len(topic); i++ {
+		c := topic[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return fmt.Errorf("%w %q: only [a-zA-Z0-9._-] are allowed", ErrInvalidTopic, topic)
+		}
+	}
+	return nil
+}
+
+// Route turns an event into its message: the topic and key from the row,
+// the row's headers (sorted by name) followed by the event id and creation
+// time, and the creation time as the timestamp. maxBytes bounds the sum of
+// key, value and headers.
+func Route(e Event, maxBytes int) (Message, error) {
+	if err := ValidTopic(e.Topic); err != nil {
+		return Message{}, &RouteError{Reason: ReasonInvalidTopic, Err: err}
+	}
+	headers, err := parseHeaders(e.Headers)
+	if err != nil {
+		return Message{}, &RouteError{Reason: ReasonInvalidHeaders, Err: err}
+	}
+	headers = append(headers,
+		Header{Key: HeaderEventID, Value: []byte(e.EventID)},
+		Header{Key: HeaderCreatedAt, Value: []byte(e.CreatedAt.UTC().Format(time.RFC3339Nano))},
+	)
+	size := len(e.Key) + len(e.Payload)
+	for _, h := range headers {
+		size += len(h.Key) + len(h.Value)
+	}
+	if size > maxBytes {
+		return Message{}, &RouteError{Reason: ReasonTooLarge, Err: fmt.Errorf("%w: %d bytes of key, payload and headers, the limit is %d", ErrTooLarge, size, maxBytes)}
+	}
+	return Message{Topic: e.Topic, Key: e.Key, Value: e.Payload, Headers: headers, Timestamp: e.CreatedAt}, nil
+}
+
+func parseHeaders(raw []byte) ([]Header, error) {
+	if raw == nil || string(raw) == "null" {
+		return nil, nil
+	}
+	var obj map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &obj); err != nil {
+		return nil, fmt.Errorf("%w: must be a JSON object of string values: %s", ErrInvalidHeaders, truncate(raw))
+	}
+	names := make([]string, 0, len(obj))
+	for name := range obj {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	headers := make([]Header, 0, len(names)+2)
+	for _, name := range names {
+		var v *string
+		if err := json.Unmarshal(obj[name], &v); err != nil {
+			return nil, fmt.Errorf("%w: header %q is %s, not a string", ErrInvalidHeaders, name, truncate(obj[name]))
+		}
+		h := Header{Key: name}
+		if v != nil {
+			h.Value = []byte(*v)
+		}
+		headers = append(headers, h)
+	}
+	return headers, nil
+}
+
+func truncate(b []byte) string {
+	if len(b) > 64 {
+		return string(b[:64]) + "..."
+	}
+	return string(b)
+}
