@@ -131,7 +131,7 @@ VALUES ($1, $2::uuid, $3, $4, $5, $6::text::jsonb, $7, $8)`,
 VALUES ($1, $2, $3, $4, $5, now())
 ON CONFLICT (name) DO UPDATE SET position_major = $2, position_minor = $3, sink_state = $4,
     published = c.published + $5, updated_at = now()`,
-		loadSQL:    `SELECT position_major, position_minor, sink_state FROM ` + ident("checkpoints") + ` WHERE name = $1`,
+		loadSQL: `SELECT position_major, position_minor, sink_state FROM ` + ident("checkpoints") + ` WHERE name = $1`,
 		backlogSQL: `SELECT CASE WHEN n <= 100000 THEN n
     ELSE greatest(n, (SELECT reltuples::bigint FROM pg_class WHERE oid = '` + ident("events") + `'::regclass)) END
 FROM (SELECT count(*) AS n FROM (SELECT 1 FROM ` + ident("events") + ` LIMIT 100001) AS l) AS b`,
