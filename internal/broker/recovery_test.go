@@ -1,0 +1,384 @@
+package broker
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// crashBatch is deterministic so the parent can rebuild exactly the batch
+// the child sent and retry it.
+func crashBatch(pid int64, epoch int16, part int32, seq int32) []byte {
+	rs := make([]Record, 4)
+	for i := range rs {
+		v := fmt.Sprintf("e%d-p%d-s%d", epoch, part, seq+int32(i))
+		rs[i] = Record{Key: []byte(v), Value: []byte(v), Timestamp: time.UnixMilli(1_700_000_000_000)}
+	}
+	return EncodeBatch(pid, epoch, seq, rs)
+}
+
+const crashPartitions = 4
+
+// TestCrashChild is the child side of TestKillDuringAppend; it only runs
+// when re-executed with RELAY_BROKER_CRASH_DIR set.
+func TestCrashChild(t *testing.T) {
+	dir := os.Getenv("RELAY_BROKER_CRASH_DIR")
+	if dir == "" {
+		t.Skip("helper process for TestKillDuringAppend")
+	}
+	b, err := Open(context.Background(), Options{Dir: dir, JanitorInterval: -1, Logger: quietLogger()})
+	if err != nil {
+		fmt.Println("open error", err)
+		os.Exit(2)
+	}
+	if _, err := b.EnsureTopic("crash"); err != nil {
+		fmt.Println("topic error", err)
+		os.Exit(2)
+	}
+	pid, err := b.InitProducerID(context.Background(), "crash-relay")
+	if err != nil {
+		os.Exit(2)
+	}
+	var mu sync.Mutex
+	out := bufio.NewWriter(os.Stdout)
+	var wg sync.WaitGroup
+	for p := int32(0); p < crashPartitions; p++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for seq := int32(0); ; seq += 4 {
+				res, err := b.Append(context.Background(), "crash", p, crashBatch(pid.ID, pid.Epoch, p, seq))
+				if err != nil {
+					os.Exit(3)
+				}
+				mu.Lock()
+				fmt.Fprintf(out, "ack %d %d %d %d %d\n", pid.ID, pid.Epoch, p, seq, res.BaseOffset)
+				_ = out.Flush()
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+func TestKillDuringAppend(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	b := openTest(t, dir, nil)
+	mustCreate(t, b, "crash", TopicConfig{Partitions: crashPartitions, SegmentBytes: 16 << 10})
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	type ack struct {
+		pid   int64
+		epoch int16
+		part  int32
+		seq   int32
+		base  int64
+	}
+	var acks []ack
+	for round := 0; round < 2; round++ {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestCrashChild$", "-test.count=1")
+		cmd.Env = append(os.Environ(), "RELAY_BROKER_CRASH_DIR="+dir)
+		stdout, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		sc := bufio.NewScanner(stdout)
+		n := 0
+		for sc.Scan() {
+			var a ack
+			if _, err := fmt.Sscanf(sc.Text(), "ack %d %d %d %d %d", &a.pid, &a.epoch, &a.part, &a.seq, &a.base); err != nil {
+				t.Fatalf("child said %q", sc.Text())
+			}
+			acks = append(acks, a)
+			n++
+			if n == 300+round*97 {
+				_ = cmd.Process.Signal(syscall.SIGKILL)
+				break
+			}
+		}
+		_ = cmd.Wait()
+		if n < 300 {
+			t.Fatalf("child acknowledged only %d batches", n)
+		}
+	}
+
+	b2 := openTest(t, dir, nil)
+	for p := int32(0); p < crashPartitions; p++ {
+		seen := map[string]int64{}
+		for _, r := range readAll(t, b2, "crash", p) {
+			if prev, dup := seen[string(r.Value)]; dup {
+				t.Fatalf("partition %d: %s at %d and %d", p, r.Value, prev, r.Offset)
+			}
+			seen[string(r.Value)] = r.Offset
+		}
+		lastEpoch := int16(-1)
+		for _, a := range acks {
+			if a.part == p && a.epoch > lastEpoch {
+				lastEpoch = a.epoch
+			}
+		}
+		for _, a := range acks {
+			if a.part != p {
+				continue
+			}
+			for i := int32(0); i < 4; i++ {
+				v := fmt.Sprintf("e%d-p%d-s%d", a.epoch, p, a.seq+i)
+				if off, ok := seen[v]; !ok {
+					t.Fatalf("acknowledged record %s lost", v)
+				} else if off != a.base+int64(i) {
+					t.Fatalf("record %s at %d, acknowledged at %d", v, off, a.base+int64(i))
+				}
+			}
+		}
+		// The last acknowledged batch of the newest epoch, retried after
+		// the crash, is recognised as a duplicate.
+		var last ack
+		for _, a := range acks {
+			if a.part == p && a.epoch == lastEpoch {
+				last = a
+			}
+		}
+		res, err := b2.Append(context.Background(), "crash", p, crashBatch(last.pid, last.epoch, p, last.seq))
+		if err != nil || !res.Duplicate || res.BaseOffset != last.base {
+			t.Fatalf("partition %d retry of seq %d: %+v %v (acked at %d)", p, last.seq, res, err, last.base)
+		}
+	}
+}
+
+// writeBatches creates a one-partition topic with n batches of 3 records
+// and returns the data dir and the active segment path.
+func writeBatches(t *testing.T, n int) (string, string) {
+	t.Helper()
+	dir := t.TempDir()
+	b := openTest(t, dir, nil)
+	mustCreate(t, b, "r", TopicConfig{})
+	for i := 0; i < n; i++ {
+		mustAppend(t, b, "r", 0, EncodeBatch(7, 0, int32(i*3), recs(fmt.Sprint(i), 3)))
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return dir, segmentName(partitionDir(dir, "r", 0), 0, logSuffix)
+}
+
+func cutFiles(t *testing.T, dir string) []string {
+	t.Helper()
+	m, err := filepath.Glob(filepath.Join(partitionDir(dir, "r", 0), "*"+cutInfix+"*"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func TestCorruptTailRecovery(t *testing.T) {
+	t.Parallel()
+	batchSize := len(EncodeBatch(7, 0, 0, recs("0", 3)))
+	cases := []struct {
+		name      string
+		damage    func(t *testing.T, path string)
+		wantCount int // records left
+		cutBytes  int
+	}{
+		{"truncate mid batch", func(t *testing.T, path string) {
+			st, _ := os.Stat(path)
+			if err := os.Truncate(path, st.Size()-int64(batchSize/2)); err != nil {
+				t.Fatal(err)
+			}
+		}, 27, batchSize - batchSize/2},
+		{"flip a byte", func(t *testing.T, path string) {
+			f, err := os.OpenFile(path, os.O_RDWR, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			pos := int64(7*batchSize + 80)
+			var one [1]byte
+			_, _ = f.ReadAt(one[:], pos)
+			one[0] ^= 0x40
+			if _, err := f.WriteAt(one[:], pos); err != nil {
+				t.Fatal(err)
+			}
+		}, 21, 3 * batchSize},
+		{"zero filled tail", func(t *testing.T, path string) {
+			f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			if _, err := f.Write(make([]byte, 4096)); err != nil {
+				t.Fatal(err)
+			}
+		}, 30, 4096},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			dir, path := writeBatches(t, 10)
+			c.damage(t, path)
+			b := openTest(t, dir, nil)
+			got := readAll(t, b, "r", 0)
+			if len(got) != c.wantCount {
+				t.Fatalf("%d records after recovery, want %d", len(got), c.wantCount)
+			}
+			cuts := cutFiles(t, dir)
+			if len(cuts) != 1 {
+				t.Fatalf("cut files: %v", cuts)
+			}
+			if st, _ := os.Stat(cuts[0]); st.Size() != int64(c.cutBytes) {
+				t.Fatalf("cut file has %d bytes, want %d", st.Size(), c.cutBytes)
+			}
+			// Producer state follows the log: the next sequence continues
+			// after the last surviving batch.
+			res := mustAppend(t, b, "r", 0, EncodeBatch(7, 0, int32(c.wantCount), recs("new", 2)))
+			if res.BaseOffset != int64(c.wantCount) {
+				t.Fatalf("new append at %d", res.BaseOffset)
+			}
+			got = readAll(t, b, "r", 0)
+			if len(got) != c.wantCount+2 || string(got[len(got)-1].Value) != "new-v1" {
+				t.Fatalf("after append: %d records", len(got))
+			}
+		})
+	}
+}
+
+func TestIndexRebuild(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	b := openTest(t, dir, func(o *Options) { o.IndexIntervalBytes = 100 })
+	mustCreate(t, b, "r", TopicConfig{SegmentBytes: 4096})
+	for i := 0; i < 100; i++ {
+		mustAppend(t, b, "r", 0, EncodeBatch(-1, -1, -1, recs(fmt.Sprint(i), 2)))
+	}
+	_ = b.Close()
+	pdir := partitionDir(dir, "r", 0)
+	idx, _ := filepath.Glob(filepath.Join(pdir, "*"+indexSuffix))
+	if len(idx) < 3 {
+		t.Fatalf("index files: %v", idx)
+	}
+	_ = os.Remove(idx[0])
+	_ = os.WriteFile(idx[1], []byte("garbage"), 0o644)
+	b2 := openTest(t, dir, nil)
+	got := readAll(t, b2, "r", 0)
+	if len(got) != 200 {
+		t.Fatalf("%d records", len(got))
+	}
+	for i, r := range got {
+		if r.Offset != int64(i) {
+			t.Fatalf("record %d has offset %d", i, r.Offset)
+		}
+	}
+	if _, err := os.Stat(idx[0]); err != nil {
+		t.Fatalf("index not rebuilt: %v", err)
+	}
+}
+
+// faultFS fails writes or fsyncs of segment files on demand, like a full
+// disk.
+type faultFS struct {
+	OSFS
+	failWrite atomic.Bool
+	failSync  atomic.Bool
+}
+
+type faultFile struct {
+	File
+	fs  *faultFS
+	log bool
+}
+
+func (f *faultFS) OpenFile(name string, flag int, perm os.FileMode) (File, error) {
+	file, err := f.OSFS.OpenFile(name, flag, perm)
+	if err != nil {
+		return nil, err
+	}
+	return &faultFile{File: file, fs: f, log: strings.HasSuffix(name, logSuffix)}, nil
+}
+
+func (f *faultFile) Write(p []byte) (int, error) {
+	if f.log && f.fs.failWrite.Load() {
+		n, _ := f.File.Write(p[:len(p)/2])
+		return n, syscall.ENOSPC
+	}
+	return f.File.Write(p)
+}
+
+func (f *faultFile) Sync() error {
+	if f.log && f.fs.failSync.Load() {
+		return syscall.EIO
+	}
+	return f.File.Sync()
+}
+
+func TestDiskFaults(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	ffs := &faultFS{}
+	b := openTest(t, dir, func(o *Options) { o.FS = ffs })
+	mustCreate(t, b, "f", TopicConfig{})
+	mustAppend(t, b, "f", 0, EncodeBatch(9, 0, 0, recs("a", 2)))
+
+	ffs.failWrite.Store(true)
+	_, err := b.Append(context.Background(), "f", 0, EncodeBatch(9, 0, 2, recs("b", 2)))
+	if !errors.Is(err, ErrStorage) || !errors.Is(err, syscall.ENOSPC) || KafkaErrorCode(err) != 56 {
+		t.Fatalf("write fault: %v", err)
+	}
+	ffs.failWrite.Store(false)
+	if res := mustAppend(t, b, "f", 0, EncodeBatch(9, 0, 2, recs("b", 2))); res.BaseOffset != 2 {
+		t.Fatalf("after write fault: %+v", res)
+	}
+
+	ffs.failSync.Store(true)
+	var wg sync.WaitGroup
+	errs := make([]error, 3)
+	for i := range errs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, errs[i] = b.Append(context.Background(), "f", 0, EncodeBatch(int64(100+i), 0, 0, recs("c", 1)))
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if !errors.Is(err, ErrStorage) {
+			t.Fatalf("fsync fault acknowledged: %v", err)
+		}
+	}
+	if _, hw, _ := b.Offsets("f", 0); hw != 4 {
+		t.Fatalf("hw %d after failed fsync", hw)
+	}
+	ffs.failSync.Store(false)
+	if res := mustAppend(t, b, "f", 0, EncodeBatch(9, 0, 4, recs("d", 2))); res.BaseOffset != 4 {
+		t.Fatalf("after fsync fault: %+v", res)
+	}
+	// Producer 100's failed batch left no state: it starts again at 0.
+	if res := mustAppend(t, b, "f", 0, EncodeBatch(100, 0, 0, recs("c", 1))); res.Duplicate || res.BaseOffset != 6 {
+		t.Fatalf("retry after fsync fault: %+v", res)
+	}
+	check := func(b *Broker) {
+		var vals []string
+		for _, r := range readAll(t, b, "f", 0) {
+			vals = append(vals, string(r.Value))
+		}
+		if strings.Join(vals, ",") != "a-v0,a-v1,b-v0,b-v1,d-v0,d-v1,c-v0" {
+			t.Fatalf("log holds %v", vals)
+		}
+	}
+	check(b)
+	_ = b.Close()
+	check(openTest(t, dir, nil))
+}
