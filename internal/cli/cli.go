@@ -45,6 +45,8 @@ func commands() *command {
 		name: "relay",
 		sub: []*command{
 			migrateCommand(),
+			runCommand(),
+			logCommand(),
 		},
 	}
 }

@@ -1,0 +1,190 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/outboxrelay/relay/internal/broker"
+	"github.com/outboxrelay/relay/internal/pgconfig"
+	"github.com/outboxrelay/relay/internal/sink/embedded"
+	"github.com/outboxrelay/relay/poller"
+	"github.com/outboxrelay/relay/relay"
+)
+
+func runCommand() *command {
+	return &command{name: "run", summary: "run the relay daemon: drain the outbox into the log", run: runRelay}
+}
+
+type runFlags struct {
+	db              dbFlags
+	source          string
+	sink            string
+	dataDir         string
+	httpAddr        string
+	batchSize       int
+	pollInterval    time.Duration
+	partitions      int
+	maxMessageBytes int
+	fsync           string
+	shutdownTimeout time.Duration
+	logFormat       string
+	logLevel        string
+}
+
+func (f *runFlags) register(fs *flag.FlagSet) {
+	f.db.register(fs)
+	fs.StringVar(&f.source, "source", "poll", "outbox reader: poll (SQL) or cdc (logical replication)")
+	fs.StringVar(&f.sink, "sink", "embedded", "destination: embedded (the built-in broker)")
+	fs.StringVar(&f.dataDir, "data-dir", "relay-data", "embedded broker data directory")
+	fs.StringVar(&f.httpAddr, "http-addr", "127.0.0.1:9464", "address for /metrics, /healthz and /readyz (empty disables)")
+	fs.IntVar(&f.batchSize, "batch-size", 1000, "most events read and published at once")
+	fs.DurationVar(&f.pollInterval, "poll-interval", time.Second, "poll reader: query interval when no notification arrives")
+	fs.IntVar(&f.partitions, "partitions", 8, "partition count of topics created on first use")
+	fs.IntVar(&f.maxMessageBytes, "max-message-bytes", 1<<20, "largest event (key + payload + headers); larger ones go to the dead letters")
+	fs.StringVar(&f.fsync, "fsync", "always", "embedded broker durability: always (fsync before acknowledging) or interval (unsafe: a machine crash can lose acknowledged events)")
+	fs.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 30*time.Second, "on SIGTERM, how long the in-flight batch may take to finish")
+	fs.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
+	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+}
+
+func (f *runFlags) validate() error {
+	switch {
+	case f.source != "poll":
+		return usagef("--source %q: must be poll", f.source)
+	case f.sink != "embedded":
+		return usagef("--sink %q: must be embedded", f.sink)
+	case f.dataDir == "" && f.sink == "embedded":
+		return usagef("--data-dir is required with --sink embedded")
+	case f.batchSize < 1 || f.batchSize > 100_000:
+		return usagef("--batch-size %d: must be 1..100000", f.batchSize)
+	case f.partitions < 1 || f.partitions > 10_000:
+		return usagef("--partitions %d: must be 1..10000", f.partitions)
+	case f.pollInterval <= 0:
+		return usagef("--poll-interval must be positive")
+	case f.maxMessageBytes < 1:
+		return usagef("--max-message-bytes must be positive")
+	case f.fsync != "always" && f.fsync != "interval":
+		return usagef("--fsync %q: must be always or interval", f.fsync)
+	case f.logFormat != "text" && f.logFormat != "json":
+		return usagef("--log-format %q: must be text or json", f.logFormat)
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(f.logLevel)); err != nil {
+		return usagef("--log-level %q: must be debug, info, warn or error", f.logLevel)
+	}
+	return nil
+}
+
+func (f *runFlags) logger(stdio IO) *slog.Logger {
+	var level slog.Level
+	level.UnmarshalText([]byte(f.logLevel))
+	opts := &slog.HandlerOptions{Level: level}
+	if f.logFormat == "json" {
+		return slog.New(slog.NewJSONHandler(stdio.Stderr, opts))
+	}
+	return slog.New(slog.NewTextHandler(stdio.Stderr, opts))
+}
+
+func runRelay(ctx context.Context, stdio IO, args []string) error {
+	var f runFlags
+	fs := flagSet("relay run", stdio)
+	f.register(fs)
+	if err := parse(fs, args, stdio, false); err != nil {
+		return err
+	}
+	if err := f.validate(); err != nil {
+		return err
+	}
+	log := f.logger(stdio)
+	connCfg, err := pgconfig.ParseConfig(f.db.url)
+	if err != nil {
+		return err
+	}
+	forceOnSecondSignal(ctx, log)
+
+	metrics := relay.NewMetrics()
+	source, err := poller.New(poller.Config{DatabaseURL: f.db.url, Schema: f.db.schema, PollInterval: f.pollInterval, Logger: log})
+	if err != nil {
+		return err
+	}
+	sync := broker.SyncBeforeAck
+	if f.fsync == "interval" {
+		sync = broker.SyncIntervalUnsafe
+	}
+	sink, err := embedded.New(embedded.Config{
+		Broker: broker.Options{Dir: f.dataDir, Sync: sync, DefaultPartitions: int32(f.partitions), Logger: log},
+		Logger: log,
+	})
+	if err != nil {
+		return err
+	}
+	r, err := relay.New(relay.Config{
+		DatabaseURL:     f.db.url,
+		Schema:          f.db.schema,
+		BatchSize:       f.batchSize,
+		MaxMessageBytes: f.maxMessageBytes,
+		ShutdownTimeout: f.shutdownTimeout,
+		Logger:          log,
+		Metrics:         metrics,
+	}, source, sink)
+	if err != nil {
+		return err
+	}
+	if f.httpAddr != "" {
+		stop, err := serveHTTP(f.httpAddr, r.Handler(), log)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
+	log.Info("relay starting", "database", pgconfig.Describe(&connCfg.Config), "schema", f.db.schema,
+		"source", f.source, "sink", f.sink, "data_dir", f.dataDir, "http_addr", f.httpAddr)
+	if err := r.Run(ctx); err != nil {
+		return err
+	}
+	log.Info("relay stopped")
+	return nil
+}
+
+// forceOnSecondSignal exits at once on the second SIGINT or SIGTERM; the
+// first one cancels ctx, which stops the relay gracefully.
+func forceOnSecondSignal(ctx context.Context, log *slog.Logger) {
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		<-ctx.Done()
+		<-sigs // the signal that cancelled ctx
+		<-sigs
+		log.Error("second signal: exiting without finishing the in-flight batch")
+		os.Exit(1)
+	}()
+}
+
+func serveHTTP(addr string, h http.Handler, log *slog.Logger) (stop func(), err error) {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("--http-addr %s: %w", addr, err)
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("HTTP server stopped", "err", err)
+		}
+	}()
+	log.Info("serving metrics and health", "addr", l.Addr().String(), "paths", strings.Join([]string{"/metrics", "/healthz", "/readyz"}, " "))
+	return func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		srv.Shutdown(ctx)
+	}, nil
+}
