@@ -119,8 +119,9 @@ type Options struct {
 	DefaultPartitions int32
 	// DefaultTopicConfig fills unset fields of every created topic.
 	DefaultTopicConfig TopicConfig
-	// AutoCreateTopics makes Append, Fetch and friends create unknown topics
-	// with the defaults instead of failing with ErrUnknownTopicOrPartition.
+	// AutoCreateTopics makes Append create unknown topics
+	// with the defaults instead of failing with ErrUnknownTopicOrPartition
+	// (a listener answering Metadata calls EnsureTopic itself).
 	AutoCreateTopics bool
 	// JanitorInterval is how often retention and compaction run (default
 	// 5 minutes; negative disables the background janitor).

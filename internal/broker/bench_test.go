@@ -1,0 +1,113 @@
+package broker
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+)
+
+func benchBatch(recordSize int) []byte {
+	rs := make([]Record, 1000)
+	for i := range rs {
+		rs[i] = Record{Key: []byte(fmt.Sprintf("key-%06d", i)), Value: bytes.Repeat([]byte{'x'}, recordSize), Timestamp: time.UnixMilli(1_700_000_000_000)}
+	}
+	return EncodeBatch(-1, -1, -1, rs)
+}
+
+// runAppenders splits b.N batch appends across producers goroutines, each
+// appending to partition (i % partitions).
+func runAppenders(b *testing.B, br *Broker, topic string, partitions, producers, recordSize int) {
+	proto := benchBatch(recordSize)
+	b.SetBytes(int64(len(proto)))
+	b.ResetTimer()
+	start := time.Now()
+	var wg sync.WaitGroup
+	for w := 0; w < producers; w++ {
+		n := b.N / producers
+		if w < b.N%producers {
+			n++
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			batch := append([]byte(nil), proto...)
+			for i := 0; i < n; i++ {
+				if _, err := br.Append(context.Background(), topic, int32(w%partitions), batch); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	b.ReportMetric(float64(b.N)*1000/time.Since(start).Seconds(), "records/s")
+}
+
+func BenchmarkAppend(b *testing.B) {
+	type cfg struct {
+		name       string
+		sync       SyncPolicy
+		partitions int
+		producers  int
+		recordSize int
+	}
+	var cases []cfg
+	for _, parts := range []int{1, 8} {
+		for _, size := range []int{100, 1024} {
+			cases = append(cases, cfg{fmt.Sprintf("interval/partitions=%d/record=%dB", parts, size), SyncIntervalUnsafe, parts, parts, size})
+		}
+	}
+	cases = append(cases,
+		cfg{"fsync-before-ack/partitions=1/producers=8/record=100B", SyncBeforeAck, 1, 8, 100},
+		cfg{"fsync-before-ack/partitions=8/producers=8/record=100B", SyncBeforeAck, 8, 8, 100},
+		cfg{"fsync-before-ack/partitions=1/producers=1/record=100B", SyncBeforeAck, 1, 1, 100},
+	)
+	for _, c := range cases {
+		b.Run(c.name, func(b *testing.B) {
+			br := openTest(b, b.TempDir(), func(o *Options) { o.Sync = c.sync })
+			mustCreate(b, br, "bench", TopicConfig{Partitions: int32(c.partitions), SegmentBytes: 256 << 20})
+			runAppenders(b, br, "bench", c.partitions, c.producers, c.recordSize)
+		})
+	}
+}
+
+func BenchmarkFetch(b *testing.B) {
+	br := openTest(b, b.TempDir(), func(o *Options) { o.Sync = SyncIntervalUnsafe })
+	mustCreate(b, br, "bench", TopicConfig{SegmentBytes: 16 << 20})
+	proto := benchBatch(100)
+	const batches = 200
+	for i := 0; i < batches; i++ {
+		mustAppend(b, br, "bench", 0, append([]byte(nil), proto...))
+	}
+	if err := br.Sync(); err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	start := time.Now()
+	var records, bytesRead int64
+	off := int64(0)
+	for i := 0; i < b.N; i++ {
+		res, err := br.Fetch(context.Background(), "bench", 0, off, 1<<20)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for batch, err := range Batches(res.Batches) {
+			if err != nil {
+				b.Fatal(err)
+			}
+			h, _ := ParseBatchHeader(batch)
+			records += int64(h.NumRecords)
+			off = h.LastOffset() + 1
+		}
+		bytesRead += int64(len(res.Batches))
+		if off >= res.HighWatermark {
+			off = 0
+		}
+	}
+	el := time.Since(start).Seconds()
+	b.ReportMetric(float64(records)/el, "records/s")
+	b.ReportMetric(float64(bytesRead)/el/1e6, "MB/s")
+}

@@ -1,0 +1,306 @@
+package protocol
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/outboxrelay/relay/internal/broker"
+)
+
+// Config configures a Server. The zero value serves with Kafka-like
+// defaults and advertises each connection's own local address.
+type Config struct {
+	// AdvertisedAddr is the host:port clients are told to connect to in
+	// Metadata and FindCoordinator responses. It overrides AdvertisedHost
+	// and AdvertisedPort.
+	AdvertisedAddr string
+	// AdvertisedHost and AdvertisedPort set the advertised address piece by
+	// piece; an unset piece is taken from the local address of the
+	// connection asking, which is right whenever clients reach the listener
+	// directly.
+	AdvertisedHost string
+	AdvertisedPort int
+	// ClusterID is reported in Metadata (default "relay").
+	ClusterID string
+	// MaxFrameBytes is the largest request accepted; a bigger frame closes
+	// the connection (default 100 MiB).
+	MaxFrameBytes int
+	// AutoCreateTopics creates unknown topics, with the broker's defaults,
+	// when a Metadata request asks for them and allows auto-creation.
+	AutoCreateTopics bool
+	// MinSessionTimeout and MaxSessionTimeout bound the session timeout a
+	// group member may ask for (Kafka's group.min/max.session.timeout.ms;
+	// default 6s and 30m).
+	MinSessionTimeout time.Duration
+	MaxSessionTimeout time.Duration
+	// InitialRebalanceDelay holds the first rebalance of an empty group so
+	// that members starting together join one generation (Kafka's
+	// group.initial.rebalance.delay.ms; default 3s, negative for none). Each
+	// new member extends the wait by this much, up to the rebalance timeout.
+	InitialRebalanceDelay time.Duration
+	// Logger receives connection and group events (default slog.Default()).
+	Logger *slog.Logger
+}
+
+// Defaults of Config.
+const (
+	DefaultMaxFrameBytes         = 100 << 20
+	DefaultMinSessionTimeout     = 6 * time.Second
+	DefaultMaxSessionTimeout     = 30 * time.Minute
+	DefaultInitialRebalanceDelay = 3 * time.Second
+	DefaultClusterID             = "relay"
+)
+
+// nodeID is the broker id of the one node this server is.
+const nodeID int32 = 0
+
+func (c Config) withDefaults() Config {
+	if c.ClusterID == "" {
+		c.ClusterID = DefaultClusterID
+	}
+	if c.MaxFrameBytes <= 0 {
+		c.MaxFrameBytes = DefaultMaxFrameBytes
+	}
+	if c.MinSessionTimeout <= 0 {
+		c.MinSessionTimeout = DefaultMinSessionTimeout
+	}
+	if c.MaxSessionTimeout <= 0 {
+		c.MaxSessionTimeout = DefaultMaxSessionTimeout
+	}
+	if c.InitialRebalanceDelay == 0 {
+		c.InitialRebalanceDelay = DefaultInitialRebalanceDelay
+	}
+	if c.InitialRebalanceDelay < 0 {
+		c.InitialRebalanceDelay = 0
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+// Validate reports unusable settings.
+func (c Config) Validate() error {
+	if c.AdvertisedAddr != "" {
+		host, port, err := net.SplitHostPort(c.AdvertisedAddr)
+		if err != nil {
+			return fmt.Errorf("protocol: advertised address %q: %w", c.AdvertisedAddr, err)
+		}
+		if host == "" {
+			return fmt.Errorf("protocol: advertised address %q has no host", c.AdvertisedAddr)
+		}
+		if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 {
+			return fmt.Errorf("protocol: advertised address %q has an invalid port", c.AdvertisedAddr)
+		}
+	}
+	if c.AdvertisedPort < 0 || c.AdvertisedPort > 65535 {
+		return fmt.Errorf("protocol: advertised port %d out of range", c.AdvertisedPort)
+	}
+	if c.MinSessionTimeout > 0 && c.MaxSessionTimeout > 0 && c.MinSessionTimeout > c.MaxSessionTimeout {
+		return fmt.Errorf("protocol: min session timeout %v above max %v", c.MinSessionTimeout, c.MaxSessionTimeout)
+	}
+	return nil
+}
+
+// Server answers the Kafka protocol over an embedded broker. One Server may
+// Serve several listeners; all share its group coordinator.
+type Server struct {
+	b      *broker.Broker
+	cfg    Config
+	log    *slog.Logger
+	groups *coordinator
+
+	advHost string
+	advPort int32
+
+	mu        sync.Mutex
+	closed    bool
+	conns     map[net.Conn]struct{}
+	listeners map[net.Listener]struct{}
+	wg        sync.WaitGroup
+	done      chan struct{}
+}
+
+// ErrServerClosed is returned by Serve after Close.
+var ErrServerClosed = errors.New("protocol: server closed")
+
+// NewServer returns a Server over b, which stays owned by the caller: close
+// the Server before the broker.
+func NewServer(b *broker.Broker, cfg Config) (*Server, error) {
+	if b == nil {
+		return nil, errors.New("protocol: nil broker")
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	s := &Server{
+		b:         b,
+		cfg:       cfg,
+		log:       cfg.Logger,
+		conns:     map[net.Conn]struct{}{},
+		listeners: map[net.Listener]struct{}{},
+		done:      make(chan struct{}),
+	}
+	s.advHost, s.advPort = cfg.AdvertisedHost, int32(cfg.AdvertisedPort)
+	if cfg.AdvertisedAddr != "" {
+		host, port, _ := net.SplitHostPort(cfg.AdvertisedAddr)
+		p, _ := strconv.Atoi(port)
+		s.advHost, s.advPort = host, int32(p)
+	}
+	s.groups = newCoordinator(s)
+	return s, nil
+}
+
+// Serve accepts connections on ln until ctx ends or Close is called, then
+// closes ln and every connection it accepted and waits for their handlers.
+// It returns nil when ctx ends, ErrServerClosed after Close, and the
+// listener's error if accepting fails for good.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		_ = ln.Close()
+		return ErrServerClosed
+	}
+	s.listeners[ln] = struct{}{}
+	s.mu.Unlock()
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var conns sync.WaitGroup
+	defer conns.Wait()
+	stop := context.AfterFunc(ctx, func() { _ = ln.Close() })
+	defer stop()
+	go func() {
+		select {
+		case <-s.done:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	defer func() {
+		s.mu.Lock()
+		delete(s.listeners, ln)
+		s.mu.Unlock()
+		_ = ln.Close()
+	}()
+
+	var backoff time.Duration
+	for {
+		nc, err := ln.Accept()
+		if err != nil {
+			select {
+			case <-s.done:
+				return ErrServerClosed
+			default:
+			}
+			if ctx.Err() != nil {
+				return nil
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+				s.log.Warn("kafka listener accept failed; retrying", "err", err, "backoff", backoff)
+				select {
+				case <-time.After(backoff):
+				case <-ctx.Done():
+				}
+				continue
+			}
+			return fmt.Errorf("protocol: accept: %w", err)
+		}
+		backoff = 0
+		if !s.track(nc) {
+			_ = nc.Close()
+			return ErrServerClosed
+		}
+		conns.Add(1)
+		go func() {
+			defer conns.Done()
+			defer s.untrack(nc)
+			s.serveConn(ctx, nc)
+		}()
+	}
+}
+
+func (s *Server) track(nc net.Conn) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return false
+	}
+	s.conns[nc] = struct{}{}
+	s.wg.Add(1)
+	return true
+}
+
+func (s *Server) untrack(nc net.Conn) {
+	s.mu.Lock()
+	delete(s.conns, nc)
+	s.mu.Unlock()
+	s.wg.Done()
+}
+
+// Close stops every Serve call, closes all connections, waits for their
+// handlers and stops the group coordinator's timers. Committed offsets are
+// already durable in the broker; group membership is not kept.
+func (s *Server) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	close(s.done)
+	var errs []error
+	for ln := range s.listeners {
+		if err := ln.Close(); err != nil && !errors.Is(err, net.ErrClosed) {
+			errs = append(errs, err)
+		}
+	}
+	for nc := range s.conns {
+		_ = nc.Close()
+	}
+	s.mu.Unlock()
+	s.wg.Wait()
+	s.groups.close()
+	return errors.Join(errs...)
+}
+
+// advertised returns the host and port to hand to clients of a connection
+// whose local address is local.
+func (s *Server) advertised(local net.Addr) (string, int32) {
+	host, port := s.advHost, s.advPort
+	if host != "" && port != 0 {
+		return host, port
+	}
+	if ta, ok := local.(*net.TCPAddr); ok {
+		if host == "" {
+			host = ta.IP.String()
+			if ta.IP.IsUnspecified() {
+				host = "127.0.0.1"
+			}
+		}
+		if port == 0 {
+			port = int32(ta.Port)
+		}
+		return host, port
+	}
+	if h, p, err := net.SplitHostPort(local.String()); err == nil {
+		n, _ := strconv.Atoi(p)
+		if host == "" {
+			host = h
+		}
+		if port == 0 {
+			port = int32(n)
+		}
+	}
+	return host, port
+}
