@@ -370,6 +370,12 @@ func (p *partition) waitDurable(target int64, gen int) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for {
+		if p.closed {
+			if target <= p.durable {
+				return nil
+			}
+			return ErrClosed
+		}
 		if gen != p.gen {
 			if target <= p.resetPoints[gen] {
 				return nil
@@ -609,6 +615,10 @@ func trimToBatches(b []byte) []byte {
 // returns -1, -1 as Kafka's ListOffsets does.
 func (p *partition) offsetForTime(ts int64) (int64, int64, error) {
 	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return 0, 0, ErrClosed
+	}
 	var s *segment
 	limit := int64(0)
 	for i, c := range p.segs {
@@ -693,6 +703,7 @@ func (p *partition) close() error {
 	if err := active.log.Sync(); err != nil {
 		errs = append(errs, storageErr("fsync on close", err))
 	} else if p.broken == nil {
+		p.durable = p.next
 		if err := writeSnapshot(p.set.fs, p.dir, p.next, p.producers); err != nil {
 			errs = append(errs, err)
 		}

@@ -1,0 +1,49 @@
+package protocol
+
+import (
+	"sort"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+type versionRange struct{ min, max int16 }
+
+// supportedVersions lists every API this server answers and the versions
+// it handles. Nothing else is advertised: in particular not
+// OffsetForLeaderEpoch, which clients would use to validate positions
+// against leader epochs this single-node log does not track.
+var supportedVersions = map[int16]versionRange{
+	kmsg.Produce.Int16():         {3, 9},
+	kmsg.Fetch.Int16():           {4, 12},
+	kmsg.ListOffsets.Int16():     {1, 7},
+	kmsg.Metadata.Int16():        {0, 12},
+	kmsg.OffsetCommit.Int16():    {0, 8},
+	kmsg.OffsetFetch.Int16():     {0, 8},
+	kmsg.FindCoordinator.Int16(): {0, 4},
+	kmsg.JoinGroup.Int16():       {0, 9},
+	kmsg.Heartbeat.Int16():       {0, 4},
+	kmsg.LeaveGroup.Int16():      {0, 5},
+	kmsg.SyncGroup.Int16():       {0, 5},
+	kmsg.DescribeGroups.Int16():  {0, 5},
+	kmsg.ListGroups.Int16():      {0, 4},
+	kmsg.ApiVersions.Int16():     {0, 3},
+	kmsg.CreateTopics.Int16():    {0, 7},
+	kmsg.InitProducerID.Int16():  {0, 4},
+}
+
+func apiVersionKeys() []kmsg.ApiVersionsResponseApiKey {
+	keys := make([]kmsg.ApiVersionsResponseApiKey, 0, len(supportedVersions))
+	for k, v := range supportedVersions {
+		key := kmsg.NewApiVersionsResponseApiKey()
+		key.ApiKey, key.MinVersion, key.MaxVersion = k, v.min, v.max
+		keys = append(keys, key)
+	}
+	sort.Slice(keys, func(i, j int) bool { return keys[i].ApiKey < keys[j].ApiKey })
+	return keys
+}
+
+func (s *Server) handleApiVersions(req *kmsg.ApiVersionsRequest) kmsg.Response {
+	resp := req.ResponseKind().(*kmsg.ApiVersionsResponse)
+	resp.ApiKeys = apiVersionKeys()
+	return resp
+}

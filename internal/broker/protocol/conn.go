@@ -1,0 +1,235 @@
+package protocol
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"runtime/debug"
+
+	"github.com/twmb/franz-go/pkg/kbin"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// conn is one client connection. Requests are decoded by a reader goroutine
+// a few frames ahead and handled one at a time, in order, by the
+// connection's own goroutine, which also writes the responses: Kafka
+// answers a connection's requests in the order they were sent.
+type conn struct {
+	s          *Server
+	nc         net.Conn
+	clientHost string
+	out        []byte
+}
+
+// request is a decoded frame, or the error that ended reading.
+type request struct {
+	key      int16
+	version  int16
+	corr     int32
+	clientID string
+	req      kmsg.Request
+	// resp, when set, is the answer prepared while decoding (ApiVersions
+	// at an unsupported version).
+	resp kmsg.Response
+	err  error
+}
+
+// errBadRequest marks input that ends the connection.
+var errBadRequest = errors.New("protocol: bad request")
+
+// readAhead is how many decoded requests may wait for their turn.
+const readAhead = 8
+
+func (s *Server) serveConn(ctx context.Context, nc net.Conn) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := context.AfterFunc(ctx, func() { _ = nc.Close() })
+	defer stop()
+	defer nc.Close()
+
+	c := &conn{s: s, nc: nc}
+	if h, _, err := net.SplitHostPort(nc.RemoteAddr().String()); err == nil {
+		c.clientHost = "/" + h
+	}
+	reqs := make(chan request, readAhead)
+	readerDone := make(chan struct{})
+	go func() {
+		defer close(readerDone)
+		defer close(reqs)
+		c.readLoop(ctx, reqs)
+	}()
+	defer func() { <-readerDone }()
+	defer cancel()
+	defer func() {
+		if r := recover(); r != nil {
+			s.log.Error("kafka connection handler panicked; closing connection", "remote", nc.RemoteAddr().String(), "panic", r, "stack", string(debug.Stack()))
+		}
+	}()
+	for r := range reqs {
+		if r.err != nil {
+			if !errors.Is(r.err, io.EOF) && ctx.Err() == nil && !errors.Is(r.err, net.ErrClosed) {
+				s.log.Debug("closing kafka connection", "remote", nc.RemoteAddr().String(), "err", r.err)
+			}
+			return
+		}
+		resp := r.resp
+		if resp == nil {
+			var err error
+			resp, err = s.handle(ctx, c, r)
+			if err != nil {
+				if ctx.Err() == nil {
+					s.log.Debug("closing kafka connection", "remote", nc.RemoteAddr().String(), "api", kmsg.NameForKey(r.key), "err", err)
+				}
+				return
+			}
+		}
+		if resp == nil {
+			continue
+		}
+		if err := c.write(r.corr, resp); err != nil {
+			return
+		}
+	}
+}
+
+// readLoop reads and decodes frames until an error, which it sends last.
+func (c *conn) readLoop(ctx context.Context, reqs chan<- request) {
+	defer func() {
+		if r := recover(); r != nil {
+			c.s.log.Error("kafka request decoder panicked; closing connection", "remote", c.nc.RemoteAddr().String(), "panic", r, "stack", string(debug.Stack()))
+			_ = c.nc.Close()
+		}
+	}()
+	br := bufio.NewReaderSize(c.nc, 64<<10)
+	for {
+		r := c.readRequest(br)
+		select {
+		case reqs <- r:
+		case <-ctx.Done():
+			return
+		}
+		if r.err != nil {
+			return
+		}
+	}
+}
+
+func (c *conn) readRequest(br *bufio.Reader) request {
+	var size [4]byte
+	if _, err := io.ReadFull(br, size[:]); err != nil {
+		return request{err: err}
+	}
+	n := int32(binary.BigEndian.Uint32(size[:]))
+	if n < 8 || int(n) > c.s.cfg.MaxFrameBytes {
+		return request{err: fmt.Errorf("%w: frame of %d bytes (limit %d)", errBadRequest, n, c.s.cfg.MaxFrameBytes)}
+	}
+	frame := make([]byte, n)
+	if _, err := io.ReadFull(br, frame); err != nil {
+		return request{err: err}
+	}
+	return decodeRequest(frame)
+}
+
+// decodeRequest parses one frame (without its size prefix). It never
+// panics on any input; bad input yields a request with err set, or, for
+// ApiVersions at a version above ours, a ready v0 error response.
+func decodeRequest(frame []byte) request {
+	rd := kbin.Reader{Src: frame}
+	r := request{key: rd.Int16(), version: rd.Int16(), corr: rd.Int32()}
+	if cid := rd.NullableString(); cid != nil {
+		r.clientID = *cid
+	}
+	if !rd.Ok() {
+		return request{err: fmt.Errorf("%w: short request header", errBadRequest)}
+	}
+	vr, supported := supportedVersions[r.key]
+	if r.key == kmsg.ApiVersions.Int16() && r.version > vr.max {
+		resp := kmsg.NewPtrApiVersionsResponse()
+		resp.Version = 0
+		resp.ErrorCode = kerr.UnsupportedVersion.Code
+		resp.ApiKeys = apiVersionKeys()
+		r.resp = resp
+		return r
+	}
+	if !supported || r.version < vr.min || r.version > vr.max {
+		return request{key: r.key, version: r.version, corr: r.corr, err: fmt.Errorf("%w: api key %d version %d is not supported", errBadRequest, r.key, r.version)}
+	}
+	req := kmsg.RequestForKey(r.key)
+	req.SetVersion(r.version)
+	if req.IsFlexible() {
+		kmsg.SkipTags(&rd)
+		if !rd.Ok() {
+			return request{err: fmt.Errorf("%w: bad header tags", errBadRequest)}
+		}
+	}
+	if err := req.ReadFrom(rd.Src); err != nil {
+		return request{key: r.key, version: r.version, corr: r.corr, err: fmt.Errorf("%w: decode %s v%d: %w", errBadRequest, kmsg.NameForKey(r.key), r.version, err)}
+	}
+	r.req = req
+	return r
+}
+
+// write sends one response frame: size, correlation id, an empty tag
+// section for flexible responses other than ApiVersions, then the body.
+func (c *conn) write(corr int32, resp kmsg.Response) error {
+	buf := append(c.out[:0], 0, 0, 0, 0, 0, 0, 0, 0)
+	if resp.IsFlexible() && resp.Key() != kmsg.ApiVersions.Int16() {
+		buf = append(buf, 0)
+	}
+	buf = resp.AppendTo(buf)
+	binary.BigEndian.PutUint32(buf[0:4], uint32(len(buf)-4))
+	binary.BigEndian.PutUint32(buf[4:8], uint32(corr))
+	_, err := c.nc.Write(buf)
+	if cap(buf) <= 4<<20 {
+		c.out = buf
+	} else {
+		c.out = nil
+	}
+	return err
+}
+
+// handle answers one request; a nil response means none is sent (acks=0
+// Produce). An error closes the connection.
+func (s *Server) handle(ctx context.Context, c *conn, r request) (kmsg.Response, error) {
+	switch req := r.req.(type) {
+	case *kmsg.ApiVersionsRequest:
+		return s.handleApiVersions(req), nil
+	case *kmsg.MetadataRequest:
+		return s.handleMetadata(c, req), nil
+	case *kmsg.ProduceRequest:
+		return s.handleProduce(ctx, req), nil
+	case *kmsg.FetchRequest:
+		return s.handleFetch(ctx, req), nil
+	case *kmsg.ListOffsetsRequest:
+		return s.handleListOffsets(req), nil
+	case *kmsg.InitProducerIDRequest:
+		return s.handleInitProducerID(ctx, req), nil
+	case *kmsg.FindCoordinatorRequest:
+		return s.handleFindCoordinator(c, req), nil
+	case *kmsg.JoinGroupRequest:
+		return s.groups.handleJoin(ctx, c, r.clientID, req), nil
+	case *kmsg.SyncGroupRequest:
+		return s.groups.handleSync(ctx, req), nil
+	case *kmsg.HeartbeatRequest:
+		return s.groups.handleHeartbeat(req), nil
+	case *kmsg.LeaveGroupRequest:
+		return s.groups.handleLeave(req), nil
+	case *kmsg.OffsetCommitRequest:
+		return s.handleOffsetCommit(ctx, req), nil
+	case *kmsg.OffsetFetchRequest:
+		return s.handleOffsetFetch(req), nil
+	case *kmsg.DescribeGroupsRequest:
+		return s.groups.handleDescribe(req), nil
+	case *kmsg.ListGroupsRequest:
+		return s.groups.handleList(req), nil
+	case *kmsg.CreateTopicsRequest:
+		return s.handleCreateTopics(req), nil
+	default:
+		return nil, fmt.Errorf("%w: no handler for api key %d", errBadRequest, r.key)
+	}
+}
