@@ -1,0 +1,106 @@
+package cdc
+
+import (
+	"fmt"
+	"log/slog"
+	"regexp"
+	"time"
+
+	"github.com/outboxrelay/relay/internal/pgconfig"
+	"github.com/outboxrelay/relay/migrations"
+)
+
+// Config configures a Source. Zero fields take the defaults of
+// WithDefaults.
+type Config struct {
+	// DatabaseURL is the connection string; empty means the PG* variables.
+	// The role needs the REPLICATION attribute (or superuser) and, the
+	// first time, the right to create a publication on the outbox table.
+	DatabaseURL string
+	// Schema holds the outbox table (default "outbox").
+	Schema string
+	// SlotName is the permanent logical replication slot (default
+	// "relay_<schema>"). Lower-case letters, digits and underscores.
+	SlotName string
+	// PublicationName is the publication of the outbox table's inserts
+	// (default "relay_<schema>").
+	PublicationName string
+	// HeartbeatInterval is how often a WAL message is written so the slot
+	// can advance while the outbox is idle and other tables are busy
+	// (default 10s).
+	HeartbeatInterval time.Duration
+	// StatusInterval is the longest time between two standby status
+	// updates (default 1s). An update is also sent as soon as an Acked
+	// call moves the flush position, and whenever the server asks.
+	StatusInterval time.Duration
+	// QueueSize is how many decoded events may wait for Next (default
+	// 10000). The stream stops reading while the queue is full, and keeps
+	// sending status updates so the server does not time it out.
+	QueueSize int
+	// MaxBackoff caps the delay between reconnection attempts (default
+	// 10s).
+	MaxBackoff time.Duration
+	// SlotBusyTimeout is how long a running Source keeps retrying when,
+	// on reconnecting, it finds its slot held by another process (usually
+	// its own previous walsender, not yet gone after a network failure),
+	// before Next fails with ErrSlotActive (default 90s, above the
+	// server's default wal_sender_timeout of 60s). Start never waits: it
+	// returns ErrSlotActive at once.
+	SlotBusyTimeout time.Duration
+	// Logger receives the source's logs (default slog.Default()).
+	Logger *slog.Logger
+}
+
+// WithDefaults returns c with its unset fields filled in.
+func (c Config) WithDefaults() Config {
+	if c.Schema == "" {
+		c.Schema = migrations.DefaultSchema
+	}
+	if c.SlotName == "" {
+		c.SlotName = "relay_" + c.Schema
+	}
+	if c.PublicationName == "" {
+		c.PublicationName = "relay_" + c.Schema
+	}
+	if c.HeartbeatInterval <= 0 {
+		c.HeartbeatInterval = 10 * time.Second
+	}
+	if c.StatusInterval <= 0 {
+		c.StatusInterval = time.Second
+	}
+	if c.QueueSize <= 0 {
+		c.QueueSize = 10_000
+	}
+	if c.MaxBackoff <= 0 {
+		c.MaxBackoff = 10 * time.Second
+	}
+	if c.SlotBusyTimeout <= 0 {
+		c.SlotBusyTimeout = 90 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+// Replication slot names allow only these characters; publication names
+// are kept to the same set so neither needs quoting in replication
+// commands.
+var namePattern = regexp.MustCompile(`^[a-z0-9_]{1,63}$`)
+
+// Validate checks c after defaults are applied.
+func (c Config) Validate() error {
+	if err := migrations.ValidateSchema(c.Schema); err != nil {
+		return err
+	}
+	if !namePattern.MatchString(c.SlotName) {
+		return fmt.Errorf("cdc: invalid slot name %q: use 1 to 63 lower-case letters, digits and underscores", c.SlotName)
+	}
+	if !namePattern.MatchString(c.PublicationName) {
+		return fmt.Errorf("cdc: invalid publication name %q: use 1 to 63 lower-case letters, digits and underscores", c.PublicationName)
+	}
+	if _, err := pgconfig.ParseConfig(c.DatabaseURL); err != nil {
+		return err
+	}
+	return nil
+}

@@ -1,0 +1,185 @@
+package cdc_test
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/outboxrelay/relay/cdc"
+	"github.com/outboxrelay/relay/internal/pgtest"
+	"github.com/outboxrelay/relay/migrations"
+	"github.com/outboxrelay/relay/relay"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// fixture is one test's migrated database and a source config for it.
+type fixture struct {
+	url  string
+	conn *pgx.Conn
+	cfg  cdc.Config
+}
+
+func setup(t *testing.T) *fixture {
+	t.Helper()
+	url := pgtest.NewDatabase(t)
+	conn := pgtest.Connect(t, url)
+	m, err := migrations.New(migrations.DefaultSchema)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Up(context.Background(), conn, false); err != nil {
+		t.Fatal(err)
+	}
+	// Slots belong to the cluster, so each test's are named after its
+	// database.
+	return &fixture{url: url, conn: conn, cfg: cdc.Config{
+		DatabaseURL:       url,
+		SlotName:          "slot_" + conn.Config().Database,
+		HeartbeatInterval: 200 * time.Millisecond,
+		StatusInterval:    100 * time.Millisecond,
+		Logger:            testLogger(t),
+	}}
+}
+
+// testLogger sends the source's logs to the test log.
+func testLogger(t *testing.T) *slog.Logger {
+	return slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+// start returns a started source closed when the test ends.
+func (f *fixture) start(t *testing.T, from relay.Position) *cdc.Source {
+	t.Helper()
+	src, err := cdc.New(f.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := src.Start(ctx, from); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { src.Close(context.Background()) })
+	return src
+}
+
+func (f *fixture) exec(t *testing.T, sql string, args ...any) {
+	t.Helper()
+	if _, err := f.conn.Exec(context.Background(), sql, args...); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+}
+
+// core plays the relay core's part: it drops events at or before the last
+// acknowledged position, deletes the delivered rows and acknowledges them,
+// as the core does after its sink made them durable.
+type core struct {
+	t    *testing.T
+	conn *pgx.Conn
+	src  *cdc.Source
+	max  int
+
+	mu    sync.Mutex
+	got   []relay.Event
+	acked relay.Position
+	// batches records the size of every batch Next returned.
+	batches []int
+}
+
+func newCore(t *testing.T, url string, src *cdc.Source, from relay.Position) *core {
+	return &core{t: t, conn: pgtest.Connect(t, url), src: src, max: 1000, acked: from}
+}
+
+// collect reads until it holds n events in total or the timeout passes.
+func (c *core) collect(n int, timeout time.Duration) []relay.Event {
+	c.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	for len(c.got) < n {
+		events, err := c.src.Next(ctx, c.max)
+		if err != nil {
+			c.t.Fatalf("Next after %d of %d events: %v", len(c.got), n, err)
+		}
+		c.deliver(ctx, events)
+	}
+	return c.got
+}
+
+func (c *core) deliver(ctx context.Context, events []relay.Event) {
+	c.t.Helper()
+	c.batches = append(c.batches, len(events))
+	var ids []int64
+	for _, e := range events {
+		if !c.acked.Less(e.Position) {
+			continue
+		}
+		c.got = append(c.got, e)
+		ids = append(ids, e.ID)
+		c.acked = e.Position
+	}
+	if len(ids) == 0 {
+		return
+	}
+	if _, err := c.conn.Exec(ctx, "DELETE FROM outbox.events WHERE id = ANY($1)", ids); err != nil {
+		c.t.Fatalf("deleting published rows: %v", err)
+	}
+	if err := c.src.Acked(ctx, c.acked); err != nil {
+		c.t.Fatalf("Acked: %v", err)
+	}
+}
+
+// quiet checks that no event arrives within d.
+func (c *core) quiet(d time.Duration) {
+	c.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	events, err := c.src.Next(ctx, c.max)
+	if err == nil {
+		c.t.Fatalf("unexpected events: %d, first %+v", len(events), events[0])
+	}
+}
+
+// checkOrder checks that positions strictly increase.
+func checkOrder(t *testing.T, events []relay.Event) {
+	t.Helper()
+	for i := 1; i < len(events); i++ {
+		if !events[i-1].Position.Less(events[i].Position) {
+			t.Fatalf("positions not increasing at %d: %v then %v", i, events[i-1].Position, events[i].Position)
+		}
+	}
+}
+
+// slotFlush reads the slot's confirmed flush LSN as a number.
+func slotFlush(t *testing.T, conn *pgx.Conn, slot string) uint64 {
+	t.Helper()
+	var lsn uint64
+	err := conn.QueryRow(context.Background(),
+		"SELECT (confirmed_flush_lsn - '0/0')::numeric::bigint FROM pg_replication_slots WHERE slot_name = $1", slot).Scan(&lsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return lsn
+}
+
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

@@ -1,0 +1,161 @@
+package cdc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// preflight checks what streaming needs and creates the publication when
+// it is missing. Each failure is one error wrapping one of the Err*
+// sentinels.
+func (s *Source) preflight(ctx context.Context, conn *pgx.Conn) error {
+	var walLevel string
+	if err := conn.QueryRow(ctx, "SELECT current_setting('wal_level')").Scan(&walLevel); err != nil {
+		return fmt.Errorf("cdc: reading wal_level: %w", err)
+	}
+	if walLevel != "logical" {
+		return fmt.Errorf("%w: the server runs with wal_level = %s; set wal_level = logical in postgresql.conf (ALTER SYSTEM SET wal_level = logical) and restart PostgreSQL, or use the polling source",
+			ErrWALLevel, walLevel)
+	}
+
+	var role string
+	var super, replication bool
+	if err := conn.QueryRow(ctx, "SELECT rolname, rolsuper, rolreplication FROM pg_roles WHERE rolname = current_user").
+		Scan(&role, &super, &replication); err != nil {
+		return fmt.Errorf("cdc: reading the role's attributes: %w", err)
+	}
+	if !super && !replication {
+		return fmt.Errorf("%w: role %q may not stream changes; grant it with ALTER ROLE %s REPLICATION, or use the polling source",
+			ErrReplicationPrivilege, role, pgx.Identifier{role}.Sanitize())
+	}
+
+	var exists bool
+	if err := conn.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", s.table).Scan(&exists); err != nil {
+		return fmt.Errorf("cdc: looking for the outbox table: %w", err)
+	}
+	if !exists {
+		return fmt.Errorf("%w: %s is missing; run `relay migrate up --schema %s` first", ErrNoOutbox, s.table, s.cfg.Schema)
+	}
+	return s.ensurePublication(ctx, conn)
+}
+
+// ensurePublication creates the publication when it is missing, and
+// otherwise checks that it publishes the outbox table's inserts.
+func (s *Source) ensurePublication(ctx context.Context, conn *pgx.Conn) error {
+	pub := s.cfg.PublicationName
+	for attempt := 0; ; attempt++ {
+		var found, inserts, covers bool
+		err := conn.QueryRow(ctx, `SELECT p.pubinsert, EXISTS (SELECT 1 FROM pg_publication_tables t
+    WHERE t.pubname = p.pubname AND t.schemaname = $2 AND t.tablename = 'events')
+FROM pg_publication p WHERE p.pubname = $1`, pub, s.cfg.Schema).Scan(&inserts, &covers)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+		case err != nil:
+			return fmt.Errorf("cdc: reading publication %q: %w", pub, err)
+		default:
+			found = true
+		}
+		if found {
+			if !inserts || !covers {
+				return fmt.Errorf("%w: publication %q exists but does not publish the inserts of %s; run ALTER PUBLICATION %s ADD TABLE %s and ALTER PUBLICATION %s SET (publish = 'insert'), or drop it and let the relay create it",
+					ErrPublication, pub, s.table, pub, s.table, pub)
+			}
+			return nil
+		}
+		_, err = conn.Exec(ctx, "CREATE PUBLICATION "+pub+" FOR TABLE "+s.table+" WITH (publish = 'insert')")
+		if err == nil {
+			s.log.Info("created the publication", "publication", pub, "table", s.table)
+			return nil
+		}
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == "42710" && attempt == 0 {
+			continue // created by someone else meanwhile: check it
+		}
+		return fmt.Errorf("cdc: creating publication %q for %s: %w", pub, s.table, err)
+	}
+}
+
+// slotState is the slot's row in pg_replication_slots.
+type slotState struct {
+	exists    bool
+	plugin    string
+	slotType  string
+	database  string
+	activePID int32
+	walStatus string
+	confirmed pglogrepl.LSN
+}
+
+func (st slotState) lost() bool { return st.exists && st.walStatus == "lost" }
+
+// readSlot reads the slot's state; a missing slot is not an error.
+func readSlot(ctx context.Context, q querier, name string) (slotState, error) {
+	st := slotState{exists: true}
+	var plugin, database, walStatus, confirmed *string
+	var pid *int32
+	err := q.QueryRow(ctx, `SELECT plugin, slot_type, database, active_pid, wal_status, confirmed_flush_lsn::text
+FROM pg_replication_slots WHERE slot_name = $1`, name).Scan(&plugin, &st.slotType, &database, &pid, &walStatus, &confirmed)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return slotState{}, nil
+	}
+	if err != nil {
+		return st, fmt.Errorf("cdc: reading replication slot %q: %w", name, err)
+	}
+	st.plugin, st.database, st.walStatus = deref(plugin), deref(database), deref(walStatus)
+	if pid != nil {
+		st.activePID = *pid
+	}
+	if confirmed != nil {
+		if st.confirmed, err = pglogrepl.ParseLSN(*confirmed); err != nil {
+			return st, fmt.Errorf("cdc: slot %q: %w", name, err)
+		}
+	}
+	return st, nil
+}
+
+// usable checks that an existing slot can serve this source.
+func (st slotState) usable(name, database string) error {
+	if st.slotType != "logical" || st.plugin != "pgoutput" || st.database != database {
+		return fmt.Errorf("%w: slot %q is a %s slot with plugin %q in database %q, this source needs a logical pgoutput slot in %q; choose another slot name or drop it",
+			ErrSlotMismatch, name, st.slotType, st.plugin, st.database, database)
+	}
+	if st.activePID != 0 {
+		return &SlotActiveError{Slot: name, PID: st.activePID}
+	}
+	return nil
+}
+
+// checkFreeSlot fails with ErrNoFreeSlot when no slot can be created.
+func checkFreeSlot(ctx context.Context, q querier) error {
+	var used, limit int
+	if err := q.QueryRow(ctx, `SELECT (SELECT count(*) FROM pg_replication_slots)::int, current_setting('max_replication_slots')::int`).
+		Scan(&used, &limit); err != nil {
+		return fmt.Errorf("cdc: counting replication slots: %w", err)
+	}
+	if used >= limit {
+		return noFreeSlot(used, limit)
+	}
+	return nil
+}
+
+func noFreeSlot(used, limit int) error {
+	return fmt.Errorf("%w: %d of max_replication_slots = %d are in use; drop an unused slot (SELECT pg_drop_replication_slot(name)) or raise max_replication_slots and restart PostgreSQL",
+		ErrNoFreeSlot, used, limit)
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
+// querier is what the preflight needs from a connection or a pool.
+type querier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}

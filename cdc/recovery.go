@@ -1,0 +1,309 @@
+package cdc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/outboxrelay/relay/internal/pgconfig"
+	"github.com/outboxrelay/relay/relay"
+)
+
+// marker is the slot's row in <schema>.cdc_slots: the consistent point and
+// snapshot of its creation. Rows visible in that snapshot committed before
+// the slot's first decoded transaction, so they are read from the table.
+type marker struct {
+	exists bool
+	// ready is false while a creation is in progress (or was interrupted).
+	ready    bool
+	lsn      pglogrepl.LSN
+	snapshot string
+}
+
+func (s *Source) readMarker(ctx context.Context, q querier) (marker, error) {
+	var lsn, snap *string
+	err := q.QueryRow(ctx, "SELECT consistent_lsn::text, snapshot::text FROM "+s.slotsTbl+" WHERE slot_name = $1",
+		s.cfg.SlotName).Scan(&lsn, &snap)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return marker{}, nil
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "42P01" {
+		return marker{}, &permanentError{fmt.Errorf("cdc: %s is missing; run `relay migrate up --schema %s`: %w", s.slotsTbl, s.cfg.Schema, err)}
+	}
+	if err != nil {
+		return marker{}, fmt.Errorf("cdc: reading %s: %w", s.slotsTbl, err)
+	}
+	mk := marker{exists: true}
+	if lsn != nil && snap != nil {
+		if mk.lsn, err = pglogrepl.ParseLSN(*lsn); err != nil {
+			return marker{}, fmt.Errorf("cdc: %s: %w", s.slotsTbl, err)
+		}
+		mk.ready, mk.snapshot = true, *snap
+	}
+	return mk, nil
+}
+
+// createSlot (re)creates the slot and records the consistent point and
+// snapshot of its creation.
+//
+// The record is written in two steps: first without a position (a
+// creation in progress), then, once the slot exists, with its consistent
+// point and snapshot. A crash between the two leaves the first form, and
+// the next Start creates the slot again: a slot is never used without a
+// record of which table rows it will not stream.
+func (s *Source) createSlot(ctx context.Context, conn *pgx.Conn, st slotState) (marker, error) {
+	name := s.cfg.SlotName
+	if !st.exists {
+		if err := checkFreeSlot(ctx, conn); err != nil {
+			return marker{}, err
+		}
+	}
+	if _, err := conn.Exec(ctx, "INSERT INTO "+s.slotsTbl+` (slot_name) VALUES ($1)
+ON CONFLICT (slot_name) DO UPDATE SET consistent_lsn = NULL, snapshot = NULL, created_at = now()`, name); err != nil {
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == "42P01" {
+			return marker{}, fmt.Errorf("cdc: %s is missing; run `relay migrate up --schema %s`: %w", s.slotsTbl, s.cfg.Schema, err)
+		}
+		return marker{}, fmt.Errorf("cdc: recording the slot creation: %w", err)
+	}
+	if st.exists {
+		if _, err := conn.Exec(ctx, "SELECT pg_drop_replication_slot($1)", name); err != nil {
+			var pgErr *pgconn.PgError
+			if errors.As(err, &pgErr) && pgErr.Code == "55006" {
+				return marker{}, &SlotActiveError{Slot: name, PID: st.activePID}
+			}
+			if !(errors.As(err, &pgErr) && pgErr.Code == "42704") {
+				return marker{}, fmt.Errorf("cdc: dropping the invalidated slot %q: %w", name, err)
+			}
+		}
+	}
+
+	repl, err := s.connectReplication(ctx)
+	if err != nil {
+		return marker{}, err
+	}
+	defer repl.Close(context.WithoutCancel(ctx))
+	res, err := pglogrepl.CreateReplicationSlot(ctx, repl, name, "pgoutput", pglogrepl.CreateReplicationSlotOptions{
+		Mode:           pglogrepl.LogicalReplication,
+		SnapshotAction: "EXPORT_SNAPSHOT",
+	})
+	if err != nil {
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == "53400" {
+			used, limit := 0, 0
+			conn.QueryRow(ctx, `SELECT (SELECT count(*) FROM pg_replication_slots)::int, current_setting('max_replication_slots')::int`).Scan(&used, &limit)
+			return marker{}, noFreeSlot(used, limit)
+		}
+		return marker{}, fmt.Errorf("cdc: creating replication slot %q: %w", name, err)
+	}
+	lsn, err := pglogrepl.ParseLSN(res.ConsistentPoint)
+	if err != nil {
+		return marker{}, fmt.Errorf("cdc: slot %q: %w", name, err)
+	}
+	// The exported snapshot lives until the replication connection runs
+	// another command; import it to learn its xmin, xmax and running
+	// transactions, which pg_visible_in_snapshot can test rows against
+	// from then on, on any connection.
+	var snapshot string
+	err = pgx.BeginTxFunc(ctx, conn, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "SET TRANSACTION SNAPSHOT '"+res.SnapshotName+"'"); err != nil {
+			return err
+		}
+		return tx.QueryRow(ctx, "SELECT pg_current_snapshot()::text").Scan(&snapshot)
+	})
+	if err != nil {
+		return marker{}, fmt.Errorf("cdc: importing the snapshot of slot %q: %w", name, err)
+	}
+	if _, err := conn.Exec(ctx, "UPDATE "+s.slotsTbl+" SET consistent_lsn = $2::text::pg_lsn, snapshot = $3::text::pg_snapshot WHERE slot_name = $1",
+		name, lsn.String(), snapshot); err != nil {
+		return marker{}, fmt.Errorf("cdc: recording the slot creation: %w", err)
+	}
+	s.log.Info("created the replication slot", "consistent_point", lsn.String(), "snapshot", snapshot)
+	return marker{exists: true, ready: true, lsn: lsn, snapshot: snapshot}, nil
+}
+
+// tablePage is how many rows one query of the table read returns.
+const tablePage = 1000
+
+// readTable queues the outbox rows that committed before the slot's
+// consistent point, in (txid, id) order, at positions (consistent point -
+// 1, n): after everything the old slot delivered, before everything the
+// new slot streams.
+func (r *reader) readTable(ctx context.Context) error {
+	s := r.s
+	mk := r.marker
+	major := uint64(mk.lsn) - 1
+	s.mu.Lock()
+	pool := s.pool
+	s.mu.Unlock()
+	if major < r.skipBelow.Major {
+		// Published beyond this slot's table rows: they are all gone
+		// unless the checkpoint belongs to another database.
+		var left bool
+		if err := pool.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM "+s.table+" WHERE pg_visible_in_snapshot(txid, $1::text::pg_snapshot))",
+			mk.snapshot).Scan(&left); err != nil {
+			return fmt.Errorf("cdc: reading the outbox table: %w", err)
+		}
+		if left {
+			return &permanentError{fmt.Errorf("cdc: the last published position %s is beyond the consistent point %s of slot %q, yet rows from before it remain; the checkpoint does not belong to this database or slot",
+				r.skipBelow, mk.lsn, s.cfg.SlotName)}
+		}
+		s.mu.Lock()
+		select {
+		case s.markerDone <- mk.lsn:
+		default:
+		}
+		s.mu.Unlock()
+		r.marker = marker{}
+		return nil
+	}
+	s.mu.Lock()
+	s.inTx = true
+	s.mu.Unlock()
+	if r.tableTxid == "" {
+		r.tableTxid, r.tableID = "0", 0
+	}
+	query := `SELECT id, txid::text, event_id::text, topic, key, payload, headers::text, created_at
+FROM ` + s.table + `
+WHERE pg_visible_in_snapshot(txid, $1::text::pg_snapshot) AND (txid, id) > ($2::text::xid8, $3)
+ORDER BY txid, id
+LIMIT ` + strconv.Itoa(tablePage)
+	total := 0
+	started := time.Now()
+	for {
+		rows, err := pool.Query(ctx, query, mk.snapshot, r.tableTxid, r.tableID)
+		if err != nil {
+			return fmt.Errorf("cdc: reading the outbox table: %w", err)
+		}
+		var page []relay.Event
+		var txids []string
+		for rows.Next() {
+			var e relay.Event
+			var txid string
+			var key, headers *string
+			if err := rows.Scan(&e.ID, &txid, &e.EventID, &e.Topic, &key, &e.Payload, &headers, &e.CreatedAt); err != nil {
+				rows.Close()
+				return fmt.Errorf("cdc: reading the outbox table: %w", err)
+			}
+			if key != nil {
+				e.Key = []byte(*key)
+			}
+			if headers != nil {
+				e.Headers = []byte(*headers)
+			}
+			page = append(page, e)
+			txids = append(txids, txid)
+		}
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("cdc: reading the outbox table: %w", err)
+		}
+		for i, e := range page {
+			if err := r.queueTableRow(ctx, e, txids[i], major); err != nil {
+				return err
+			}
+			total++
+		}
+		if len(page) < tablePage {
+			break
+		}
+	}
+
+	s.mu.Lock()
+	if s.open != nil {
+		s.open.closed = true
+		s.open = nil
+	}
+	if r.skipBelow.Major == major {
+		s.txs = append(s.txs, txMark{major: major, last: r.skipBelow.Minor, end: mk.lsn, marker: true})
+	} else {
+		select {
+		case s.markerDone <- mk.lsn:
+		default:
+		}
+	}
+	r.lastMajor = major
+	s.inTx = false
+	s.advanceLocked()
+	s.notifyLocked()
+	s.mu.Unlock()
+	r.marker, r.tableTxid, r.tableID = marker{}, "", 0
+	if total > 0 {
+		s.log.Warn("queued the unpublished outbox rows from the table", "rows", total, "took", time.Since(started).Round(time.Millisecond))
+	}
+	return nil
+}
+
+// queueTableRow queues one row read from the table, waiting for room.
+func (r *reader) queueTableRow(ctx context.Context, e relay.Event, txid string, major uint64) error {
+	s := r.s
+	next := uint64(0)
+	if r.skipBelow.Major == major {
+		next = r.skipBelow.Minor + 1
+	}
+	e.Position = relay.Position{Major: major, Minor: next}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for s.queued >= s.cfg.QueueSize {
+		if err := s.waitLocked(ctx); err != nil {
+			return err
+		}
+	}
+	// One chunk per writing transaction, so Next keeps them whole.
+	if s.open != nil && txid != r.tableTxid {
+		s.open.closed = true
+		s.open = nil
+	}
+	s.pushLocked(e)
+	r.skipBelow = e.Position
+	r.tableTxid, r.tableID = txid, e.ID
+	return nil
+}
+
+// recoverSlot replaces a slot that was dropped or invalidated while
+// streaming. It drops the queued events, waits until the core has
+// acknowledged everything already delivered (so the table then holds
+// exactly the events still to publish), and creates the slot again; the
+// next session reads the table first.
+func (r *reader) recoverSlot(ctx context.Context) error {
+	s := r.s
+	s.log.Error("REPLICATION SLOT LOST while streaming: it was dropped or invalidated; waiting for in-flight events to be acknowledged, then recreating it and publishing every unpublished outbox row from the table")
+	s.mu.Lock()
+	s.queue, s.open, s.queued, s.txs, s.inTx = nil, nil, 0, nil, true
+	for s.acked.Less(s.delivered) {
+		if err := s.waitLocked(ctx); err != nil {
+			s.mu.Unlock()
+			return err
+		}
+	}
+	from := s.acked
+	s.mu.Unlock()
+
+	conn, err := pgconfig.Connect(ctx, s.cfg.DatabaseURL)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	st, err := readSlot(ctx, conn, s.cfg.SlotName)
+	if err != nil {
+		return err
+	}
+	if st.exists && st.activePID != 0 {
+		return &SlotActiveError{Slot: s.cfg.SlotName, PID: st.activePID}
+	}
+	mk, err := s.createSlot(ctx, conn, st)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.flush, s.serverEnd = mk.lsn, 0
+	s.mu.Unlock()
+	r.marker, r.skipBelow, r.tableTxid, r.tableID = mk, from, "", 0
+	return nil
+}

@@ -1,0 +1,409 @@
+package cdc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outboxrelay/relay/internal/pgconfig"
+	"github.com/outboxrelay/relay/relay"
+)
+
+// Source is a relay.Source that streams the outbox table's inserts from a
+// logical replication slot. See the package documentation for the
+// protocol.
+type Source struct {
+	cfg      Config
+	log      *slog.Logger
+	table    string // <schema>.events, quoted
+	slotsTbl string // <schema>.cdc_slots, quoted
+	database string // current_database(), for checking the slot
+
+	// Set by Start, cleared by Close.
+	pool   *pgxpool.Pool
+	cancel context.CancelFunc
+	done   chan struct{}
+
+	mu sync.Mutex
+	// changed is closed and replaced when the state changes while someone
+	// waits (waiters > 0).
+	changed chan struct{}
+	waiters int
+	// queue holds decoded events not yet returned by Next, one chunk per
+	// transaction; open is the chunk of the transaction still arriving.
+	queue  []*chunk
+	open   *chunk
+	queued int
+	// txs are the transactions queued or delivered and not yet wholly
+	// acknowledged, in commit order.
+	txs []txMark
+	// inTx is true between a BEGIN and its COMMIT, and while the table is
+	// being read after slot loss.
+	inTx bool
+	// acked is the last position passed to Acked (or Start's from).
+	acked relay.Position
+	// delivered is the last position returned by Next.
+	delivered relay.Position
+	// flush is the LSN reported to the server as flushed. It only grows.
+	flush pglogrepl.LSN
+	// serverEnd is the highest WAL position the server has said it has
+	// sent everything up to (keepalives, non-transactional messages).
+	serverEnd pglogrepl.LSN
+	// fatal ends the source: Next returns it.
+	fatal error
+	// markerDone carries the consistent point of a finished table read, so
+	// the housekeeping goroutine deletes its cdc_slots row.
+	markerDone chan pglogrepl.LSN
+}
+
+// chunk is the queued events of one transaction.
+type chunk struct {
+	major  uint64
+	events []relay.Event
+	closed bool
+}
+
+// txMark is a transaction whose events are queued or delivered: once the
+// core acknowledges its last event, the flush position may move to end.
+type txMark struct {
+	major uint64
+	last  uint64
+	empty bool
+	end   pglogrepl.LSN
+	// marker is set for the rows read from the table after slot loss.
+	marker bool
+}
+
+var _ relay.Source = (*Source)(nil)
+
+// New returns a Source; it connects in Start.
+func New(cfg Config) (*Source, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Source{
+		cfg:      cfg,
+		log:      cfg.Logger.With("source", "cdc", "slot", cfg.SlotName),
+		table:    pgx.Identifier{cfg.Schema, "events"}.Sanitize(),
+		slotsTbl: pgx.Identifier{cfg.Schema, "cdc_slots"}.Sanitize(),
+	}, nil
+}
+
+// Start checks the server, creates the publication and the slot when they
+// are missing, and starts streaming the events after from in the
+// background.
+//
+// When another process streams from the slot, Start returns a
+// *SlotActiveError (errors.Is(err, ErrSlotActive)) at once instead of
+// waiting; the caller is then a standby and calls Start again later, as
+// the relay core does after any failed start.
+func (s *Source) Start(ctx context.Context, from relay.Position) error {
+	s.Close(ctx)
+	conn, err := pgconfig.Connect(ctx, s.cfg.DatabaseURL)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	if err := s.preflight(ctx, conn); err != nil {
+		return err
+	}
+	if err := conn.QueryRow(ctx, "SELECT current_database()").Scan(&s.database); err != nil {
+		return fmt.Errorf("cdc: %w", err)
+	}
+	st, err := readSlot(ctx, conn, s.cfg.SlotName)
+	if err != nil {
+		return err
+	}
+	if st.exists {
+		if err := st.usable(s.cfg.SlotName, s.database); err != nil {
+			return err
+		}
+	}
+	mk, err := s.readMarker(ctx, conn)
+	if err != nil {
+		return err
+	}
+	if !st.exists || st.lost() || (mk.exists && !mk.ready) {
+		s.reportSlotLoss(st, mk, from)
+		if mk, err = s.createSlot(ctx, conn, st); err != nil {
+			return err
+		}
+		st.confirmed = mk.lsn
+	}
+
+	pool, err := s.connectPool(ctx)
+	if err != nil {
+		return err
+	}
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	s.mu.Lock()
+	s.pool, s.cancel, s.done = pool, cancel, make(chan struct{})
+	s.changed = make(chan struct{})
+	s.queue, s.open, s.queued, s.txs, s.inTx = nil, nil, 0, nil, false
+	s.acked, s.delivered = from, from
+	s.flush, s.serverEnd, s.fatal = st.confirmed, 0, nil
+	s.markerDone = make(chan pglogrepl.LSN, 1)
+	done := s.done
+	s.mu.Unlock()
+
+	markerDone := s.markerDone
+	r := &reader{s: s, skipBelow: from, marker: mk, decode: newDecoder(), rels: map[uint32]*relation{}}
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		r.run(runCtx)
+	}()
+	go func() {
+		defer wg.Done()
+		s.housekeep(runCtx, pool, markerDone)
+	}()
+	go func() {
+		wg.Wait()
+		close(done)
+	}()
+	return nil
+}
+
+// reportSlotLoss says loudly that the slot is gone, unless this is the
+// first start.
+func (s *Source) reportSlotLoss(st slotState, mk marker, from relay.Position) {
+	switch {
+	case st.lost():
+		s.log.Error("REPLICATION SLOT LOST: the server invalidated it (wal_status = lost, max_slot_wal_keep_size exceeded); recreating it and publishing every unpublished outbox row from the table",
+			"publication", s.cfg.PublicationName)
+	case mk.exists && !mk.ready:
+		s.log.Warn("a previous slot creation did not finish; creating the slot again and publishing the unpublished outbox rows from the table")
+	case !from.IsZero():
+		s.log.Error("REPLICATION SLOT MISSING: it was dropped while events were still being published; recreating it and publishing every unpublished outbox row from the table",
+			"last_published", from.String())
+	default:
+		s.log.Info("creating the replication slot; rows already in the outbox are published from the table")
+	}
+}
+
+func (s *Source) connectPool(ctx context.Context) (*pgxpool.Pool, error) {
+	connCfg, err := pgconfig.ParseConfig(s.cfg.DatabaseURL)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := pgxpool.ParseConfig("")
+	if err != nil {
+		return nil, fmt.Errorf("cdc: %w", err)
+	}
+	cfg.ConnConfig = connCfg
+	cfg.MaxConns = 3
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("cdc: connecting to PostgreSQL at %s: %s", pgconfig.Describe(&connCfg.Config), pgconfig.Scrub(err, s.cfg.DatabaseURL))
+	}
+	return pool, nil
+}
+
+// Next returns up to max events in commit order, waiting until there is
+// at least one. Whole transactions are returned together when they fit;
+// a transaction larger than max is returned in pieces of max events.
+func (s *Source) Next(ctx context.Context, max int) ([]relay.Event, error) {
+	if max <= 0 {
+		return nil, fmt.Errorf("cdc: Next with max %d", max)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.done == nil {
+		return nil, errors.New("cdc: Next before Start")
+	}
+	for {
+		if s.fatal != nil {
+			return nil, s.fatal
+		}
+		if events := s.take(max); len(events) > 0 {
+			s.delivered = events[len(events)-1].Position
+			s.notifyLocked()
+			return events, nil
+		}
+		if err := s.waitLocked(ctx); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// take removes up to max events from the queue: whole closed transactions
+// while they fit, else the first part of the first transaction when it
+// alone has max events or the queue is full.
+func (s *Source) take(max int) []relay.Event {
+	var out []relay.Event
+	for len(s.queue) > 0 {
+		c := s.queue[0]
+		if c.closed && len(c.events) <= max-len(out) {
+			out = append(out, c.events...)
+			s.queue[0] = nil
+			s.queue = s.queue[1:]
+			continue
+		}
+		if len(out) > 0 {
+			break
+		}
+		if !c.closed && len(c.events) < max && s.queued < s.cfg.QueueSize {
+			break
+		}
+		n := min(len(c.events), max)
+		out = append(out, c.events[:n]...)
+		c.events = c.events[n:]
+		break
+	}
+	s.queued -= len(out)
+	return out
+}
+
+// Acked records that every event up to through is durably published, so
+// the flush position sent to the server may move past their
+// transactions.
+func (s *Source) Acked(ctx context.Context, through relay.Position) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.acked.Less(through) {
+		s.acked = through
+	}
+	s.advanceLocked()
+	return nil
+}
+
+// advanceLocked moves flush past every wholly acknowledged transaction,
+// and to the server's position when nothing at all is pending.
+func (s *Source) advanceLocked() {
+	before := s.flush
+	for len(s.txs) > 0 {
+		t := s.txs[0]
+		if !t.empty && s.acked.Less(relay.Position{Major: t.major, Minor: t.last}) {
+			break
+		}
+		s.flush = max(s.flush, t.end)
+		s.txs = s.txs[1:]
+		if t.marker {
+			select {
+			case s.markerDone <- t.end:
+			default:
+			}
+		}
+	}
+	if len(s.txs) == 0 && !s.inTx && s.open == nil && s.queued == 0 {
+		s.flush = max(s.flush, s.serverEnd)
+	}
+	if s.flush != before {
+		s.notifyLocked()
+	}
+}
+
+// Close stops streaming and releases the connections. Events not yet
+// acknowledged are delivered again by the next Start.
+func (s *Source) Close(ctx context.Context) error {
+	s.mu.Lock()
+	cancel, done, pool := s.cancel, s.done, s.pool
+	s.cancel, s.pool = nil, nil
+	s.mu.Unlock()
+	if cancel == nil {
+		return nil
+	}
+	cancel()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	pool.Close()
+	s.fail(errClosed)
+	return nil
+}
+
+// SlotLag reports how far the slot is behind the server's current WAL
+// position: lagBytes up to its confirmed flush position (what is not yet
+// acknowledged as published), retainedBytes up to its restart position
+// (the WAL the server keeps for it). It works while the source runs.
+func (s *Source) SlotLag(ctx context.Context) (lagBytes, retainedBytes int64, err error) {
+	s.mu.Lock()
+	pool := s.pool
+	s.mu.Unlock()
+	if pool == nil {
+		return 0, 0, errors.New("cdc: SlotLag before Start")
+	}
+	var lag, retained *int64
+	err = pool.QueryRow(ctx, `SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn)::bigint,
+    pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::bigint
+FROM pg_replication_slots WHERE slot_name = $1`, s.cfg.SlotName).Scan(&lag, &retained)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, 0, fmt.Errorf("cdc: replication slot %q does not exist", s.cfg.SlotName)
+	}
+	if err != nil {
+		return 0, 0, fmt.Errorf("cdc: reading the slot's lag: %w", err)
+	}
+	if lag != nil {
+		lagBytes = *lag
+	}
+	if retained != nil {
+		retainedBytes = *retained
+	}
+	return lagBytes, retainedBytes, nil
+}
+
+// waitLocked waits, with s.mu held on entry and on return, until the state
+// changes or ctx ends.
+func (s *Source) waitLocked(ctx context.Context) error {
+	ch := s.changed
+	s.waiters++
+	s.mu.Unlock()
+	var err error
+	select {
+	case <-ch:
+	case <-ctx.Done():
+		err = ctx.Err()
+	}
+	s.mu.Lock()
+	s.waiters--
+	return err
+}
+
+// waitLockedFor is waitLocked that also returns after d.
+func (s *Source) waitLockedFor(ctx context.Context, d time.Duration) error {
+	ch := s.changed
+	s.waiters++
+	s.mu.Unlock()
+	t := time.NewTimer(d)
+	var err error
+	select {
+	case <-ch:
+	case <-t.C:
+	case <-ctx.Done():
+		err = ctx.Err()
+	}
+	t.Stop()
+	s.mu.Lock()
+	s.waiters--
+	return err
+}
+
+func (s *Source) notifyLocked() {
+	if s.waiters > 0 {
+		close(s.changed)
+		s.changed = make(chan struct{})
+	}
+}
+
+var errClosed = errors.New("cdc: the source is closed")
+
+// fail ends the source with err; Next returns it.
+func (s *Source) fail(err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.fatal == nil {
+		s.fatal = err
+	}
+	s.notifyLocked()
+}

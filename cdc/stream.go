@@ -1,0 +1,434 @@
+package cdc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
+	"github.com/jackc/pgx/v5/pgproto3"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outboxrelay/relay/internal/pgconfig"
+	"github.com/outboxrelay/relay/relay"
+)
+
+// receiveTimeout bounds one wait for a replication message, so that an
+// acknowledgement reaches the server promptly even when the stream is
+// quiet.
+const receiveTimeout = 100 * time.Millisecond
+
+// errSlotLost means the slot was dropped or invalidated.
+var errSlotLost = errors.New("cdc: the replication slot is gone")
+
+// permanentError is a failure that retrying cannot fix.
+type permanentError struct{ err error }
+
+func (e *permanentError) Error() string { return e.err.Error() }
+func (e *permanentError) Unwrap() error { return e.err }
+
+// reader is the background goroutine's state: it reads the table after a
+// slot was (re)created, then streams, reconnecting until the source
+// closes.
+type reader struct {
+	s *Source
+	// skipBelow is the position of the last event queued (Start's from at
+	// first): anything at or before it is already delivered.
+	skipBelow relay.Position
+	// lastMajor is the commit LSN of the last transaction added to s.txs.
+	lastMajor uint64
+	// marker, when ready, is a slot creation whose table rows are still to
+	// be queued.
+	marker marker
+	// table cursor (txid, id) of the table read in progress.
+	tableTxid string
+	tableID   int64
+
+	decode  *decoder
+	rels    map[uint32]*relation
+	txMajor uint64
+	txIndex uint64
+}
+
+func (r *reader) run(ctx context.Context) {
+	s := r.s
+	var backoff time.Duration
+	var busySince time.Time
+	for ctx.Err() == nil {
+		err := r.session(ctx, &backoff)
+		if ctx.Err() != nil {
+			return
+		}
+		var perm *permanentError
+		switch {
+		case errors.As(err, &perm):
+			s.log.Error("the replication stream failed and cannot recover on its own", "err", err)
+			s.fail(err)
+			return
+		case errors.Is(err, errSlotLost):
+			busySince = time.Time{}
+			if err := r.recoverSlot(ctx); err == nil {
+				backoff = 0
+				continue
+			} else if errors.As(err, &perm) || errors.Is(err, ErrNoFreeSlot) {
+				s.fail(err)
+				return
+			} else if ctx.Err() != nil {
+				return
+			} else {
+				s.log.Error("recreating the replication slot failed; retrying", "err", err)
+			}
+		case errors.Is(err, ErrSlotActive):
+			if busySince.IsZero() {
+				busySince = time.Now()
+			} else if time.Since(busySince) > s.cfg.SlotBusyTimeout {
+				s.fail(err)
+				return
+			}
+			s.log.Warn("the replication slot is still held by another process; retrying", "err", err)
+		default:
+			busySince = time.Time{}
+			s.log.Warn("the replication stream stopped; reconnecting", "err", err, "retry_in", backoff)
+		}
+		backoff = min(max(2*backoff, 100*time.Millisecond), s.cfg.MaxBackoff)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+	}
+}
+
+// session reads the pending table rows, if any, then streams until an
+// error. backoff is reset once streaming started.
+func (r *reader) session(ctx context.Context, backoff *time.Duration) error {
+	s := r.s
+	if r.marker.ready {
+		if err := r.readTable(ctx); err != nil {
+			return err
+		}
+	}
+	s.mu.Lock()
+	pool := s.pool
+	s.mu.Unlock()
+	st, err := readSlot(ctx, pool, s.cfg.SlotName)
+	if err != nil {
+		return err
+	}
+	if !st.exists || st.lost() {
+		return errSlotLost
+	}
+	if err := st.usable(s.cfg.SlotName, s.database); err != nil {
+		if errors.Is(err, ErrSlotMismatch) {
+			return &permanentError{err}
+		}
+		return err
+	}
+	conn, err := s.connectReplication(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		pid := int32(conn.PID())
+		closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		conn.Close(closeCtx)
+		if ctx.Err() != nil {
+			awaitRelease(closeCtx, pool, s.cfg.SlotName, pid)
+		}
+	}()
+	s.mu.Lock()
+	s.flush = max(s.flush, st.confirmed)
+	s.mu.Unlock()
+	err = pglogrepl.StartReplication(ctx, conn, s.cfg.SlotName, 0, pglogrepl.StartReplicationOptions{
+		Mode: pglogrepl.LogicalReplication,
+		PluginArgs: []string{
+			"proto_version '1'",
+			"publication_names '" + s.cfg.PublicationName + "'",
+			"messages 'true'",
+		},
+	})
+	if err != nil {
+		if st, serr := readSlot(ctx, pool, s.cfg.SlotName); serr == nil && (!st.exists || st.lost()) {
+			return errSlotLost
+		}
+		return fmt.Errorf("cdc: starting replication from slot %q: %w", s.cfg.SlotName, err)
+	}
+	*backoff = 0
+	r.rels = map[uint32]*relation{}
+	s.log.Info("streaming from the replication slot", "after", r.skipBelow.String())
+	return r.stream(ctx, conn)
+}
+
+// awaitRelease waits until the walsender pid no longer holds the slot, so
+// that a Start right after Close finds it free.
+func awaitRelease(ctx context.Context, pool *pgxpool.Pool, slot string, pid int32) {
+	for {
+		st, err := readSlot(ctx, pool, slot)
+		if err != nil || st.activePID != pid {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// stream reads replication messages until an error, replying to the
+// server's keepalives and reporting the flush position.
+func (r *reader) stream(ctx context.Context, conn *pgconn.PgConn) error {
+	s := r.s
+	st := &statusSender{conn: conn, interval: s.cfg.StatusInterval}
+	for {
+		if err := r.waitForRoom(ctx, st); err != nil {
+			return err
+		}
+		if err := st.send(ctx, s, false); err != nil {
+			return err
+		}
+		rctx, cancel := context.WithTimeout(ctx, min(receiveTimeout, s.cfg.StatusInterval))
+		raw, err := conn.ReceiveMessage(rctx)
+		cancel()
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			if pgconn.Timeout(err) {
+				continue
+			}
+			return fmt.Errorf("cdc: receiving from the replication stream: %w", err)
+		}
+		switch m := raw.(type) {
+		case *pgproto3.CopyData:
+			if len(m.Data) == 0 {
+				continue
+			}
+			switch m.Data[0] {
+			case pglogrepl.PrimaryKeepaliveMessageByteID:
+				ka, err := pglogrepl.ParsePrimaryKeepaliveMessage(m.Data[1:])
+				if err != nil {
+					return fmt.Errorf("cdc: %w", err)
+				}
+				s.mu.Lock()
+				s.serverEnd = max(s.serverEnd, ka.ServerWALEnd)
+				s.advanceLocked()
+				s.mu.Unlock()
+				if ka.ReplyRequested {
+					if err := st.send(ctx, s, true); err != nil {
+						return err
+					}
+				}
+			case pglogrepl.XLogDataByteID:
+				xld, err := pglogrepl.ParseXLogData(m.Data[1:])
+				if err != nil {
+					return fmt.Errorf("cdc: %w", err)
+				}
+				if err := r.handle(xld.WALData); err != nil {
+					return err
+				}
+			}
+		case *pgproto3.ErrorResponse:
+			return fmt.Errorf("cdc: replication stream: %w", pgconn.ErrorResponseToPgError(m))
+		case *pgproto3.CopyDone:
+			return errors.New("cdc: the server ended the replication stream")
+		}
+	}
+}
+
+// handle applies one pgoutput message.
+func (r *reader) handle(data []byte) error {
+	s := r.s
+	msg, err := pglogrepl.Parse(data)
+	if err != nil {
+		return &permanentError{fmt.Errorf("cdc: decoding a pgoutput message: %w", err)}
+	}
+	switch m := msg.(type) {
+	case *pglogrepl.RelationMessage:
+		rel, err := newRelation(m, s.cfg.Schema)
+		if err != nil {
+			return &permanentError{err}
+		}
+		r.rels[m.RelationID] = rel
+	case *pglogrepl.BeginMessage:
+		r.txMajor, r.txIndex = uint64(m.FinalLSN), 0
+		s.mu.Lock()
+		s.inTx = true
+		s.mu.Unlock()
+	case *pglogrepl.InsertMessage:
+		rel, ok := r.rels[m.RelationID]
+		if !ok {
+			return &permanentError{fmt.Errorf("cdc: insert into relation %d before its relation message", m.RelationID)}
+		}
+		if !rel.outbox {
+			return nil
+		}
+		pos := relay.Position{Major: r.txMajor, Minor: r.txIndex}
+		r.txIndex++
+		if !r.skipBelow.Less(pos) {
+			return nil
+		}
+		e, err := r.decode.event(rel, m.Tuple)
+		if err != nil {
+			return &permanentError{err}
+		}
+		e.Position = pos
+		s.mu.Lock()
+		s.pushLocked(e)
+		s.mu.Unlock()
+		r.skipBelow = pos
+	case *pglogrepl.CommitMessage:
+		s.mu.Lock()
+		if s.open != nil && s.open.major == r.txMajor {
+			s.open.closed = true
+			s.open = nil
+		}
+		if r.txMajor > r.lastMajor {
+			s.txs = append(s.txs, txMark{major: r.txMajor, last: r.txIndex - 1, empty: r.txIndex == 0, end: m.TransactionEndLSN})
+			r.lastMajor = r.txMajor
+		}
+		s.inTx = false
+		s.advanceLocked()
+		s.notifyLocked()
+		s.mu.Unlock()
+	case *pglogrepl.LogicalDecodingMessage:
+		if !m.Transactional {
+			s.mu.Lock()
+			s.serverEnd = max(s.serverEnd, m.LSN)
+			s.advanceLocked()
+			s.mu.Unlock()
+		}
+	}
+	return nil
+}
+
+// pushLocked queues e in the chunk of its transaction.
+func (s *Source) pushLocked(e relay.Event) {
+	if s.open == nil || s.open.major != e.Position.Major {
+		s.open = &chunk{major: e.Position.Major}
+		s.queue = append(s.queue, s.open)
+	}
+	s.open.events = append(s.open.events, e)
+	s.queued++
+	s.notifyLocked()
+}
+
+// waitForRoom blocks while the queue is full, still sending status
+// updates so the server keeps the connection.
+func (r *reader) waitForRoom(ctx context.Context, st *statusSender) error {
+	s := r.s
+	for {
+		s.mu.Lock()
+		full := s.queued >= s.cfg.QueueSize
+		var err error
+		if full {
+			err = s.waitLockedFor(ctx, s.cfg.StatusInterval)
+		}
+		s.mu.Unlock()
+		if !full || err != nil {
+			return err
+		}
+		if err := st.send(ctx, s, false); err != nil {
+			return err
+		}
+	}
+}
+
+// statusSender sends standby status updates: when the flush position
+// moved, when the interval passed, or when the server asked.
+type statusSender struct {
+	conn     *pgconn.PgConn
+	interval time.Duration
+	sent     pglogrepl.LSN
+	next     time.Time
+}
+
+func (st *statusSender) send(ctx context.Context, s *Source, force bool) error {
+	s.mu.Lock()
+	flush := s.flush
+	s.mu.Unlock()
+	now := time.Now()
+	if !force && flush == st.sent && now.Before(st.next) {
+		return nil
+	}
+	// Only the flush position matters for a logical slot; write and
+	// apply are reported equal to it so nothing suggests more.
+	err := pglogrepl.SendStandbyStatusUpdate(ctx, st.conn, pglogrepl.StandbyStatusUpdate{
+		WALWritePosition: flush,
+		WALFlushPosition: flush,
+		WALApplyPosition: flush,
+		ClientTime:       now,
+	})
+	if err != nil {
+		return fmt.Errorf("cdc: sending a standby status update: %w", err)
+	}
+	st.sent, st.next = flush, now.Add(st.interval)
+	return nil
+}
+
+// connectReplication opens a logical replication connection. A deadline,
+// not a cancel request, ends waits on it: a cancel request would abort the
+// walsender's stream.
+func (s *Source) connectReplication(ctx context.Context) (*pgconn.PgConn, error) {
+	cfg, err := pgconfig.ParseConfig(s.cfg.DatabaseURL)
+	if err != nil {
+		return nil, err
+	}
+	pc := cfg.Config.Copy()
+	pc.RuntimeParams["replication"] = "database"
+	// Text-format values are parsed as ISO dates and hex bytea.
+	pc.RuntimeParams["DateStyle"] = "ISO, MDY"
+	pc.RuntimeParams["bytea_output"] = "hex"
+	if pc.RuntimeParams["application_name"] == "" {
+		pc.RuntimeParams["application_name"] = "relay-cdc"
+	}
+	if pc.ConnectTimeout == 0 {
+		pc.ConnectTimeout = 10 * time.Second
+	}
+	pc.BuildContextWatcherHandler = func(c *pgconn.PgConn) ctxwatch.Handler {
+		return &pgconn.DeadlineContextWatcherHandler{Conn: c.Conn()}
+	}
+	conn, err := pgconn.ConnectConfig(ctx, pc)
+	if err != nil {
+		return nil, &scrubbedError{
+			msg: fmt.Sprintf("cdc: opening a replication connection to %s: %s", pgconfig.Describe(pc), pgconfig.Scrub(err, s.cfg.DatabaseURL)),
+			err: err,
+		}
+	}
+	return conn, nil
+}
+
+// scrubbedError keeps the cause of a connection failure for errors.Is
+// while its message holds no password.
+type scrubbedError struct {
+	msg string
+	err error
+}
+
+func (e *scrubbedError) Error() string { return e.msg }
+func (e *scrubbedError) Unwrap() error { return e.err }
+
+// housekeep writes heartbeats and deletes finished slot-creation markers.
+func (s *Source) housekeep(ctx context.Context, pool *pgxpool.Pool, markerDone <-chan pglogrepl.LSN) {
+	t := time.NewTicker(s.cfg.HeartbeatInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case lsn := <-markerDone:
+			if _, err := pool.Exec(ctx, "DELETE FROM "+s.slotsTbl+" WHERE slot_name = $1 AND consistent_lsn = $2::text::pg_lsn",
+				s.cfg.SlotName, lsn.String()); err != nil && ctx.Err() == nil {
+				s.log.Warn("removing the finished slot-creation record failed; the next start removes it", "err", err)
+			}
+		case <-t.C:
+			if _, err := pool.Exec(ctx, "SELECT pg_logical_emit_message(false, 'relay-heartbeat', '')"); err != nil && ctx.Err() == nil {
+				s.log.Warn("writing the heartbeat failed", "err", err)
+			}
+		}
+	}
+}
