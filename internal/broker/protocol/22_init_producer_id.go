@@ -16,7 +16,7 @@ func (s *Server) handleInitProducerID(ctx context.Context, req *kmsg.InitProduce
 	resp := req.ResponseKind().(*kmsg.InitProducerIDResponse)
 	resp.ProducerID, resp.ProducerEpoch = -1, -1
 	if req.TransactionalID != nil {
-		resp.ErrorCode = kerr.TransactionalIDAuthorizationFailed.Code
+		resp.ErrorCode = kerr.InvalidRequest.Code
 		return resp
 	}
 	id, err := s.b.InitProducerID(ctx, "")

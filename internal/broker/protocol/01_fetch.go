@@ -1,0 +1,169 @@
+package protocol
+
+import (
+	"context"
+	"time"
+
+	"github.com/outboxrelay/relay/internal/broker"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// handleFetch serves stored record batches verbatim. It answers at once
+// when MinBytes are available or any partition has an error; otherwise it
+// long-polls, re-reading when a requested partition's high watermark moves,
+// until MinBytes arrive or MaxWaitMillis passes. Each partition gets at
+// most PartitionMaxBytes and the response at most MaxBytes, except that
+// the first batch found is always returned whole so that a consumer can
+// make progress past a batch larger than its limits. There are no fetch
+// sessions: every response carries session id 0, which tells clients to
+// send full requests. Transactions do not exist, so both isolation levels
+// read up to the high watermark.
+func (s *Server) handleFetch(ctx context.Context, req *kmsg.FetchRequest) kmsg.Response {
+	resp := req.ResponseKind().(*kmsg.FetchResponse)
+	if req.SessionID != 0 || req.SessionEpoch > 0 {
+		if req.SessionID != 0 {
+			resp.ErrorCode = kerr.FetchSessionIDNotFound.Code
+		} else {
+			resp.ErrorCode = kerr.InvalidFetchSessionEpoch.Code
+		}
+		return resp
+	}
+	var deadline time.Time
+	if req.MaxWaitMillis > 0 {
+		deadline = time.Now().Add(time.Duration(req.MaxWaitMillis) * time.Millisecond)
+	}
+	for {
+		watches := s.fetchWatches(req, deadline)
+		bytes, stop := s.fillFetch(ctx, req, resp)
+		if stop || bytes >= int(req.MinBytes) || len(watches) == 0 || ctx.Err() != nil {
+			return resp
+		}
+		wait := time.Until(deadline)
+		if wait <= 0 {
+			return resp
+		}
+		if !waitAny(ctx, watches, wait) {
+			return resp
+		}
+	}
+}
+
+// fetchWatches collects the high watermark channels of the requested
+// partitions before they are read, so a write in between still wakes the
+// wait. None are needed when the request will not wait.
+func (s *Server) fetchWatches(req *kmsg.FetchRequest, deadline time.Time) []<-chan struct{} {
+	if deadline.IsZero() || req.MinBytes <= 0 {
+		return nil
+	}
+	var chs []<-chan struct{}
+	for _, rt := range req.Topics {
+		for _, rp := range rt.Partitions {
+			if ch, err := s.b.Watch(rt.Topic, rp.Partition); err == nil {
+				chs = append(chs, ch)
+			}
+		}
+	}
+	return chs
+}
+
+// fillFetch (re)builds resp from the log and returns the bytes of record
+// batches in it, and whether a partition error calls for an answer now.
+func (s *Server) fillFetch(ctx context.Context, req *kmsg.FetchRequest, resp *kmsg.FetchResponse) (int, bool) {
+	remaining := int(req.MaxBytes)
+	if req.Version < 3 || remaining <= 0 {
+		remaining = int(^uint32(0) >> 1)
+	}
+	total, stop := 0, false
+	resp.Topics = resp.Topics[:0]
+	for _, rt := range req.Topics {
+		t := kmsg.NewFetchResponseTopic()
+		t.Topic, t.TopicID = rt.Topic, rt.TopicID
+		t.Partitions = make([]kmsg.FetchResponseTopicPartition, 0, len(rt.Partitions))
+		for _, rp := range rt.Partitions {
+			p := kmsg.NewFetchResponseTopicPartition()
+			p.Partition = rp.Partition
+			p.HighWatermark, p.LastStableOffset, p.LogStartOffset = -1, -1, -1
+			p.PreferredReadReplica = -1
+			p.RecordBatches = []byte{}
+			if rp.CurrentLeaderEpoch > 0 {
+				p.ErrorCode = kerr.UnknownLeaderEpoch.Code
+				stop = true
+				t.Partitions = append(t.Partitions, p)
+				continue
+			}
+			limit := int(rp.PartitionMaxBytes)
+			if total > 0 {
+				limit = min(limit, remaining)
+			}
+			if limit <= 0 && total > 0 {
+				earliest, latest, err := s.b.Offsets(rt.Topic, rp.Partition)
+				if err == nil {
+					p.HighWatermark, p.LastStableOffset, p.LogStartOffset = latest, latest, earliest
+				} else {
+					p.ErrorCode = broker.KafkaErrorCode(err)
+				}
+				t.Partitions = append(t.Partitions, p)
+				continue
+			}
+			res, err := s.b.Fetch(ctx, rt.Topic, rp.Partition, rp.FetchOffset, max(limit, 1))
+			p.HighWatermark, p.LastStableOffset, p.LogStartOffset = res.HighWatermark, res.HighWatermark, res.LogStartOffset
+			if err != nil {
+				p.ErrorCode = broker.KafkaErrorCode(err)
+				if p.ErrorCode != kerr.OffsetOutOfRange.Code {
+					p.HighWatermark, p.LastStableOffset, p.LogStartOffset = -1, -1, -1
+				}
+				stop = true
+			}
+			// An empty record set, not a null one: librdkafka rejects
+			// a null set as a malformed response.
+			p.RecordBatches = res.Batches
+			if p.RecordBatches == nil {
+				p.RecordBatches = []byte{}
+			}
+			total += len(res.Batches)
+			remaining -= len(res.Batches)
+			t.Partitions = append(t.Partitions, p)
+		}
+		resp.Topics = append(resp.Topics, t)
+	}
+	return total, stop
+}
+
+// waitAny blocks until one of chs is closed (true), or wait passes or ctx
+// ends (false).
+func waitAny(ctx context.Context, chs []<-chan struct{}, wait time.Duration) bool {
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	if len(chs) == 1 {
+		select {
+		case <-chs[0]:
+			return true
+		case <-timer.C:
+		case <-ctx.Done():
+		}
+		return false
+	}
+	woke := make(chan struct{}, 1)
+	done := make(chan struct{})
+	defer close(done)
+	for _, ch := range chs {
+		go func() {
+			select {
+			case <-ch:
+				select {
+				case woke <- struct{}{}:
+				default:
+				}
+			case <-done:
+			}
+		}()
+	}
+	select {
+	case <-woke:
+		return true
+	case <-timer.C:
+	case <-ctx.Done():
+	}
+	return false
+}

@@ -1,0 +1,97 @@
+package protocol
+
+import (
+	"context"
+
+	"github.com/outboxrelay/relay/internal/broker"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// handleOffsetCommit stores offsets durably in the broker (one fsync per
+// request). A member of a live group must name its current generation; a
+// generation below zero is a standalone commit, allowed while the group has
+// no members, as in Kafka. Commits for unknown partitions fail per
+// partition and do not stop the others.
+func (s *Server) handleOffsetCommit(ctx context.Context, req *kmsg.OffsetCommitRequest) kmsg.Response {
+	resp := req.ResponseKind().(*kmsg.OffsetCommitResponse)
+	generation := req.Generation
+	if req.Version < 1 {
+		generation = -1
+	}
+	code := s.groups.checkCommit(req.Group, req.MemberID, req.InstanceID, generation)
+	if req.Group == "" {
+		code = kerr.InvalidGroupID.Code
+	}
+
+	var commits []broker.OffsetCommit
+	codes := make([][]int16, len(req.Topics))
+	for i, rt := range req.Topics {
+		codes[i] = make([]int16, len(rt.Partitions))
+		for j, rp := range rt.Partitions {
+			if code != 0 {
+				codes[i][j] = code
+				continue
+			}
+			if _, _, err := s.b.Offsets(rt.Topic, rp.Partition); err != nil {
+				codes[i][j] = broker.KafkaErrorCode(err)
+				continue
+			}
+			oc := broker.OffsetCommit{Topic: rt.Topic, Partition: rp.Partition, Offset: rp.Offset, LeaderEpoch: -1}
+			if req.Version >= 6 {
+				oc.LeaderEpoch = rp.LeaderEpoch
+			}
+			if rp.Metadata != nil {
+				oc.Metadata = *rp.Metadata
+			}
+			commits = append(commits, oc)
+		}
+	}
+	if len(commits) > 0 {
+		if err := s.b.CommitOffsets(ctx, req.Group, commits); err != nil {
+			ec := broker.KafkaErrorCode(err)
+			for i := range codes {
+				for j := range codes[i] {
+					if codes[i][j] == 0 {
+						codes[i][j] = ec
+					}
+				}
+			}
+		}
+	}
+	for i, rt := range req.Topics {
+		t := kmsg.NewOffsetCommitResponseTopic()
+		t.Topic = rt.Topic
+		for j, rp := range rt.Partitions {
+			p := kmsg.NewOffsetCommitResponseTopicPartition()
+			p.Partition, p.ErrorCode = rp.Partition, codes[i][j]
+			t.Partitions = append(t.Partitions, p)
+		}
+		resp.Topics = append(resp.Topics, t)
+	}
+	return resp
+}
+
+// checkCommit decides whether a commit from this member may be stored.
+func (c *coordinator) checkCommit(groupID, memberID string, instanceID *string, generation int32) int16 {
+	g := c.lockGroup(groupID, false)
+	if g == nil {
+		if generation < 0 {
+			return 0
+		}
+		return kerr.IllegalGeneration.Code
+	}
+	defer g.mu.Unlock()
+	if generation < 0 && len(g.members) == 0 {
+		return 0
+	}
+	m, code := g.validMember(memberID, instanceID, generation)
+	if code != 0 {
+		return code
+	}
+	if g.state == groupCompletingRebalance {
+		return kerr.RebalanceInProgress.Code
+	}
+	g.touch(m)
+	return 0
+}

@@ -1,0 +1,28 @@
+package protocol
+
+import (
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// handleHeartbeat keeps a member's session alive and tells it when the
+// group is rebalancing, so that it rejoins.
+func (c *coordinator) handleHeartbeat(req *kmsg.HeartbeatRequest) kmsg.Response {
+	resp := req.ResponseKind().(*kmsg.HeartbeatResponse)
+	g := c.lockGroup(req.Group, false)
+	if g == nil {
+		resp.ErrorCode = kerr.UnknownMemberID.Code
+		return resp
+	}
+	defer g.mu.Unlock()
+	m, code := g.validMember(req.MemberID, req.InstanceID, req.Generation)
+	if code != 0 {
+		resp.ErrorCode = code
+		return resp
+	}
+	g.touch(m)
+	if g.state == groupPreparingRebalance {
+		resp.ErrorCode = kerr.RebalanceInProgress.Code
+	}
+	return resp
+}

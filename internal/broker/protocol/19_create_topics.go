@@ -1,0 +1,137 @@
+package protocol
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/outboxrelay/relay/internal/broker"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// handleCreateTopics creates topics with a partition count (-1: the
+// broker's default) and these configs: cleanup.policy, retention.ms,
+// retention.bytes, segment.bytes, segment.ms, delete.retention.ms,
+// max.message.bytes. The replication factor must be -1 or 1 and manual
+// replica assignments are refused: there is one node.
+func (s *Server) handleCreateTopics(req *kmsg.CreateTopicsRequest) kmsg.Response {
+	resp := req.ResponseKind().(*kmsg.CreateTopicsResponse)
+	seen := map[string]int{}
+	for _, rt := range req.Topics {
+		seen[rt.Topic]++
+	}
+	for _, rt := range req.Topics {
+		t := kmsg.NewCreateTopicsResponseTopic()
+		t.Topic = rt.Topic
+		t.NumPartitions, t.ReplicationFactor = -1, -1
+		fail := func(code int16, err error) {
+			t.ErrorCode = code
+			if err != nil {
+				msg := err.Error()
+				t.ErrorMessage = &msg
+			}
+		}
+		cfg, err := topicConfig(rt)
+		switch {
+		case seen[rt.Topic] > 1:
+			fail(kerr.InvalidRequest.Code, fmt.Errorf("topic %q named more than once", rt.Topic))
+		case rt.ReplicationFactor != -1 && rt.ReplicationFactor != 1:
+			fail(kerr.InvalidReplicationFactor.Code, fmt.Errorf("replication factor %d: the embedded broker has one node", rt.ReplicationFactor))
+		case len(rt.ReplicaAssignment) > 0:
+			fail(kerr.InvalidReplicaAssignment.Code, errors.New("manual replica assignment is not supported"))
+		case rt.NumPartitions == 0 || rt.NumPartitions < -1:
+			fail(kerr.InvalidPartitions.Code, fmt.Errorf("%d partitions", rt.NumPartitions))
+		case err != nil:
+			fail(kerr.InvalidConfig.Code, err)
+		case req.ValidateOnly:
+			if err := broker.ValidateTopicName(rt.Topic); err != nil {
+				fail(broker.KafkaErrorCode(err), err)
+			} else if _, err := s.b.Topic(rt.Topic); err == nil {
+				fail(kerr.TopicAlreadyExists.Code, fmt.Errorf("topic %q already exists", rt.Topic))
+			}
+		default:
+			ti, err := s.b.CreateTopic(rt.Topic, cfg)
+			if err != nil {
+				fail(broker.KafkaErrorCode(err), err)
+				break
+			}
+			s.log.Info("created topic", "topic", ti.Name, "partitions", len(ti.Partitions))
+			t.TopicID = topicID(ti.Name)
+			t.NumPartitions, t.ReplicationFactor = int32(len(ti.Partitions)), 1
+			t.Configs = describeTopicConfig(ti.Config)
+		}
+		resp.Topics = append(resp.Topics, t)
+	}
+	return resp
+}
+
+func topicConfig(rt kmsg.CreateTopicsRequestTopic) (broker.TopicConfig, error) {
+	var cfg broker.TopicConfig
+	if rt.NumPartitions > 0 {
+		cfg.Partitions = rt.NumPartitions
+	}
+	for _, c := range rt.Configs {
+		if c.Value == nil {
+			continue
+		}
+		v := *c.Value
+		num := func(bits int) (int64, error) {
+			n, err := strconv.ParseInt(v, 10, bits)
+			if err != nil {
+				return 0, fmt.Errorf("config %s=%q: %w", c.Name, v, err)
+			}
+			return n, nil
+		}
+		var err error
+		switch c.Name {
+		case "cleanup.policy":
+			switch v {
+			case string(broker.CleanupDelete), string(broker.CleanupCompact):
+				cfg.CleanupPolicy = broker.CleanupPolicy(v)
+			default:
+				err = fmt.Errorf("config cleanup.policy=%q: want delete or compact", v)
+			}
+		case "retention.ms":
+			cfg.RetentionMs, err = num(64)
+		case "retention.bytes":
+			cfg.RetentionBytes, err = num(64)
+		case "segment.bytes":
+			cfg.SegmentBytes, err = num(64)
+		case "segment.ms":
+			cfg.SegmentMs, err = num(64)
+		case "delete.retention.ms":
+			cfg.DeleteRetentionMs, err = num(64)
+		case "max.message.bytes":
+			var n int64
+			n, err = num(32)
+			cfg.MaxMessageBytes = int32(n)
+		default:
+			err = fmt.Errorf("config %s is not supported", c.Name)
+		}
+		if err != nil {
+			return cfg, err
+		}
+	}
+	return cfg, nil
+}
+
+func describeTopicConfig(c broker.TopicConfig) []kmsg.CreateTopicsResponseTopicConfig {
+	pairs := []struct{ name, value string }{
+		{"cleanup.policy", string(c.CleanupPolicy)},
+		{"retention.ms", strconv.FormatInt(c.RetentionMs, 10)},
+		{"retention.bytes", strconv.FormatInt(c.RetentionBytes, 10)},
+		{"segment.bytes", strconv.FormatInt(c.SegmentBytes, 10)},
+		{"segment.ms", strconv.FormatInt(c.SegmentMs, 10)},
+		{"delete.retention.ms", strconv.FormatInt(c.DeleteRetentionMs, 10)},
+		{"max.message.bytes", strconv.FormatInt(int64(c.MaxMessageBytes), 10)},
+	}
+	out := make([]kmsg.CreateTopicsResponseTopicConfig, 0, len(pairs))
+	for _, p := range pairs {
+		rc := kmsg.NewCreateTopicsResponseTopicConfig()
+		v := p.value
+		rc.Name, rc.Value, rc.Source = p.name, &v, 5
+		out = append(out, rc)
+	}
+	return out
+}

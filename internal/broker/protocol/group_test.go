@@ -1,0 +1,272 @@
+package protocol
+
+import (
+	"context"
+	"errors"
+	"net"
+	"slices"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// killableDialer lets a test cut a client off the network as if its
+// process died: open connections drop and new dials fail, so it can
+// neither heartbeat nor leave its group.
+type killableDialer struct {
+	mu     sync.Mutex
+	dead   bool
+	conns  []net.Conn
+	dialer net.Dialer
+}
+
+func (d *killableDialer) dial(ctx context.Context, network, host string) (net.Conn, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.dead {
+		return nil, errors.New("test: client killed")
+	}
+	c, err := d.dialer.DialContext(ctx, network, host)
+	if err == nil {
+		d.conns = append(d.conns, c)
+	}
+	return c, err
+}
+
+func (d *killableDialer) kill() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.dead = true
+	for _, c := range d.conns {
+		_ = c.Close()
+	}
+}
+
+// groupConsumer polls in the background, recording what it sees.
+type groupConsumer struct {
+	name   string
+	cl     *kgo.Client
+	dialer *killableDialer
+	cancel context.CancelFunc
+	done   chan struct{}
+
+	mu       sync.Mutex
+	assigned map[int32]bool
+}
+
+type consumed struct {
+	mu sync.Mutex
+	// first offset seen per partition by consumers started after a given
+	// point, and every value seen.
+	values map[string]int
+	first  map[int32]int64
+}
+
+func (c *consumed) count() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.values)
+}
+
+func startGroupConsumer(t *testing.T, addr, group, topic, name string, seen *consumed, extra ...kgo.Opt) *groupConsumer {
+	t.Helper()
+	gc := &groupConsumer{name: name, dialer: &killableDialer{}, assigned: map[int32]bool{}, done: make(chan struct{})}
+	opts := append([]kgo.Opt{
+		kgo.ConsumerGroup(group),
+		kgo.ConsumeTopics(topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.SessionTimeout(1500 * time.Millisecond),
+		kgo.HeartbeatInterval(200 * time.Millisecond),
+		kgo.RebalanceTimeout(5 * time.Second),
+		kgo.AutoCommitInterval(100 * time.Millisecond),
+		kgo.Dialer(gc.dialer.dial),
+		kgo.ClientID(name),
+		kgo.RetryBackoffFn(func(int) time.Duration { return 50 * time.Millisecond }),
+		kgo.OnPartitionsAssigned(func(_ context.Context, _ *kgo.Client, m map[string][]int32) {
+			gc.mu.Lock()
+			defer gc.mu.Unlock()
+			for _, p := range m[topic] {
+				gc.assigned[p] = true
+			}
+		}),
+		kgo.OnPartitionsRevoked(func(ctx context.Context, cl *kgo.Client, m map[string][]int32) {
+			if err := cl.CommitMarkedOffsets(ctx); err != nil && ctx.Err() == nil {
+				t.Logf("%s: commit on revoke: %v", name, err)
+			}
+			gc.mu.Lock()
+			defer gc.mu.Unlock()
+			for _, p := range m[topic] {
+				delete(gc.assigned, p)
+			}
+		}),
+		kgo.OnPartitionsLost(func(_ context.Context, _ *kgo.Client, m map[string][]int32) {
+			gc.mu.Lock()
+			defer gc.mu.Unlock()
+			for _, p := range m[topic] {
+				delete(gc.assigned, p)
+			}
+		}),
+	}, extra...)
+	gc.cl = newKgo(t, addr, opts...)
+	ctx, cancel := context.WithCancel(context.Background())
+	gc.cancel = cancel
+	go func() {
+		defer close(gc.done)
+		for ctx.Err() == nil {
+			fs := gc.cl.PollFetches(ctx)
+			fs.EachRecord(func(r *kgo.Record) {
+				seen.mu.Lock()
+				seen.values[string(r.Value)]++
+				if _, ok := seen.first[r.Partition]; !ok {
+					seen.first[r.Partition] = r.Offset
+				}
+				seen.mu.Unlock()
+			})
+		}
+	}()
+	return gc
+}
+
+func (gc *groupConsumer) partitions() []int32 {
+	gc.mu.Lock()
+	defer gc.mu.Unlock()
+	var ps []int32
+	for p := range gc.assigned {
+		ps = append(ps, p)
+	}
+	slices.Sort(ps)
+	return ps
+}
+
+// kill cuts the consumer off without leaving the group.
+func (gc *groupConsumer) kill() {
+	gc.dialer.kill()
+	gc.cancel()
+	<-gc.done
+}
+
+// stop closes the consumer cleanly: commit, leave.
+func (gc *groupConsumer) stop(ctx context.Context) error {
+	gc.cancel()
+	<-gc.done
+	err := gc.cl.CommitUncommittedOffsets(ctx)
+	gc.cl.Close()
+	return err
+}
+
+func waitFor(t *testing.T, ctx context.Context, what string, cond func() bool) {
+	t.Helper()
+	for !cond() {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("timed out waiting for %s", what)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+func produceValues(t *testing.T, ctx context.Context, cl *kgo.Client, topic string, from, to int) {
+	t.Helper()
+	var rs []*kgo.Record
+	for i := from; i < to; i++ {
+		rs = append(rs, &kgo.Record{Topic: topic, Key: []byte("k" + strconv.Itoa(i)), Value: []byte(strconv.Itoa(i))})
+	}
+	if err := cl.ProduceSync(ctx, rs...).FirstErr(); err != nil {
+		t.Fatalf("produce: %v", err)
+	}
+}
+
+func TestKgoGroupFailoverAndRestart(t *testing.T) {
+	t.Parallel()
+	f := setup(t, nil)
+	ctx := testContext(t, 90*time.Second)
+	const topic, group, parts = "events", "workers", 6
+	f.createTopic(t, topic, parts)
+	prod := newKgo(t, f.addr)
+	defer prod.Close()
+
+	seen := &consumed{values: map[string]int{}, first: map[int32]int64{}}
+	var cs []*groupConsumer
+	for i := range 3 {
+		cs = append(cs, startGroupConsumer(t, f.addr, group, topic, "c"+strconv.Itoa(i), seen))
+	}
+	produceValues(t, ctx, prod, topic, 0, 1200)
+	waitFor(t, ctx, "the first 1200 records", func() bool { return seen.count() == 1200 })
+	waitFor(t, ctx, "two partitions per consumer", func() bool {
+		for _, c := range cs {
+			if len(c.partitions()) != 2 {
+				return false
+			}
+		}
+		return true
+	})
+	victim := cs[2]
+	orphaned := victim.partitions()
+	victim.kill()
+	t.Logf("killed %s holding partitions %v", victim.name, orphaned)
+
+	produceValues(t, ctx, prod, topic, 1200, 2400)
+	waitFor(t, ctx, "the survivors to take over and consume everything", func() bool { return seen.count() == 2400 })
+	waitFor(t, ctx, "the survivors to own all partitions", func() bool {
+		var all []int32
+		for _, c := range cs[:2] {
+			all = append(all, c.partitions()...)
+		}
+		slices.Sort(all)
+		return slices.Equal(all, []int32{0, 1, 2, 3, 4, 5})
+	})
+	victim.cl.Close()
+	for _, c := range cs[:2] {
+		if err := c.stop(ctx); err != nil {
+			t.Fatalf("stop %s: %v", c.name, err)
+		}
+	}
+
+	committed := map[int32]int64{}
+	for p := int32(0); p < parts; p++ {
+		c, ok := f.b.FetchOffset(group, topic, p)
+		_, hw, _ := f.b.Offsets(topic, p)
+		if !ok || c.Offset != hw {
+			t.Fatalf("partition %d committed %d (ok=%v), want the high watermark %d", p, c.Offset, ok, hw)
+		}
+		committed[p] = c.Offset
+	}
+
+	// A restarted group resumes from its commits: nothing old again.
+	again := &consumed{values: map[string]int{}, first: map[int32]int64{}}
+	restarted := []*groupConsumer{
+		startGroupConsumer(t, f.addr, group, topic, "r0", again),
+		startGroupConsumer(t, f.addr, group, topic, "r1", again),
+	}
+	produceValues(t, ctx, prod, topic, 2400, 2700)
+	waitFor(t, ctx, "the records produced after the restart", func() bool { return again.count() == 300 })
+	for _, c := range restarted {
+		if err := c.stop(ctx); err != nil {
+			t.Fatalf("stop %s: %v", c.name, err)
+		}
+	}
+	again.mu.Lock()
+	defer again.mu.Unlock()
+	for p, first := range again.first {
+		if first != committed[p] {
+			t.Errorf("restarted group began partition %d at %d, committed %d", p, first, committed[p])
+		}
+	}
+	for v := range again.values {
+		if n, _ := strconv.Atoi(v); n < 2400 {
+			t.Errorf("restarted group re-read record %s", v)
+		}
+	}
+	lags := f.srv.GroupLags()
+	if len(lags) != parts {
+		t.Fatalf("GroupLags = %+v, want %d partitions", lags, parts)
+	}
+	for _, l := range lags {
+		if l.Group != group || l.Lag != 0 || l.RetentionMargin != l.HighWatermark {
+			t.Errorf("lag %+v", l)
+		}
+	}
+}

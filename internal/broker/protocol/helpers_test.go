@@ -1,0 +1,97 @@
+package protocol
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/outboxrelay/relay/internal/broker"
+)
+
+type fixture struct {
+	b    *broker.Broker
+	srv  *Server
+	addr string
+}
+
+// testLogger logs warnings and errors to the test output.
+func testLogger(t testing.TB) *slog.Logger {
+	return slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+}
+
+type testWriter struct{ t testing.TB }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(string(p))
+	return len(p), nil
+}
+
+// setup starts a broker in a temp dir and a Server on 127.0.0.1:0, both
+// stopped in t.Cleanup. cfg may adjust the server's Config.
+func setup(t testing.TB, cfg func(*Config)) *fixture {
+	t.Helper()
+	ctx := context.Background()
+	b, err := broker.Open(ctx, broker.Options{Dir: t.TempDir(), JanitorInterval: -1, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatalf("open broker: %v", err)
+	}
+	c := Config{
+		MinSessionTimeout:     500 * time.Millisecond,
+		InitialRebalanceDelay: 100 * time.Millisecond,
+		AutoCreateTopics:      true,
+		Logger:                testLogger(t),
+	}
+	if cfg != nil {
+		cfg(&c)
+	}
+	srv, err := NewServer(b, c)
+	if err != nil {
+		t.Fatalf("new server: %v", err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("listen: %v", err)
+	}
+	sctx, cancel := context.WithCancel(ctx)
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(sctx, ln) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-served; err != nil {
+			t.Errorf("serve: %v", err)
+		}
+		if err := srv.Close(); err != nil {
+			t.Errorf("close server: %v", err)
+		}
+		if err := b.Close(); err != nil && !errors.Is(err, broker.ErrClosed) {
+			t.Errorf("close broker: %v", err)
+		}
+	})
+	return &fixture{b: b, srv: srv, addr: ln.Addr().String()}
+}
+
+func (f *fixture) createTopic(t testing.TB, name string, partitions int32) {
+	t.Helper()
+	if _, err := f.b.CreateTopic(name, broker.TopicConfig{Partitions: partitions}); err != nil {
+		t.Fatalf("create topic %s: %v", name, err)
+	}
+}
+
+func testContext(t testing.TB, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func kcatPath(t testing.TB) string {
+	t.Helper()
+	const path = "/usr/bin/kcat"
+	if _, err := os.Stat(path); err != nil {
+		t.Fatalf("kcat is required for the interop tests (apt-get install kcat): %v", err)
+	}
+	return path
+}
