@@ -87,6 +87,7 @@ func (f *fixture) exec(t *testing.T, sql string, args ...any) {
 // as the core does after its sink made them durable.
 type core struct {
 	t    *testing.T
+	url  string
 	conn *pgx.Conn
 	src  *cdc.Source
 	max  int
@@ -99,7 +100,14 @@ type core struct {
 }
 
 func newCore(t *testing.T, url string, src *cdc.Source, from relay.Position) *core {
-	return &core{t: t, conn: pgtest.Connect(t, url), src: src, max: 1000, acked: from}
+	c := &core{t: t, url: url, src: src, max: 1000, acked: from}
+	conn, err := pgx.Connect(context.Background(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.conn = conn
+	t.Cleanup(func() { c.conn.Close(context.Background()) })
+	return c
 }
 
 // collect reads until it holds n events in total or the timeout passes.
@@ -132,8 +140,21 @@ func (c *core) deliver(ctx context.Context, events []relay.Event) {
 	if len(ids) == 0 {
 		return
 	}
-	if _, err := c.conn.Exec(ctx, "DELETE FROM outbox.events WHERE id = ANY($1)", ids); err != nil {
-		c.t.Fatalf("deleting published rows: %v", err)
+	// Like the core, retry the acknowledgement until Postgres takes it
+	// (a test may restart the server).
+	for attempt := 0; ; attempt++ {
+		_, err := c.conn.Exec(ctx, "DELETE FROM outbox.events WHERE id = ANY($1)", ids)
+		if err == nil {
+			break
+		}
+		if attempt == 100 {
+			c.t.Fatalf("deleting published rows: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+		if conn, cerr := pgx.Connect(ctx, c.url); cerr == nil {
+			c.conn.Close(ctx)
+			c.conn = conn
+		}
 	}
 	if err := c.src.Acked(ctx, c.acked); err != nil {
 		c.t.Fatalf("Acked: %v", err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
@@ -61,9 +62,16 @@ FROM pg_publication p WHERE p.pubname = $1`, pub, s.cfg.Schema).Scan(&inserts, &
 			found = true
 		}
 		if found {
-			if !inserts || !covers {
-				return fmt.Errorf("%w: publication %q exists but does not publish the inserts of %s; run ALTER PUBLICATION %s ADD TABLE %s and ALTER PUBLICATION %s SET (publish = 'insert'), or drop it and let the relay create it",
-					ErrPublication, pub, s.table, pub, s.table, pub)
+			var fix []string
+			if !covers {
+				fix = append(fix, "ALTER PUBLICATION "+pub+" ADD TABLE "+s.table)
+			}
+			if !inserts {
+				fix = append(fix, "ALTER PUBLICATION "+pub+" SET (publish = 'insert')")
+			}
+			if len(fix) > 0 {
+				return fmt.Errorf("%w: publication %q exists but does not publish the inserts of %s; run %s, or drop the publication and let the relay create it",
+					ErrPublication, pub, s.table, strings.Join(fix, " and "))
 			}
 			return nil
 		}

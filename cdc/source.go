@@ -271,6 +271,7 @@ func (s *Source) Acked(ctx context.Context, through relay.Position) error {
 	defer s.mu.Unlock()
 	if s.acked.Less(through) {
 		s.acked = through
+		s.notifyLocked()
 	}
 	s.advanceLocked()
 	return nil
