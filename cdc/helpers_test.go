@@ -25,7 +25,7 @@ type fixture struct {
 	cfg  cdc.Config
 }
 
-func setup(t *testing.T) *fixture {
+func setup(t testing.TB) *fixture {
 	t.Helper()
 	url := pgtest.NewDatabase(t)
 	conn := pgtest.Connect(t, url)
@@ -48,11 +48,11 @@ func setup(t *testing.T) *fixture {
 }
 
 // testLogger sends the source's logs to the test log.
-func testLogger(t *testing.T) *slog.Logger {
+func testLogger(t testing.TB) *slog.Logger {
 	return slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
 }
 
-type testWriter struct{ t *testing.T }
+type testWriter struct{ t testing.TB }
 
 func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimRight(string(p), "\n"))

@@ -273,7 +273,15 @@ func (r *reader) queueTableRow(ctx context.Context, e relay.Event, txid string, 
 // next session reads the table first.
 func (r *reader) recoverSlot(ctx context.Context) error {
 	s := r.s
-	s.log.Error("REPLICATION SLOT LOST while streaming: it was dropped or invalidated; waiting for in-flight events to be acknowledged, then recreating it and publishing every unpublished outbox row from the table")
+	how := "dropped"
+	s.mu.Lock()
+	pool := s.pool
+	s.mu.Unlock()
+	if st, err := readSlot(ctx, pool, s.cfg.SlotName); err == nil && st.lost() {
+		how = "invalidated by the server (wal_status = lost, max_slot_wal_keep_size exceeded)"
+	}
+	s.log.Error("REPLICATION SLOT LOST while streaming: it was "+how+"; waiting for in-flight events to be acknowledged, then recreating it and publishing every unpublished outbox row from the table",
+		"publication", s.cfg.PublicationName)
 	s.mu.Lock()
 	s.queue, s.open, s.queued, s.txs, s.inTx = nil, nil, 0, nil, true
 	for s.acked.Less(s.delivered) {

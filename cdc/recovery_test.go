@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/outboxrelay/relay/cdc"
 	"github.com/outboxrelay/relay/internal/pgtest"
 	"github.com/outboxrelay/relay/relay"
 )
@@ -217,4 +218,51 @@ func TestPostgresRestartMidStream(t *testing.T) {
 	got := c.collect(300, 60*time.Second)
 	c.quiet(500 * time.Millisecond)
 	checkExactlyOnce(t, got, 300)
+}
+
+// The server invalidates the slot (wal_status = 'lost') while events are
+// delivered but not yet acknowledged: the source recovers from the table
+// and resumes on a new slot. Runs on its own cluster, which keeps at most
+// 1MB of WAL for slots.
+func TestSlotInvalidatedWhileStreaming(t *testing.T) {
+	t.Parallel()
+	cluster, admin := migratedCluster(t, map[string]string{"max_slot_wal_keep_size": "1MB", "wal_keep_size": "0"})
+	url := cluster.URL()
+	f := &fixture{url: url, conn: admin, cfg: cdc.Config{
+		DatabaseURL:       url,
+		HeartbeatInterval: 200 * time.Millisecond,
+		StatusInterval:    100 * time.Millisecond,
+		Logger:            testLogger(t),
+	}}
+	src := f.start(t, relay.Position{})
+	c := newCore(t, url, src, relay.Position{})
+	ctx := context.Background()
+	insertN(t, url, 1, 10)
+	c.collect(10, 20*time.Second)
+	insertN(t, url, 11, 5)
+	inflight, err := src.Next(ctx, 100)
+	if err != nil || len(inflight) != 5 {
+		t.Fatalf("Next = %d events, %v", len(inflight), err)
+	}
+
+	f.exec(t, "CREATE TABLE churn (x text)")
+	waitFor(t, 60*time.Second, "the slot to be invalidated", func() bool {
+		f.exec(t, "INSERT INTO churn SELECT repeat('x', 1000) FROM generate_series(1, 1000)")
+		f.exec(t, "SELECT pg_switch_wal()")
+		f.exec(t, "CHECKPOINT")
+		var status *string
+		admin.QueryRow(ctx, "SELECT wal_status FROM pg_replication_slots WHERE slot_name = $1", "relay_outbox").Scan(&status)
+		return status == nil || *status == "lost"
+	})
+	insertN(t, url, 16, 5)
+	c.deliver(ctx, inflight)
+	got := c.collect(20, 30*time.Second)
+	insertN(t, url, 21, 5)
+	got = c.collect(25, 30*time.Second)
+	c.quiet(500 * time.Millisecond)
+	checkExactlyOnce(t, got, 25)
+	var status string
+	if err := admin.QueryRow(ctx, "SELECT wal_status FROM pg_replication_slots WHERE slot_name = 'relay_outbox'").Scan(&status); err != nil || status == "lost" {
+		t.Fatalf("slot after recovery: %q, %v", status, err)
+	}
 }

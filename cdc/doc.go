@@ -1,0 +1,107 @@
+// Package cdc reads the outbox from the write-ahead log: the WAL reader, a
+// relay.Source that streams the inserts of <schema>.events through logical
+// replication (the pgoutput plugin, protocol version 1, read with
+// github.com/jackc/pglogrepl).
+//
+// # Setup and preflight
+//
+// Start checks, each failure with its own error and a message that says
+// how to fix it: wal_level is logical (ErrWALLevel); the role has
+// REPLICATION or is a superuser (ErrReplicationPrivilege); the outbox table
+// exists (ErrNoOutbox); the publication, created when missing as
+// "FOR TABLE <schema>.events WITH (publish = 'insert')", publishes that
+// table's inserts (ErrPublication); a slot can be created when one is
+// needed (ErrNoFreeSlot); and the permanent slot is not streamed by
+// another process. In that last case Start returns a *SlotActiveError
+// (errors.Is(err, ErrSlotActive)) at once rather than waiting: the caller
+// is a standby and starts again later, as the relay core does after every
+// failed start. A running source that finds its slot busy on reconnecting
+// (usually its own previous walsender, not yet gone) retries for
+// Config.SlotBusyTimeout before failing.
+//
+// # Positions and order
+//
+// The server sends each transaction whole, between BEGIN and COMMIT, when
+// it commits, in commit order. An event's position is (commit LSN of its
+// transaction, index of the event among the transaction's outbox inserts).
+// The commit LSN is where the commit record starts (BEGIN's final_lsn, the
+// same as COMMIT's commit_lsn), known at BEGIN, so a large transaction
+// flows through a bounded queue (Config.QueueSize) instead of being held in
+// memory whole; its end LSN is remembered at COMMIT for confirming.
+// Positions strictly increase in delivery order. Next returns whole
+// transactions while they fit in max, and splits only a transaction larger
+// than max (or one that fills the queue), with consecutive positions.
+// Columns are mapped by name from the relation message; values are decoded
+// by type from text or binary tuple data.
+//
+// # What is confirmed when
+//
+// The flush position of standby status updates, which becomes the slot's
+// confirmed_flush_lsn, moves only in two ways:
+//
+//   - Past a transaction once Acked has covered its last event, to the
+//     transaction's end LSN. The core calls Acked only after the sink made
+//     the events durable and the checkpoint (with the deletion of the
+//     published rows) committed. A partly acknowledged transaction holds
+//     the flush position before it.
+//   - To the server's reported position (keepalive WAL end, or the LSN of a
+//     non-transactional logical message) when nothing is pending: every
+//     received transaction acknowledged, none half received, nothing
+//     queued. The server has sent everything that committed before that
+//     position, and all of it is acknowledged, so an idle outbox does not
+//     pin WAL. A heartbeat (pg_logical_emit_message, non-transactional,
+//     every Config.HeartbeatInterval) keeps such positions coming while
+//     other tables are busy.
+//
+// Nothing is confirmed on receipt. Status updates go out at least every
+// Config.StatusInterval, right after the flush position moves, and when a
+// keepalive asks for a reply; while the queue is full the reader stops
+// reading but keeps sending them.
+//
+// # Restarts, reconnects, no loss and no duplicates
+//
+// Start(from) is given the core's last recorded position; START_REPLICATION
+// asks for 0/0, which the server reads as the slot's confirmed_flush_lsn.
+// Everything after that position was not confirmed, so the server sends it
+// again; what it sends at or before from (confirmed too little, say after a
+// crash) is skipped by position. A lost connection or a restarted server is
+// retried with exponential backoff (up to Config.MaxBackoff); a new session
+// resumes the same way, skipping what was already queued, including the
+// first part of a transaction cut in the middle. No event is lost because
+// the slot is never confirmed past an unacknowledged event; none is
+// delivered twice because of the position filter (the core filters again).
+//
+// # Slot creation and slot loss
+//
+// A slot only streams transactions that commit after its consistent point,
+// so every slot creation goes with a read of the table, which holds exactly
+// the events not yet acknowledged (the core deletes rows only once they
+// are published). CREATE_REPLICATION_SLOT ... EXPORT_SNAPSHOT returns the
+// consistent point C and a snapshot in which exactly the transactions that
+// committed before C are visible. The reader imports it once to learn its
+// xmin, xmax and running transactions (pg_current_snapshot()) and records
+// C and that snapshot in <schema>.cdc_slots. The rows to read from the
+// table are then those whose txid is visible in the recorded snapshot
+// (pg_visible_in_snapshot): they committed before C, so the slot will
+// never send them, and every row it will send is invisible there. Neither
+// overlap nor gap. They are queued in (txid, id) order at positions
+// (C - 1, n), above everything earlier slots delivered (their commit
+// records all end at or before C) and below everything the new slot
+// streams (commits at or after C).
+//
+// The record is written in two steps: without position before the slot is
+// created, completed after. A record left incomplete by a crash makes the
+// next Start create the slot again. A complete record survives until its
+// rows are acknowledged, so a restart in the middle of the table read reads
+// the rows still present (the acknowledged ones are deleted) and numbers
+// them after from; a new slot would be found healthy and could not tell
+// these rows apart without it.
+//
+// This covers the first start (rows written before the relay ran), a slot
+// dropped or invalidated (wal_status = 'lost', max_slot_wal_keep_size
+// exceeded) while the relay was down, and one lost while it runs. The
+// loss is logged at error level. While running, the reader drops its
+// queued events, waits until the core acknowledged every event Next
+// already returned (so the table holds exactly the rest), and then
+// recreates the slot and reads the table as above.
+package cdc
