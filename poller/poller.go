@@ -127,10 +127,12 @@ func New(cfg Config) (*Poller, error) {
 	table := pgx.Identifier{cfg.Schema, "events"}.Sanitize()
 	return &Poller{
 		cfg: cfg,
-		query: `SELECT id, txid::text, event_id::text, topic, key, payload, headers::text, created_at
-FROM ` + table + `
-WHERE txid < pg_snapshot_xmin(pg_current_snapshot()) AND (txid, id) > ($1::text::xid8, $2)
-ORDER BY txid, id
+		// The text rendering of txid gets its own name: ORDER BY must sort
+		// by the xid8 column, not by its text.
+		query: `SELECT e.id, e.txid::text AS txid_text, e.event_id::text, e.topic, e.key, e.payload, e.headers::text, e.created_at
+FROM ` + table + ` AS e
+WHERE e.txid < pg_snapshot_xmin(pg_current_snapshot()) AND (e.txid, e.id) > ($1::text::xid8, $2)
+ORDER BY e.txid, e.id
 LIMIT $3`,
 		pending: `SELECT EXISTS (SELECT 1 FROM ` + table + ` WHERE (txid, id) > ($1::text::xid8, $2))`,
 		channel: cfg.Schema + ".events",

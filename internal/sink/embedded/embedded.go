@@ -335,6 +335,10 @@ func (s *Sink) appendGroup(ctx context.Context, b *broker.Broker, g *group, msgs
 		for len(indexes) > 0 && seqAtOrBefore(seq, last) {
 			indexes, seq = indexes[1:], seq+1
 		}
+		if skipped := len(g.indexes) - len(indexes); skipped > 0 {
+			s.cfg.Logger.Info("skipped re-delivered events the log already holds",
+				"topic", g.key.topic, "partition", g.key.partition, "events", skipped)
+		}
 	}
 	var appendRange func(idx []int, seq int64) error
 	appendRange = func(idx []int, seq int64) error {

@@ -1,0 +1,455 @@
+// Package e2e drives the real relay binary for end-to-end tests: it runs
+// and kills relay processes, writes outbox events from concurrent writers
+// that remember what they committed, and checks the embedded log against
+// that record: every committed event exactly once, per-key order, nothing
+// from a rolled-back transaction.
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/outboxrelay/relay/internal/broker"
+)
+
+// Proc is a running relay process.
+type Proc struct {
+	t       testing.TB
+	cmd     *exec.Cmd
+	done    chan struct{}
+	err     error
+	logPath string
+	// HTTPAddr is where the process serves /readyz and /metrics.
+	HTTPAddr string
+}
+
+// Start runs the relay binary with args and env added to the environment.
+// Its output goes to a log file in the test's temp dir, printed if the test
+// fails.
+func Start(t testing.TB, bin string, env []string, args ...string) *Proc {
+	t.Helper()
+	logFile, err := os.CreateTemp(t.TempDir(), "relay-*.log")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), env...)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := &Proc{t: t, cmd: cmd, done: make(chan struct{}), logPath: logFile.Name()}
+	for i, a := range args {
+		if a == "--http-addr" && i+1 < len(args) {
+			p.HTTPAddr = args[i+1]
+		}
+	}
+	go func() {
+		p.err = cmd.Wait()
+		logFile.Close()
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		p.Kill()
+		if t.Failed() {
+			out, _ := os.ReadFile(p.logPath)
+			t.Logf("relay (pid %d) output:\n%s", cmd.Process.Pid, tail(out, 60))
+		}
+	})
+	return p
+}
+
+func tail(b []byte, lines int) []byte {
+	all := bytes.Split(bytes.TrimRight(b, "\n"), []byte("\n"))
+	if len(all) > lines {
+		all = all[len(all)-lines:]
+	}
+	return bytes.Join(all, []byte("\n"))
+}
+
+// Kill sends SIGKILL and waits for the process to die.
+func (p *Proc) Kill() {
+	select {
+	case <-p.done:
+		return
+	default:
+	}
+	p.cmd.Process.Signal(syscall.SIGKILL)
+	<-p.done
+}
+
+// Signal sends sig.
+func (p *Proc) Signal(sig os.Signal) { p.cmd.Process.Signal(sig) }
+
+// Wait waits up to timeout for the process to exit and returns its exit
+// code, or -1 if it did not exit in time.
+func (p *Proc) Wait(timeout time.Duration) int {
+	select {
+	case <-p.done:
+		if p.err == nil {
+			return 0
+		}
+		if ee, ok := p.err.(*exec.ExitError); ok {
+			return ee.ExitCode()
+		}
+		return -1
+	case <-time.After(timeout):
+		return -1
+	}
+}
+
+// Exited reports whether the process has exited.
+func (p *Proc) Exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// Output returns what the process has logged so far.
+func (p *Proc) Output() string {
+	out, _ := os.ReadFile(p.logPath)
+	return string(out)
+}
+
+// Role asks /readyz for the process's role ("" when it does not answer).
+func (p *Proc) Role() string {
+	c := http.Client{Timeout: time.Second}
+	resp, err := c.Get("http://" + p.HTTPAddr + "/readyz")
+	if err != nil {
+		return ""
+	}
+	defer resp.Body.Close()
+	var body struct {
+		Role string `json:"role"`
+	}
+	json.NewDecoder(resp.Body).Decode(&body)
+	return body.Role
+}
+
+// Payload is what a test writer puts in each event.
+type Payload struct {
+	// ID is unique per event across the test.
+	ID string `json:"id"`
+	// Key is the event's key; Seq counts that key's events in commit
+	// order (the key's writer runs one transaction at a time).
+	Key string `json:"key"`
+	Seq int    `json:"seq"`
+}
+
+// Ledger records what writers committed and rolled back.
+type Ledger struct {
+	mu         sync.Mutex
+	Committed  map[string]Payload
+	RolledBack map[string]bool
+}
+
+// NewLedger returns an empty ledger.
+func NewLedger() *Ledger {
+	return &Ledger{Committed: map[string]Payload{}, RolledBack: map[string]bool{}}
+}
+
+func (l *Ledger) commit(ps []Payload) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, p := range ps {
+		l.Committed[p.ID] = p
+	}
+}
+
+func (l *Ledger) rollback(ps []Payload) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, p := range ps {
+		l.RolledBack[p.ID] = true
+	}
+}
+
+// WriterConfig shapes a write load.
+type WriterConfig struct {
+	URL     string
+	Schema  string
+	Topic   string
+	Writers int
+	// Events is the total number of committed events to write.
+	Events int
+	Keys   int
+	// PerTx is the most events per transaction (each transaction writes
+	// 1..PerTx events on one or more of its writer's keys).
+	PerTx int
+	// RollbackEvery rolls back one transaction in this many (0: never).
+	RollbackEvery int
+	PayloadBytes  int
+}
+
+// Write runs the writers until Events events are committed. Writer w owns
+// the keys k with k % Writers == w, so a key's transactions never overlap
+// and its events must appear in the log in Seq order.
+func Write(ctx context.Context, cfg WriterConfig, ledger *Ledger) error {
+	var wg sync.WaitGroup
+	errs := make(chan error, cfg.Writers)
+	perWriter := cfg.Events / cfg.Writers
+	for w := 0; w < cfg.Writers; w++ {
+		n := perWriter
+		if w == 0 {
+			n += cfg.Events - perWriter*cfg.Writers
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := writer(ctx, cfg, w, n, ledger); err != nil {
+				errs <- fmt.Errorf("writer %d: %w", w, err)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	return <-errs
+}
+
+func writer(ctx context.Context, cfg WriterConfig, w, n int, ledger *Ledger) error {
+	conn, err := pgx.Connect(ctx, cfg.URL)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	rng := rand.New(rand.NewPCG(uint64(w), 42))
+	var keys []string
+	for k := w; k < cfg.Keys; k += cfg.Writers {
+		keys = append(keys, fmt.Sprintf("key-%d", k))
+	}
+	seq := map[string]int{}
+	table := pgx.Identifier{cfg.Schema, "events"}.Sanitize()
+	insert := `INSERT INTO ` + table + ` (topic, key, payload, headers) SELECT $1, k, convert_to(p, 'UTF8'), '{"test":"e2e"}' FROM unnest($2::text[], $3::text[]) AS e(k, p)`
+	pad := string(bytes.Repeat([]byte("x"), max(cfg.PayloadBytes-60, 0)))
+	txNo := 0
+	for written := 0; written < n; {
+		txNo++
+		count := min(1+rng.IntN(cfg.PerTx), n-written)
+		rollback := cfg.RollbackEvery > 0 && txNo%cfg.RollbackEvery == 0
+		var ps []Payload
+		var ks, bodies []string
+		next := map[string]int{}
+		for i := 0; i < count; i++ {
+			k := keys[rng.IntN(len(keys))]
+			s, ok := next[k]
+			if !ok {
+				s = seq[k]
+			}
+			next[k] = s + 1
+			p := Payload{ID: fmt.Sprintf("w%d-t%d-%d", w, txNo, i), Key: k, Seq: s}
+			body, _ := json.Marshal(struct {
+				Payload
+				Pad string `json:"pad,omitempty"`
+			}{p, pad})
+			ps, ks, bodies = append(ps, p), append(ks, k), append(bodies, string(body))
+		}
+		tx, err := conn.Begin(ctx)
+		if err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, insert, cfg.Topic, ks, bodies); err != nil {
+			tx.Rollback(ctx)
+			return err
+		}
+		if rollback {
+			if err := tx.Rollback(ctx); err != nil {
+				return err
+			}
+			ledger.rollback(ps)
+			continue
+		}
+		if err := tx.Commit(ctx); err != nil {
+			return err
+		}
+		for k, s := range next {
+			seq[k] = s
+		}
+		ledger.commit(ps)
+		written += count
+	}
+	return nil
+}
+
+// WaitDrained waits until the outbox table is empty.
+func WaitDrained(t testing.TB, url, schema string, timeout time.Duration) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	var n int
+	for {
+		if err := conn.QueryRow(ctx, "SELECT count(*) FROM "+pgx.Identifier{schema, "events"}.Sanitize()).Scan(&n); err != nil {
+			t.Fatalf("waiting for the outbox to drain (%d rows left): %v", n, err)
+		}
+		if n == 0 {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the outbox still has %d rows after %v", n, timeout)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// Record is one record read back from the log.
+type Record struct {
+	Topic     string
+	Partition int32
+	Offset    int64
+	Key       string
+	Value     []byte
+	Headers   map[string]string
+}
+
+// ReadLog reads every record of topic from a data directory no process
+// holds.
+func ReadLog(t testing.TB, dataDir, topic string) []Record {
+	t.Helper()
+	ctx := context.Background()
+	b, err := broker.Open(ctx, broker.Options{Dir: dataDir, JanitorInterval: -1, Logger: discardLogger()})
+	if err != nil {
+		t.Fatalf("opening the log: %v", err)
+	}
+	defer b.Close()
+	info, err := b.Topic(topic)
+	if err != nil {
+		t.Fatalf("topic %s: %v", topic, err)
+	}
+	var out []Record
+	for p := range info.Partitions {
+		part := int32(p)
+		start, end, err := b.Offsets(topic, part)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for off := start; off < end; {
+			res, err := b.Fetch(ctx, topic, part, off, 4<<20)
+			if err != nil {
+				t.Fatalf("fetch %s/%d@%d: %v", topic, part, off, err)
+			}
+			n := 0
+			for r, err := range broker.ReadRecords(res.Batches) {
+				if err != nil {
+					t.Fatalf("decoding %s/%d@%d: %v", topic, part, off, err)
+				}
+				if r.Offset < off {
+					continue
+				}
+				h := map[string]string{}
+				for _, hh := range r.Headers {
+					h[hh.Key] = string(hh.Value)
+				}
+				out = append(out, Record{Topic: topic, Partition: part, Offset: r.Offset, Key: string(r.Key), Value: r.Value, Headers: h})
+				off = r.Offset + 1
+				n++
+			}
+			if n == 0 {
+				t.Fatalf("fetch %s/%d@%d returned no records before the end %d", topic, part, off, end)
+			}
+		}
+	}
+	return out
+}
+
+// Check asserts that records hold every committed event exactly once,
+// nothing rolled back, and each key's events in Seq order. It returns the
+// number of events checked.
+func Check(t testing.TB, records []Record, ledger *Ledger) int {
+	t.Helper()
+	seen := map[string]int{}
+	lastSeq := map[string]int{}
+	partOf := map[string]int32{}
+	bad := 0
+	fail := func(format string, args ...any) {
+		bad++
+		if bad <= 20 {
+			t.Errorf(format, args...)
+		}
+	}
+	for _, r := range records {
+		var p Payload
+		if err := json.Unmarshal(r.Value, &p); err != nil {
+			fail("record %s/%d@%d: payload %q is not a test payload: %v", r.Topic, r.Partition, r.Offset, r.Value, err)
+			continue
+		}
+		seen[p.ID]++
+		if seen[p.ID] == 2 {
+			fail("event %s appears more than once (again at %s/%d@%d)", p.ID, r.Topic, r.Partition, r.Offset)
+		}
+		if ledger.RolledBack[p.ID] {
+			fail("event %s from a rolled-back transaction was published at %s/%d@%d", p.ID, r.Topic, r.Partition, r.Offset)
+		}
+		if r.Key != p.Key {
+			fail("event %s has key %q in the log, %q written", p.ID, r.Key, p.Key)
+		}
+		if r.Headers["relay-event-id"] == "" || r.Headers["test"] != "e2e" {
+			fail("event %s lacks its headers: %v", p.ID, r.Headers)
+		}
+		if part, ok := partOf[p.Key]; ok && part != r.Partition {
+			fail("key %s is on partitions %d and %d", p.Key, part, r.Partition)
+		}
+		partOf[p.Key] = r.Partition
+		if last, ok := lastSeq[p.Key]; ok && p.Seq <= last {
+			fail("key %s: event seq %d (%s) comes after seq %d at %s/%d@%d", p.Key, p.Seq, p.ID, last, r.Topic, r.Partition, r.Offset)
+		} else {
+			lastSeq[p.Key] = p.Seq
+		}
+	}
+	missing := 0
+	for id := range ledger.Committed {
+		if seen[id] == 0 {
+			missing++
+			if missing <= 10 {
+				t.Errorf("committed event %s is missing from the log", id)
+			}
+		}
+	}
+	if missing > 0 || bad > 0 {
+		t.Fatalf("%d committed events missing, %d other violations, among %d records for %d committed events", missing, bad, len(records), len(ledger.Committed))
+	}
+	return len(records)
+}
+
+// FreeAddr returns a loopback address with a port free at the moment.
+func FreeAddr(t testing.TB) string {
+	t.Helper()
+	l, err := netListen()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// DataDir returns a fresh directory for a relay's broker.
+func DataDir(t testing.TB) string {
+	return filepath.Join(t.TempDir(), "data")
+}
+
+func netListen() (net.Listener, error) { return net.Listen("tcp", "127.0.0.1:0") }
+
+func discardLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
