@@ -97,6 +97,10 @@
 // them after from; a new slot would be found healthy and could not tell
 // these rows apart without it.
 //
+// Once the rows are acknowledged the snapshot is cleared and the record
+// stays: a slot of the configured name without a record was not created
+// this way (say, by hand), so Start replaces it too.
+//
 // This covers the first start (rows written before the relay ran), a slot
 // dropped or invalidated (wal_status = 'lost', max_slot_wal_keep_size
 // exceeded) while the relay was down, and one lost while it runs. The

@@ -18,13 +18,19 @@ import (
 // marker is the slot's row in <schema>.cdc_slots: the consistent point and
 // snapshot of its creation. Rows visible in that snapshot committed before
 // the slot's first decoded transaction, so they are read from the table.
+// The row has three states: no position (a creation in progress, or
+// interrupted), position and snapshot (table rows still to publish),
+// position only (done). It is kept when done, so that a slot without a row
+// is known not to have been created by the relay.
 type marker struct {
-	exists bool
-	// ready is false while a creation is in progress (or was interrupted).
-	ready    bool
+	exists   bool
 	lsn      pglogrepl.LSN
 	snapshot string
 }
+
+func (m marker) creating() bool { return m.exists && m.lsn == 0 }
+
+func (m marker) pending() bool { return m.exists && m.lsn != 0 && m.snapshot != "" }
 
 func (s *Source) readMarker(ctx context.Context, q querier) (marker, error) {
 	var lsn, snap *string
@@ -40,12 +46,11 @@ func (s *Source) readMarker(ctx context.Context, q querier) (marker, error) {
 	if err != nil {
 		return marker{}, fmt.Errorf("cdc: reading %s: %w", s.slotsTbl, err)
 	}
-	mk := marker{exists: true}
-	if lsn != nil && snap != nil {
+	mk := marker{exists: true, snapshot: deref(snap)}
+	if lsn != nil {
 		if mk.lsn, err = pglogrepl.ParseLSN(*lsn); err != nil {
 			return marker{}, fmt.Errorf("cdc: %s: %w", s.slotsTbl, err)
 		}
-		mk.ready, mk.snapshot = true, *snap
 	}
 	return mk, nil
 }
@@ -126,7 +131,7 @@ ON CONFLICT (slot_name) DO UPDATE SET consistent_lsn = NULL, snapshot = NULL, cr
 		return marker{}, fmt.Errorf("cdc: recording the slot creation: %w", err)
 	}
 	s.log.Info("created the replication slot", "consistent_point", lsn.String(), "snapshot", snapshot)
-	return marker{exists: true, ready: true, lsn: lsn, snapshot: snapshot}, nil
+	return marker{exists: true, lsn: lsn, snapshot: snapshot}, nil
 }
 
 // tablePage is how many rows one query of the table read returns.

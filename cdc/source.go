@@ -59,7 +59,7 @@ type Source struct {
 	// fatal ends the source: Next returns it.
 	fatal error
 	// markerDone carries the consistent point of a finished table read, so
-	// the housekeeping goroutine deletes its cdc_slots row.
+	// the housekeeping goroutine marks its cdc_slots row done.
 	markerDone chan pglogrepl.LSN
 }
 
@@ -131,7 +131,7 @@ func (s *Source) Start(ctx context.Context, from relay.Position) error {
 	if err != nil {
 		return err
 	}
-	if !st.exists || st.lost() || (mk.exists && !mk.ready) {
+	if !st.exists || st.lost() || !mk.exists || mk.creating() {
 		s.reportSlotLoss(st, mk, from)
 		if mk, err = s.createSlot(ctx, conn, st); err != nil {
 			return err
@@ -180,8 +180,10 @@ func (s *Source) reportSlotLoss(st slotState, mk marker, from relay.Position) {
 	case st.lost():
 		s.log.Error("REPLICATION SLOT LOST: the server invalidated it (wal_status = lost, max_slot_wal_keep_size exceeded); recreating it and publishing every unpublished outbox row from the table",
 			"publication", s.cfg.PublicationName)
-	case mk.exists && !mk.ready:
+	case mk.creating():
 		s.log.Warn("a previous slot creation did not finish; creating the slot again and publishing the unpublished outbox rows from the table")
+	case st.exists && !mk.exists:
+		s.log.Warn("the slot exists but the relay has no record of creating it, so it cannot tell which outbox rows are older than the slot; recreating it and publishing the unpublished outbox rows from the table")
 	case !from.IsZero():
 		s.log.Error("REPLICATION SLOT MISSING: it was dropped while events were still being published; recreating it and publishing every unpublished outbox row from the table",
 			"last_published", from.String())

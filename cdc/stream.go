@@ -40,7 +40,7 @@ type reader struct {
 	skipBelow relay.Position
 	// lastMajor is the commit LSN of the last transaction added to s.txs.
 	lastMajor uint64
-	// marker, when ready, is a slot creation whose table rows are still to
+	// marker, when pending, is a slot creation whose table rows are still to
 	// be queued.
 	marker marker
 	// table cursor (txid, id) of the table read in progress.
@@ -106,7 +106,7 @@ func (r *reader) run(ctx context.Context) {
 // error. backoff is reset once streaming started.
 func (r *reader) session(ctx context.Context, backoff *time.Duration) error {
 	s := r.s
-	if r.marker.ready {
+	if r.marker.pending() {
 		if err := r.readTable(ctx); err != nil {
 			return err
 		}
@@ -412,7 +412,7 @@ type scrubbedError struct {
 func (e *scrubbedError) Error() string { return e.msg }
 func (e *scrubbedError) Unwrap() error { return e.err }
 
-// housekeep writes heartbeats and deletes finished slot-creation markers.
+// housekeep writes heartbeats and marks finished table reads done.
 func (s *Source) housekeep(ctx context.Context, pool *pgxpool.Pool, markerDone <-chan pglogrepl.LSN) {
 	t := time.NewTicker(s.cfg.HeartbeatInterval)
 	defer t.Stop()
@@ -421,9 +421,9 @@ func (s *Source) housekeep(ctx context.Context, pool *pgxpool.Pool, markerDone <
 		case <-ctx.Done():
 			return
 		case lsn := <-markerDone:
-			if _, err := pool.Exec(ctx, "DELETE FROM "+s.slotsTbl+" WHERE slot_name = $1 AND consistent_lsn = $2::text::pg_lsn",
+			if _, err := pool.Exec(ctx, "UPDATE "+s.slotsTbl+" SET snapshot = NULL WHERE slot_name = $1 AND consistent_lsn = $2::text::pg_lsn",
 				s.cfg.SlotName, lsn.String()); err != nil && ctx.Err() == nil {
-				s.log.Warn("removing the finished slot-creation record failed; the next start removes it", "err", err)
+				s.log.Warn("marking the table read done failed; the next start checks the table again", "err", err)
 			}
 		case <-t.C:
 			if _, err := pool.Exec(ctx, "SELECT pg_logical_emit_message(false, 'relay-heartbeat', '')"); err != nil && ctx.Err() == nil {

@@ -3,7 +3,8 @@
 -- that snapshot committed before the slot's first streamed transaction, so
 -- the reader publishes them from the table; the record lets it finish that
 -- after a crash. NULL position and snapshot: a creation in progress, redone
--- at the next start. The row is removed once those rows are published.
+-- at the next start. The snapshot is cleared once those rows are published;
+-- the row stays, so that a slot without one is known not to be the relay's.
 CREATE TABLE {{schema}}.cdc_slots (
     slot_name      text PRIMARY KEY,
     consistent_lsn pg_lsn,
