@@ -145,9 +145,7 @@ func (r *reader) readTable(ctx context.Context) error {
 	s := r.s
 	mk := r.marker
 	major := uint64(mk.lsn) - 1
-	s.mu.Lock()
-	pool := s.pool
-	s.mu.Unlock()
+	pool := r.pool
 	if major < r.skipBelow.Major {
 		// Published beyond this slot's table rows: they are all gone
 		// unless the checkpoint belongs to another database.
@@ -279,10 +277,7 @@ func (r *reader) queueTableRow(ctx context.Context, e relay.Event, txid string, 
 func (r *reader) recoverSlot(ctx context.Context) error {
 	s := r.s
 	how := "dropped"
-	s.mu.Lock()
-	pool := s.pool
-	s.mu.Unlock()
-	if st, err := readSlot(ctx, pool, s.cfg.SlotName); err == nil && st.lost() {
+	if st, err := readSlot(ctx, r.pool, s.cfg.SlotName); err == nil && st.lost() {
 		how = "invalidated by the server (wal_status = lost, max_slot_wal_keep_size exceeded)"
 	}
 	s.log.Error("REPLICATION SLOT LOST while streaming: it was "+how+"; waiting for in-flight events to be acknowledged, then recreating it and publishing every unpublished outbox row from the table",

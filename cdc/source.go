@@ -155,7 +155,7 @@ func (s *Source) Start(ctx context.Context, from relay.Position) error {
 	s.mu.Unlock()
 
 	markerDone := s.markerDone
-	r := &reader{s: s, skipBelow: from, marker: mk, decode: newDecoder(), rels: map[uint32]*relation{}}
+	r := &reader{s: s, pool: pool, skipBelow: from, marker: mk, decode: newDecoder(), rels: map[uint32]*relation{}}
 	var wg sync.WaitGroup
 	wg.Add(2)
 	go func() {

@@ -34,7 +34,8 @@ func (e *permanentError) Unwrap() error { return e.err }
 // slot was (re)created, then streams, reconnecting until the source
 // closes.
 type reader struct {
-	s *Source
+	s    *Source
+	pool *pgxpool.Pool
 	// skipBelow is the position of the last event queued (Start's from at
 	// first): anything at or before it is already delivered.
 	skipBelow relay.Position
@@ -62,6 +63,7 @@ func (r *reader) run(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
+		backoff = min(max(2*backoff, 100*time.Millisecond), s.cfg.MaxBackoff)
 		var perm *permanentError
 		switch {
 		case errors.As(err, &perm):
@@ -93,7 +95,6 @@ func (r *reader) run(ctx context.Context) {
 			busySince = time.Time{}
 			s.log.Warn("the replication stream stopped; reconnecting", "err", err, "retry_in", backoff)
 		}
-		backoff = min(max(2*backoff, 100*time.Millisecond), s.cfg.MaxBackoff)
 		select {
 		case <-ctx.Done():
 			return
@@ -111,9 +112,7 @@ func (r *reader) session(ctx context.Context, backoff *time.Duration) error {
 			return err
 		}
 	}
-	s.mu.Lock()
-	pool := s.pool
-	s.mu.Unlock()
+	pool := r.pool
 	st, err := readSlot(ctx, pool, s.cfg.SlotName)
 	if err != nil {
 		return err
