@@ -321,8 +321,13 @@ type Record struct {
 	Partition int32
 	Offset    int64
 	Key       string
+	// KeyBytes is nil for a null key.
+	KeyBytes  []byte
 	Value     []byte
 	Headers   map[string]string
+	Timestamp time.Time
+	// HeaderList keeps the headers in record order.
+	HeaderList []broker.Header
 }
 
 // ReadLog reads every record of topic from a data directory no process
@@ -363,7 +368,8 @@ func ReadLog(t testing.TB, dataDir, topic string) []Record {
 				for _, hh := range r.Headers {
 					h[hh.Key] = string(hh.Value)
 				}
-				out = append(out, Record{Topic: topic, Partition: part, Offset: r.Offset, Key: string(r.Key), Value: r.Value, Headers: h})
+				out = append(out, Record{Topic: topic, Partition: part, Offset: r.Offset, Key: string(r.Key), KeyBytes: r.Key,
+					Value: r.Value, Headers: h, Timestamp: r.Timestamp, HeaderList: r.Headers})
 				off = r.Offset + 1
 				n++
 			}

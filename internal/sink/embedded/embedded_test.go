@@ -10,6 +10,7 @@ import (
 	"github.com/outboxrelay/relay/internal/e2e"
 	"github.com/outboxrelay/relay/internal/sink/embedded"
 	"github.com/outboxrelay/relay/relay"
+	"github.com/outboxrelay/relay/relay/relaytest"
 )
 
 func messages(from, n int) []relay.Message {
@@ -88,4 +89,26 @@ func TestRepublishAfterLostAcknowledgement(t *testing.T) {
 			t.Errorf("event-%d is in the log %d times", i, got)
 		}
 	}
+}
+
+func TestSinkConformance(t *testing.T) {
+	relaytest.RunSinkTests(t, func(t *testing.T) relaytest.SinkHarness {
+		dir := t.TempDir()
+		return relaytest.SinkHarness{
+			New: func(t *testing.T) relay.Sink { return newSink(t, dir) },
+			Read: func(t *testing.T, topic string) []relaytest.Record {
+				var out []relaytest.Record
+				for _, r := range e2e.ReadLog(t, dir, topic) {
+					rec := relaytest.Record{Partition: r.Partition, Key: r.KeyBytes, Value: r.Value, Timestamp: r.Timestamp}
+					for _, h := range r.HeaderList {
+						rec.Headers = append(rec.Headers, relay.Header{Key: h.Key, Value: h.Value})
+					}
+					out = append(out, rec)
+				}
+				return out
+			},
+			Partitions:  3,
+			ExactlyOnce: true,
+		}
+	})
 }
