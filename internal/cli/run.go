@@ -14,6 +14,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/outboxrelay/relay/cdc"
 	"github.com/outboxrelay/relay/internal/broker"
 	"github.com/outboxrelay/relay/internal/pgconfig"
 	"github.com/outboxrelay/relay/internal/sink/embedded"
@@ -37,6 +40,9 @@ type runFlags struct {
 	maxMessageBytes int
 	fsync           string
 	shutdownTimeout time.Duration
+	slot            string
+	publication     string
+	heartbeat       time.Duration
 	logFormat       string
 	logLevel        string
 }
@@ -53,14 +59,17 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.maxMessageBytes, "max-message-bytes", 1<<20, "largest event (key + payload + headers); larger ones go to the dead letters")
 	fs.StringVar(&f.fsync, "fsync", "always", "embedded broker durability: always (fsync before acknowledging) or interval (unsafe: a machine crash can lose acknowledged events)")
 	fs.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 30*time.Second, "on SIGTERM, how long the in-flight batch may take to finish")
+	fs.StringVar(&f.slot, "slot", "", "cdc reader: replication slot name (default relay_<schema>)")
+	fs.StringVar(&f.publication, "publication", "", "cdc reader: publication name (default relay_<schema>)")
+	fs.DurationVar(&f.heartbeat, "heartbeat-interval", 10*time.Second, "cdc reader: how often a WAL message lets the slot advance while the outbox is idle")
 	fs.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 }
 
 func (f *runFlags) validate() error {
 	switch {
-	case f.source != "poll":
-		return usagef("--source %q: must be poll", f.source)
+	case f.source != "poll" && f.source != "cdc":
+		return usagef("--source %q: must be poll or cdc", f.source)
 	case f.sink != "embedded":
 		return usagef("--sink %q: must be embedded", f.sink)
 	case f.dataDir == "" && f.sink == "embedded":
@@ -113,7 +122,7 @@ func runRelay(ctx context.Context, stdio IO, args []string) error {
 	forceOnSecondSignal(ctx, log)
 
 	metrics := relay.NewMetrics()
-	source, err := poller.New(poller.Config{DatabaseURL: f.db.url, Schema: f.db.schema, PollInterval: f.pollInterval, Logger: log})
+	source, err := f.newSource(log, metrics)
 	if err != nil {
 		return err
 	}
@@ -154,6 +163,39 @@ func runRelay(ctx context.Context, stdio IO, args []string) error {
 	}
 	log.Info("relay stopped")
 	return nil
+}
+
+func (f *runFlags) newSource(log *slog.Logger, metrics *relay.Metrics) (relay.Source, error) {
+	if f.source == "poll" {
+		return poller.New(poller.Config{DatabaseURL: f.db.url, Schema: f.db.schema, PollInterval: f.pollInterval, Logger: log})
+	}
+	src, err := cdc.New(cdc.Config{DatabaseURL: f.db.url, Schema: f.db.schema, SlotName: f.slot,
+		PublicationName: f.publication, HeartbeatInterval: f.heartbeat, Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	slotLag := func(pick func(lag, retained int64) int64) func() float64 {
+		return func() float64 {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			lag, retained, err := src.SlotLag(ctx)
+			if err != nil {
+				return -1
+			}
+			return float64(pick(lag, retained))
+		}
+	}
+	metrics.Registry.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "relay_cdc_slot_lag_bytes",
+			Help: "WAL bytes between the server's current position and the slot's confirmed flush position (-1 when unknown).",
+		}, slotLag(func(lag, _ int64) int64 { return lag })),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "relay_cdc_slot_retained_wal_bytes",
+			Help: "WAL bytes the slot keeps on the server (from its restart position; -1 when unknown).",
+		}, slotLag(func(_, retained int64) int64 { return retained })),
+	)
+	return src, nil
 }
 
 // forceOnSecondSignal exits at once on the second SIGINT or SIGTERM; the
