@@ -169,6 +169,7 @@ func (r *Relay) publishLoop(ctx context.Context, in <-chan []Event, out chan<- a
 				return fmt.Errorf("publishing: %w", err)
 			}
 			now := time.Now()
+			var worst time.Duration
 			for i, e := range routed {
 				if ferr, failed := res.Failed[i]; failed {
 					a.dead = append(a.dead, deadLetter{event: e, reason: ReasonSinkRejected, err: ferr})
@@ -176,7 +177,13 @@ func (r *Relay) publishLoop(ctx context.Context, in <-chan []Event, out chan<- a
 				}
 				a.count++
 				a.byTopic[e.Topic]++
-				r.m.Latency.Observe(now.Sub(e.CreatedAt).Seconds())
+				lat := now.Sub(e.CreatedAt)
+				r.m.Latency.Observe(lat.Seconds())
+				worst = max(worst, lat)
+			}
+			if worst > r.maxLatency {
+				r.maxLatency = worst
+				r.m.LatencyMax.Set(worst.Seconds())
 			}
 			r.m.BatchSize.Observe(float64(len(msgs)))
 			if res.State != nil {

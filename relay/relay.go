@@ -109,6 +109,9 @@ type Relay struct {
 
 	pool *pgxpool.Pool
 
+	// maxLatency is touched only by the publishing goroutine.
+	maxLatency time.Duration
+
 	role    atomic.Value // Role
 	lastErr atomic.Pointer[error]
 

@@ -47,6 +47,7 @@ func commands() *command {
 			migrateCommand(),
 			runCommand(),
 			logCommand(),
+			benchCommand(),
 		},
 	}
 }

@@ -1,0 +1,150 @@
+// Package bench is `relay bench`: it measures the real relay, a child
+// process running `relay run`, end to end against PostgreSQL, and in the
+// same run the baseline a reader cannot beat: for the polling reader, plain
+// SQL that reads and deletes the same rows in batches (DELETE ...
+// RETURNING); for the WAL reader, pg_recvlogical decoding the same WAL range
+// with pgoutput to /dev/null.
+//
+// Two modes:
+//   - backlog: every event is written first, then the relay starts and
+//     drains them (the replay-after-outage case); the figure is events/s
+//     from the relay's start to the last durable acknowledgement.
+//   - live: writers insert while the relay runs, open loop at --rate events
+//     per second or as fast as they can (closed loop); the figures are the
+//     write and publish rates and the commit-to-durable-acknowledgement
+//     latency percentiles, read from the relay's own latency histogram
+//     (created_at, the INSERT in the writer's transaction, to fsync).
+//
+// The relay's peak RSS and CPU seconds come from /proc. The first SIGINT
+// stops the run and prints what was measured so far.
+package bench
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+)
+
+// Config is one bench run.
+type Config struct {
+	// DatabaseURL is a server to use; empty starts a throwaway one.
+	DatabaseURL  string
+	Source       string // poll or cdc
+	Sink         string // embedded
+	Events       int
+	Writers      int
+	Keys         int
+	PayloadBytes int
+	// Rate is events per second across all writers (open loop); 0 writes
+	// as fast as possible.
+	Rate int
+	// EventsPerTx is how many events each writer transaction inserts
+	// (default 1 live, 1000 backlog).
+	EventsPerTx int
+	// Backlog writes everything before starting the relay.
+	Backlog bool
+	// Baseline runs the baseline after the relay (default true).
+	Baseline bool
+	// RelayBinary is the relay executable to run as a child.
+	RelayBinary string
+	// RelayArgs are extra `relay run` flags.
+	RelayArgs []string
+	Logger    *slog.Logger
+}
+
+// WithDefaults fills unset fields.
+func (c Config) WithDefaults() Config {
+	if c.Source == "" {
+		c.Source = "poll"
+	}
+	if c.Sink == "" {
+		c.Sink = "embedded"
+	}
+	if c.Events <= 0 {
+		c.Events = 100_000
+	}
+	if c.Writers <= 0 {
+		c.Writers = 4
+	}
+	if c.Keys <= 0 {
+		c.Keys = 1000
+	}
+	if c.PayloadBytes <= 0 {
+		c.PayloadBytes = 200
+	}
+	if c.EventsPerTx <= 0 {
+		c.EventsPerTx = 1
+		if c.Backlog {
+			c.EventsPerTx = 1000
+		}
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+// Validate checks the configuration.
+func (c Config) Validate() error {
+	switch {
+	case c.Source != "poll" && c.Source != "cdc":
+		return fmt.Errorf("source %q: must be poll or cdc", c.Source)
+	case c.Sink != "embedded":
+		return fmt.Errorf("sink %q: must be embedded", c.Sink)
+	case c.Rate < 0:
+		return fmt.Errorf("rate must not be negative")
+	case c.Backlog && c.Rate > 0:
+		return fmt.Errorf("--rate applies to live runs, not --backlog")
+	case c.RelayBinary == "":
+		return fmt.Errorf("the relay binary is unknown")
+	}
+	return nil
+}
+
+// Result is what a run measured. Zero values mean "not measured".
+type Result struct {
+	Source       string        `json:"source"`
+	Sink         string        `json:"sink"`
+	Mode         string        `json:"mode"`
+	Events       int           `json:"events"`
+	Written      int           `json:"written"`
+	Published    int           `json:"published"`
+	WriteRate    float64       `json:"written_per_second"`
+	PublishRate  float64       `json:"published_per_second"`
+	Elapsed      time.Duration `json:"elapsed_ns"`
+	LatencyP50   time.Duration `json:"latency_p50_ns"`
+	LatencyP90   time.Duration `json:"latency_p90_ns"`
+	LatencyP99   time.Duration `json:"latency_p99_ns"`
+	LatencyMax   time.Duration `json:"latency_max_ns"`
+	RSSPeakBytes int64         `json:"relay_rss_peak_bytes"`
+	CPUSeconds   float64       `json:"relay_cpu_seconds"`
+	Baseline     *Baseline     `json:"baseline,omitempty"`
+	// Interrupted is set when SIGINT stopped the run early.
+	Interrupted bool `json:"interrupted"`
+}
+
+// Baseline is the same work done without the relay.
+type Baseline struct {
+	Name  string  `json:"name"`
+	Rate  float64 `json:"events_per_second"`
+	Ratio float64 `json:"relay_to_baseline"`
+}
+
+// Run executes one bench run. When ctx ends early it returns what was
+// measured with Interrupted set.
+func Run(ctx context.Context, cfg Config) (Result, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return Result{}, err
+	}
+	env, err := newEnv(ctx, cfg)
+	if err != nil {
+		return Result{}, err
+	}
+	defer env.close()
+	if cfg.Backlog {
+		return env.backlog(ctx)
+	}
+	return env.live(ctx)
+}

@@ -1,0 +1,380 @@
+package bench
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
+	"github.com/outboxrelay/relay/internal/pgcluster"
+	"github.com/outboxrelay/relay/internal/pgconfig"
+	"github.com/outboxrelay/relay/migrations"
+)
+
+type env struct {
+	cfg      Config
+	cluster  *pgcluster.Cluster
+	url      string
+	dbName   string
+	adminURL string
+	pool     *pgxpool.Pool
+	dir      string
+}
+
+func newEnv(ctx context.Context, cfg Config) (*env, error) {
+	e := &env{cfg: cfg}
+	ok := false
+	defer func() {
+		if !ok {
+			e.close()
+		}
+	}()
+	var err error
+	if e.dir, err = os.MkdirTemp("", "relay-bench-*"); err != nil {
+		return nil, err
+	}
+	if cfg.DatabaseURL == "" {
+		cfg.Logger.Info("starting a throwaway PostgreSQL")
+		if e.cluster, err = pgcluster.Start(ctx, pgcluster.Options{Durable: true}); err != nil {
+			return nil, err
+		}
+		e.adminURL = e.cluster.URL()
+	} else {
+		e.adminURL = cfg.DatabaseURL
+	}
+	admin, err := pgconfig.Connect(ctx, e.adminURL)
+	if err != nil {
+		return nil, err
+	}
+	defer admin.Close(context.WithoutCancel(ctx))
+	e.dbName = fmt.Sprintf("relay_bench_%d", time.Now().UnixNano())
+	if _, err := admin.Exec(ctx, "CREATE DATABASE "+e.dbName); err != nil {
+		return nil, fmt.Errorf("creating the bench database: %w", err)
+	}
+	e.url = replaceDatabase(e.adminURL, e.dbName)
+	if e.pool, err = pgxpool.New(ctx, e.url); err != nil {
+		return nil, fmt.Errorf("connecting to the bench database: %s", pgconfig.Scrub(err, e.url))
+	}
+	m, err := migrations.New(migrations.DefaultSchema)
+	if err != nil {
+		return nil, err
+	}
+	conn, err := e.pool.Acquire(ctx)
+	if err != nil {
+		return nil, err
+	}
+	_, err = m.Up(ctx, conn.Conn(), false)
+	conn.Release()
+	if err != nil {
+		return nil, err
+	}
+	ok = true
+	return e, nil
+}
+
+// replaceDatabase points a URL or key=value connection string at another
+// database.
+func replaceDatabase(connString, db string) string {
+	if strings.HasPrefix(connString, "postgres://") || strings.HasPrefix(connString, "postgresql://") {
+		u, err := url.Parse(connString)
+		if err == nil {
+			u.Path = "/" + db
+			return u.String()
+		}
+	}
+	return connString + " dbname=" + db
+}
+
+func (e *env) close() {
+	if e.pool != nil {
+		e.pool.Close()
+	}
+	if e.dbName != "" && e.cluster == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if admin, err := pgconfig.Connect(ctx, e.adminURL); err == nil {
+			admin.Exec(ctx, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE database = $1 AND NOT active`, e.dbName)
+			admin.Exec(ctx, "DROP DATABASE IF EXISTS "+e.dbName+" WITH (FORCE)")
+			admin.Close(ctx)
+		}
+	}
+	if e.cluster != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		e.cluster.Stop(ctx)
+	}
+	if e.dir != "" {
+		os.RemoveAll(e.dir)
+	}
+}
+
+// relayProc is the relay under test.
+type relayProc struct {
+	cmd     *exec.Cmd
+	addr    string
+	done    chan struct{}
+	logPath string
+	started time.Time
+}
+
+func (e *env) startRelay(ctx context.Context) (*relayProc, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	addr := l.Addr().String()
+	l.Close()
+	logPath := filepath.Join(e.dir, fmt.Sprintf("relay-%d.log", time.Now().UnixNano()))
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		return nil, err
+	}
+	defer logFile.Close()
+	args := append([]string{"run", "--database-url", e.url, "--data-dir", filepath.Join(e.dir, "data"),
+		"--source", e.cfg.Source, "--http-addr", addr, "--log-level", "warn"}, e.cfg.RelayArgs...)
+	cmd := exec.Command(e.cfg.RelayBinary, args...)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	// Its own process group: a terminal's SIGINT reaches only the bench,
+	// which then stops the relay itself.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	p := &relayProc{cmd: cmd, addr: addr, done: make(chan struct{}), logPath: logPath, started: time.Now()}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("starting the relay: %w", err)
+	}
+	go func() { cmd.Wait(); close(p.done) }()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		if ready(addr) {
+			return p, nil
+		}
+		select {
+		case <-p.done:
+			out, _ := os.ReadFile(logPath)
+			return nil, fmt.Errorf("the relay exited at start:\n%s", out)
+		case <-ctx.Done():
+			p.stop()
+			return nil, ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			p.stop()
+			return nil, errors.New("the relay did not become ready within a minute")
+		}
+	}
+}
+
+func ready(addr string) bool {
+	c := http.Client{Timeout: time.Second}
+	resp, err := c.Get("http://" + addr + "/readyz")
+	if err != nil {
+		return false
+	}
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
+}
+
+// usage reads the relay's peak RSS and CPU time from /proc; call it while
+// the process is alive.
+func (p *relayProc) usage() (rss int64, cpu float64) {
+	pid := p.cmd.Process.Pid
+	if status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid)); err == nil {
+		sc := bufio.NewScanner(bytes.NewReader(status))
+		for sc.Scan() {
+			if f := strings.Fields(sc.Text()); len(f) >= 2 && f[0] == "VmHWM:" {
+				kb, _ := strconv.ParseInt(f[1], 10, 64)
+				rss = kb * 1024
+			}
+		}
+	}
+	if stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil {
+		// Fields after the command name, which is in parentheses.
+		if i := bytes.LastIndexByte(stat, ')'); i > 0 {
+			f := strings.Fields(string(stat[i+1:]))
+			if len(f) > 13 {
+				utime, _ := strconv.ParseFloat(f[11], 64)
+				stime, _ := strconv.ParseFloat(f[12], 64)
+				cpu = (utime + stime) / 100 // USER_HZ is 100 on Linux
+			}
+		}
+	}
+	return rss, cpu
+}
+
+// stop asks the relay to stop and waits; it kills it after 30 s.
+func (p *relayProc) stop() {
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(30 * time.Second):
+		p.cmd.Process.Kill()
+		<-p.done
+	}
+}
+
+// latency reads the relay's publish-latency histogram and max gauge.
+func (p *relayProc) latency() (p50, p90, p99, maxLatency time.Duration, err error) {
+	c := http.Client{Timeout: 5 * time.Second}
+	resp, err := c.Get("http://" + p.addr + "/metrics")
+	if err != nil {
+		return 0, 0, 0, 0, err
+	}
+	defer resp.Body.Close()
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		return 0, 0, 0, 0, err
+	}
+	if f := families["relay_publish_latency_max_seconds"]; f != nil && len(f.Metric) > 0 {
+		maxLatency = seconds(f.Metric[0].GetGauge().GetValue())
+	}
+	f := families["relay_publish_latency_seconds"]
+	if f == nil || len(f.Metric) == 0 {
+		return 0, 0, 0, maxLatency, errors.New("no latency histogram")
+	}
+	h := f.Metric[0].GetHistogram()
+	return quantile(h, 0.5), quantile(h, 0.9), quantile(h, 0.99), maxLatency, nil
+}
+
+func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
+
+// quantile interpolates linearly within the bucket holding q.
+func quantile(h *dto.Histogram, q float64) time.Duration {
+	total := float64(h.GetSampleCount())
+	if total == 0 {
+		return 0
+	}
+	buckets := h.GetBucket()
+	sort.Slice(buckets, func(i, j int) bool { return buckets[i].GetUpperBound() < buckets[j].GetUpperBound() })
+	rank := q * total
+	lower, below := 0.0, 0.0
+	for _, b := range buckets {
+		count := float64(b.GetCumulativeCount())
+		if count >= rank {
+			if math.IsInf(b.GetUpperBound(), 1) {
+				return seconds(lower)
+			}
+			inBucket := count - below
+			frac := 1.0
+			if inBucket > 0 {
+				frac = (rank - below) / inBucket
+			}
+			return seconds(lower + (b.GetUpperBound()-lower)*frac)
+		}
+		lower, below = b.GetUpperBound(), count
+	}
+	return seconds(lower)
+}
+
+// published reads how many events the relay has acknowledged.
+func (e *env) published(ctx context.Context) (int, error) {
+	var n int64
+	err := e.pool.QueryRow(ctx, "SELECT coalesce(sum(published), 0) FROM outbox.checkpoints").Scan(&n)
+	return int(n), err
+}
+
+// fill writes n events with cfg.Writers concurrent writers, each
+// transaction holding up to EventsPerTx events. With rate > 0 the writers
+// pace themselves to rate events/s in all.
+func (e *env) fill(ctx context.Context, n, rate int) (written int, elapsed time.Duration, err error) {
+	cfg := e.cfg
+	insert := `INSERT INTO outbox.events (topic, key, payload)
+SELECT 'bench', 'key-' || ((g + $3) % $2), convert_to(lpad((g + $3)::text, $4, 'x'), 'UTF8')
+FROM generate_series(1, $1) AS g`
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		errs  []error
+		total int
+	)
+	start := time.Now()
+	perWriter := (n + cfg.Writers - 1) / cfg.Writers
+	for w := 0; w < cfg.Writers; w++ {
+		quota := min(perWriter, n-w*perWriter)
+		if quota <= 0 {
+			break
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var interval time.Duration
+			if rate > 0 {
+				interval = time.Duration(float64(time.Second) * float64(cfg.EventsPerTx*cfg.Writers) / float64(rate))
+			}
+			next := time.Now()
+			for done := 0; done < quota; {
+				if interval > 0 {
+					if d := time.Until(next); d > 0 {
+						select {
+						case <-ctx.Done():
+							return
+						case <-time.After(d):
+						}
+					}
+					next = next.Add(interval)
+				}
+				k := min(cfg.EventsPerTx, quota-done)
+				if _, err := e.pool.Exec(ctx, insert, k, cfg.Keys, w*perWriter+done, cfg.PayloadBytes); err != nil {
+					if ctx.Err() == nil {
+						mu.Lock()
+						errs = append(errs, err)
+						mu.Unlock()
+					}
+					return
+				}
+				done += k
+				mu.Lock()
+				total += k
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	return total, time.Since(start), errors.Join(errs...)
+}
+
+// waitPublished waits until target events are acknowledged, returning the
+// count reached when ctx ends first.
+func (e *env) waitPublished(ctx context.Context, target int) (int, error) {
+	for {
+		n, err := e.published(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return n, nil
+			}
+			return n, err
+		}
+		if n >= target {
+			return n, nil
+		}
+		select {
+		case <-ctx.Done():
+			return n, nil
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+func (e *env) walPosition(ctx context.Context) (string, error) {
+	var lsn string
+	err := e.pool.QueryRow(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&lsn)
+	return lsn, err
+}

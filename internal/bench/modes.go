@@ -1,0 +1,207 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"time"
+)
+
+func (e *env) result(mode string) Result {
+	return Result{Source: e.cfg.Source, Sink: e.cfg.Sink, Mode: mode, Events: e.cfg.Events}
+}
+
+// measureRelay fills in the relay's resource use and latency before it is
+// stopped.
+func (r *Result) measureRelay(p *relayProc) {
+	r.RSSPeakBytes, r.CPUSeconds = p.usage()
+	r.LatencyP50, r.LatencyP90, r.LatencyP99, r.LatencyMax, _ = p.latency()
+	// Interpolating inside a bucket can overshoot the largest value seen.
+	if r.LatencyMax > 0 {
+		r.LatencyP50 = min(r.LatencyP50, r.LatencyMax)
+		r.LatencyP90 = min(r.LatencyP90, r.LatencyMax)
+		r.LatencyP99 = min(r.LatencyP99, r.LatencyMax)
+	}
+}
+
+// backlog writes every event, then times the relay draining them, then the
+// baseline on an identical backlog.
+func (e *env) backlog(ctx context.Context) (Result, error) {
+	res := e.result("backlog")
+	log := e.cfg.Logger
+	if e.cfg.Source == "cdc" {
+		// The relay's slot must exist before the backlog, or the backlog
+		// would be read from the table on its first start.
+		p, err := e.startRelay(ctx)
+		if err != nil {
+			return res, err
+		}
+		p.stop()
+		if e.cfg.Baseline {
+			if _, err := e.pool.Exec(ctx, "SELECT pg_create_logical_replication_slot('relay_bench_baseline', 'pgoutput')"); err != nil {
+				return res, fmt.Errorf("creating the baseline slot: %w", err)
+			}
+		}
+	}
+	log.Info("writing the backlog", "events", e.cfg.Events)
+	written, took, err := e.fill(ctx, e.cfg.Events, 0)
+	res.Written = written
+	if took > 0 {
+		res.WriteRate = float64(written) / took.Seconds()
+	}
+	if err != nil || ctx.Err() != nil {
+		res.Interrupted = ctx.Err() != nil
+		return res, err
+	}
+	endLSN, err := e.walPosition(ctx)
+	if err != nil {
+		return res, err
+	}
+	before, err := e.published(ctx)
+	if err != nil {
+		return res, err
+	}
+	log.Info("draining with the relay")
+	p, err := e.startRelay(ctx)
+	if err != nil {
+		return res, err
+	}
+	n, err := e.waitPublished(ctx, before+written)
+	res.Elapsed = time.Since(p.started)
+	res.Published = n - before
+	res.PublishRate = float64(res.Published) / res.Elapsed.Seconds()
+	res.measureRelay(p)
+	p.stop()
+	if err != nil {
+		return res, err
+	}
+	if ctx.Err() != nil {
+		res.Interrupted = true
+		return res, nil
+	}
+	if !e.cfg.Baseline {
+		return res, nil
+	}
+	var base *Baseline
+	if e.cfg.Source == "poll" {
+		base, err = e.deleteReturningBaseline(ctx)
+	} else {
+		base, err = e.recvlogicalBaseline(ctx, endLSN, written)
+	}
+	if err != nil {
+		return res, err
+	}
+	if base != nil && base.Rate > 0 {
+		base.Ratio = res.PublishRate / base.Rate
+	}
+	res.Baseline = base
+	res.Interrupted = ctx.Err() != nil
+	return res, nil
+}
+
+// deleteReturningBaseline writes the same backlog again and drains it with
+// plain SQL, 1,000 rows per statement, in the poller's order.
+func (e *env) deleteReturningBaseline(ctx context.Context) (*Baseline, error) {
+	e.cfg.Logger.Info("writing the baseline backlog")
+	written, _, err := e.fill(ctx, e.cfg.Events, 0)
+	if err != nil || ctx.Err() != nil {
+		return nil, err
+	}
+	e.cfg.Logger.Info("draining with DELETE ... RETURNING")
+	conn, err := e.pool.Acquire(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Release()
+	const drain = `DELETE FROM outbox.events WHERE id IN (
+    SELECT id FROM outbox.events ORDER BY txid, id LIMIT 1000)
+RETURNING id, event_id, topic, key, payload, headers, created_at`
+	start := time.Now()
+	got := 0
+	for got < written {
+		rows, err := conn.Query(ctx, drain)
+		if err != nil {
+			return nil, err
+		}
+		n := 0
+		for rows.Next() {
+			var id int64
+			var eventID [16]byte
+			var topic string
+			var key *string
+			var payload, headers []byte
+			var created time.Time
+			if err := rows.Scan(&id, &eventID, &topic, &key, &payload, &headers, &created); err != nil {
+				rows.Close()
+				return nil, err
+			}
+			n++
+		}
+		if err := rows.Err(); err != nil {
+			return nil, err
+		}
+		if n == 0 {
+			break
+		}
+		got += n
+	}
+	return &Baseline{Name: "DELETE ... RETURNING, 1000 rows per statement", Rate: float64(got) / time.Since(start).Seconds()}, nil
+}
+
+// recvlogicalBaseline decodes the backlog's WAL range with pg_recvlogical
+// and pgoutput into /dev/null.
+func (e *env) recvlogicalBaseline(ctx context.Context, endLSN string, events int) (*Baseline, error) {
+	bin, err := findRecvlogical()
+	if err != nil {
+		return nil, err
+	}
+	e.cfg.Logger.Info("decoding the same WAL with pg_recvlogical")
+	start := time.Now()
+	cmd := exec.CommandContext(ctx, bin, "-d", e.url, "--slot", "relay_bench_baseline", "--start", "--endpos", endLSN,
+		"--no-loop", "-o", "proto_version=1", "-o", "publication_names=relay_outbox", "-f", "/dev/null")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("pg_recvlogical: %w: %s", err, out)
+	}
+	took := time.Since(start)
+	e.pool.Exec(context.WithoutCancel(ctx), "SELECT pg_drop_replication_slot('relay_bench_baseline')")
+	return &Baseline{Name: "pg_recvlogical pgoutput to /dev/null", Rate: float64(events) / took.Seconds()}, nil
+}
+
+func findRecvlogical() (string, error) {
+	if p, err := exec.LookPath("pg_recvlogical"); err == nil {
+		return p, nil
+	}
+	if m, _ := filepath.Glob("/usr/lib/postgresql/*/bin/pg_recvlogical"); len(m) > 0 {
+		return m[len(m)-1], nil
+	}
+	return "", errors.New("pg_recvlogical is not installed (Debian: apt-get install postgresql-client)")
+}
+
+// live runs writers and the relay together.
+func (e *env) live(ctx context.Context) (Result, error) {
+	res := e.result("live")
+	p, err := e.startRelay(ctx)
+	if err != nil {
+		return res, err
+	}
+	defer p.stop()
+	e.cfg.Logger.Info("writing while the relay runs", "events", e.cfg.Events, "rate", e.cfg.Rate, "writers", e.cfg.Writers)
+	start := time.Now()
+	written, took, err := e.fill(ctx, e.cfg.Events, e.cfg.Rate)
+	res.Written = written
+	if took > 0 {
+		res.WriteRate = float64(written) / took.Seconds()
+	}
+	if err != nil {
+		return res, err
+	}
+	n, err := e.waitPublished(ctx, written)
+	res.Elapsed = time.Since(start)
+	res.Published = n
+	res.PublishRate = float64(n) / res.Elapsed.Seconds()
+	res.measureRelay(p)
+	res.Interrupted = ctx.Err() != nil
+	return res, err
+}
