@@ -1,4 +1,86 @@
 // Package protocol serves the Kafka wire protocol over the embedded broker
 // (internal/broker), so that ordinary Kafka clients (franz-go, librdkafka
 // and kcat, sarama, ...) produce to and consume from the relay's log.
+//
+// # Use
+//
+//	srv, err := protocol.NewServer(b, protocol.Config{AdvertisedAddr: "host:9092"})
+//	ln, err := net.Listen("tcp", "127.0.0.1:9092")
+//	err = srv.Serve(ctx, ln) // returns nil once ctx ends, connections closed
+//	srv.Close()              // before closing the broker
+//
+// The server is one node (broker id 0) that leads every partition and
+// coordinates every group. Without an advertised address it tells each
+// client the local address of the connection the client came in on.
+//
+// # APIs and versions
+//
+// Requests and responses are franz-go kmsg types. ApiVersions advertises
+// exactly these ranges:
+//
+//	Produce 3-9          Fetch 4-12            ListOffsets 1-7
+//	Metadata 0-12        OffsetCommit 0-8      OffsetFetch 0-8
+//	FindCoordinator 0-4  JoinGroup 0-9         Heartbeat 0-4
+//	LeaveGroup 0-5       SyncGroup 0-5         DescribeGroups 0-5
+//	ListGroups 0-4       ApiVersions 0-3       CreateTopics 0-7
+//	InitProducerId 0-4
+//
+// An ApiVersions request above v3 gets UNSUPPORTED_VERSION in the v0
+// format with the supported ranges, so the client retries lower. Any other
+// key or version, a frame over Config.MaxFrameBytes or one that does not
+// decode closes that connection; other connections are unaffected.
+// OffsetForLeaderEpoch is deliberately not offered, so clients do not
+// validate positions against leader epochs (the leader epoch is always 0).
+//
+// # Produce and fetch
+//
+// Produce appends each partition's record batch v2 through broker.Append,
+// as sent (compressed batches stay compressed); partitions of one request
+// are appended concurrently. acks 1 and -1 are answered after the broker's
+// sync policy made the batch durable; acks 0 gets no response. Idempotent
+// producers get ids from InitProducerId; the broker deduplicates and orders
+// their batches. Transactions are not supported: a transactional id is
+// refused with INVALID_REQUEST.
+//
+// Fetch serves the stored batches byte for byte, bounded by each
+// partition's and the response's max bytes except that the first batch is
+// always returned whole. It long-polls on the partitions' high watermarks
+// until MinBytes are there or MaxWaitMillis passes. Fetch sessions are not
+// kept (session id 0 in every response; clients then send full requests).
+// ListOffsets answers earliest, latest and by timestamp (not -3, max
+// timestamp). Both isolation levels read to the high watermark, which only
+// advances over durable data.
+//
+// # Groups
+//
+// The classic group protocol runs in memory, as Kafka's coordinator does:
+// Empty -> PreparingRebalance -> CompletingRebalance -> Stable. A join, a
+// leave, a protocol change or a member's departure starts a rebalance;
+// every member must rejoin within the largest rebalance timeout or is
+// dropped; the leader (kept across generations while present) gets the
+// members' metadata and the protocol most members prefer among those all
+// support, and its SyncGroup hands out assignments. A member that does not
+// heartbeat (or join, sync, or commit) within its session timeout is
+// removed and its partitions are reassigned in a new generation; members
+// that never SyncGroup within the rebalance timeout are dropped too. New
+// dynamic members on JoinGroup v4+ first get MEMBER_ID_REQUIRED. Static
+// members (group.instance.id) that rejoin under a new member id take over
+// their old identity and assignment without a rebalance (unless their
+// protocols changed or they lead), fencing the old id; they are still
+// removed when their session expires. The first rebalance of an empty
+// group waits Config.InitialRebalanceDelay for more members.
+//
+// Session timeouts must lie in [MinSessionTimeout, MaxSessionTimeout].
+// Membership is lost on restart (clients rejoin); committed offsets are
+// durable: OffsetCommit writes through broker.CommitOffsets (one fsync per
+// request), OffsetFetch reads broker.FetchOffset. A commit must name the
+// member's current generation, except that a group with no members
+// accepts standalone commits (generation -1).
+//
+// # Metrics
+//
+// GroupLags and Collector (a prometheus.Collector) report, per group, topic
+// and partition, the lag (high watermark minus committed offset) and the
+// margin against retention (committed offset minus log start offset), plus
+// the member count of each live group.
 package protocol
