@@ -264,7 +264,7 @@ func (r *Relay) commitAcks(ctx context.Context, acks []ack) error {
 				b.Queue(r.deadSQL, e.ID, e.EventID, e.Topic, key, e.Payload, headers, e.CreatedAt, d.err.Error())
 			}
 		}
-		b.Queue(r.checkpointSQL, r.cfg.Name, int64(last.through.Major), int64(last.through.Minor), last.state, published)
+		b.Queue(r.checkpointSQL, r.cfg.Name, int64(last.through.Major), int64(last.through.Minor), last.state, published, r.cfg.SourceKind)
 		return tx.SendBatch(ctx, b).Close()
 	})
 	if err != nil {

@@ -25,6 +25,9 @@ type Config struct {
 	Schema string
 	// Name keys the checkpoint row (default "default").
 	Name string
+	// SourceKind names the reader ("poll" or "cdc"); a checkpoint written
+	// by another kind of reader has a position this one cannot use.
+	SourceKind string
 	// BatchSize is the most events read and published at once (default
 	// 1000).
 	BatchSize int
@@ -130,11 +133,11 @@ func New(cfg Config, source Source, sink Sink) (*Relay, error) {
 		deleteSQL: `DELETE FROM ` + ident("events") + ` WHERE id = ANY($1::bigint[])`,
 		deadSQL: `INSERT INTO ` + ident("dead_letters") + ` (event_row_id, event_id, topic, key, payload, headers, created_at, error)
 VALUES ($1, $2::uuid, $3, $4, $5, $6::text::jsonb, $7, $8)`,
-		checkpointSQL: `INSERT INTO ` + ident("checkpoints") + ` AS c (name, position_major, position_minor, sink_state, published, updated_at)
-VALUES ($1, $2, $3, $4, $5, now())
+		checkpointSQL: `INSERT INTO ` + ident("checkpoints") + ` AS c (name, position_major, position_minor, sink_state, published, source, updated_at)
+VALUES ($1, $2, $3, $4, $5, $6, now())
 ON CONFLICT (name) DO UPDATE SET position_major = $2, position_minor = $3, sink_state = $4,
-    published = c.published + $5, updated_at = now()`,
-		loadSQL: `SELECT position_major, position_minor, sink_state FROM ` + ident("checkpoints") + ` WHERE name = $1`,
+    published = c.published + $5, source = $6, updated_at = now()`,
+		loadSQL: `SELECT position_major, position_minor, sink_state, source FROM ` + ident("checkpoints") + ` WHERE name = $1`,
 		backlogSQL: `SELECT CASE WHEN n <= 100000 THEN n
     ELSE greatest(n, (SELECT reltuples::bigint FROM pg_class WHERE oid = '` + ident("events") + `'::regclass)) END
 FROM (SELECT count(*) AS n FROM (SELECT 1 FROM ` + ident("events") + ` LIMIT 100001) AS l) AS b`,
@@ -306,7 +309,8 @@ type checkpoint struct {
 func (r *Relay) loadCheckpoint(ctx context.Context) (checkpoint, error) {
 	var ck checkpoint
 	var major, minor int64
-	err := r.pool.QueryRow(ctx, r.loadSQL, r.cfg.Name).Scan(&major, &minor, &ck.state)
+	var source string
+	err := r.pool.QueryRow(ctx, r.loadSQL, r.cfg.Name).Scan(&major, &minor, &ck.state, &source)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return ck, nil
 	}
@@ -314,6 +318,11 @@ func (r *Relay) loadCheckpoint(ctx context.Context) (checkpoint, error) {
 		return ck, fmt.Errorf("loading the checkpoint: %w", err)
 	}
 	ck.position = Position{Major: uint64(major), Minor: uint64(minor)}
+	if source != "" && source != r.cfg.SourceKind {
+		r.log.Warn("the checkpoint was written by another reader; starting from the oldest unpublished row",
+			"checkpoint_source", source, "source", r.cfg.SourceKind, "position", ck.position.String())
+		ck.position = Position{}
+	}
 	return ck, nil
 }
 

@@ -40,6 +40,8 @@ type runFlags struct {
 	maxMessageBytes int
 	fsync           string
 	shutdownTimeout time.Duration
+	kafkaAddr       string
+	kafkaAdvertised string
 	slot            string
 	publication     string
 	heartbeat       time.Duration
@@ -59,6 +61,8 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.maxMessageBytes, "max-message-bytes", 1<<20, "largest event (key + payload + headers); larger ones go to the dead letters")
 	fs.StringVar(&f.fsync, "fsync", "always", "embedded broker durability: always (fsync before acknowledging) or interval (unsafe: a machine crash can lose acknowledged events)")
 	fs.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 30*time.Second, "on SIGTERM, how long the in-flight batch may take to finish")
+	fs.StringVar(&f.kafkaAddr, "kafka-addr", "127.0.0.1:9092", "embedded broker: Kafka protocol listener address (empty disables)")
+	fs.StringVar(&f.kafkaAdvertised, "kafka-advertised-addr", "", "embedded broker: host:port Kafka clients are told to connect to (default: the address they reached)")
 	fs.StringVar(&f.slot, "slot", "", "cdc reader: replication slot name (default relay_<schema>)")
 	fs.StringVar(&f.publication, "publication", "", "cdc reader: publication name (default relay_<schema>)")
 	fs.DurationVar(&f.heartbeat, "heartbeat-interval", 10*time.Second, "cdc reader: how often a WAL message lets the slot advance while the outbox is idle")
@@ -86,6 +90,11 @@ func (f *runFlags) validate() error {
 		return usagef("--fsync %q: must be always or interval", f.fsync)
 	case f.logFormat != "text" && f.logFormat != "json":
 		return usagef("--log-format %q: must be text or json", f.logFormat)
+	}
+	for flag, addr := range map[string]string{"--kafka-addr": f.kafkaAddr, "--kafka-advertised-addr": f.kafkaAdvertised, "--http-addr": f.httpAddr} {
+		if err := validateListenAddr(flag, addr); err != nil {
+			return err
+		}
 	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(f.logLevel)); err != nil {
@@ -130,8 +139,15 @@ func runRelay(ctx context.Context, stdio IO, args []string) error {
 	if f.fsync == "interval" {
 		sync = broker.SyncIntervalUnsafe
 	}
+	var onOpen func(*broker.Broker) func()
+	if f.kafkaAddr != "" {
+		kl := &kafkaListener{addr: f.kafkaAddr, advertised: f.kafkaAdvertised, log: log}
+		metrics.Registry.MustRegister(kl)
+		onOpen = kl.attach
+	}
 	sink, err := embedded.New(embedded.Config{
 		Broker: broker.Options{Dir: f.dataDir, Sync: sync, DefaultPartitions: int32(f.partitions), Logger: log},
+		OnOpen: onOpen,
 		Logger: log,
 	})
 	if err != nil {
@@ -140,6 +156,7 @@ func runRelay(ctx context.Context, stdio IO, args []string) error {
 	r, err := relay.New(relay.Config{
 		DatabaseURL:     f.db.url,
 		Schema:          f.db.schema,
+		SourceKind:      f.source,
 		BatchSize:       f.batchSize,
 		MaxMessageBytes: f.maxMessageBytes,
 		ShutdownTimeout: f.shutdownTimeout,

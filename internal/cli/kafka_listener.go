@@ -1,0 +1,79 @@
+package cli
+
+import (
+	"context"
+	"log/slog"
+	"net"
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/outboxrelay/relay/internal/broker"
+	"github.com/outboxrelay/relay/internal/broker/protocol"
+)
+
+// kafkaListener serves the embedded broker over the Kafka protocol while
+// this relay leads (the broker is open only then), and exports consumer
+// group lag from whichever server is current.
+type kafkaListener struct {
+	addr       string
+	advertised string
+	log        *slog.Logger
+
+	mu  sync.Mutex
+	srv *protocol.Server
+}
+
+// attach is the embedded sink's OnOpen hook.
+func (k *kafkaListener) attach(b *broker.Broker) (stop func()) {
+	srv, err := protocol.NewServer(b, protocol.Config{AdvertisedAddr: k.advertised, AutoCreateTopics: true, Logger: k.log})
+	if err != nil {
+		k.log.Error("Kafka listener not started", "err", err)
+		return func() {}
+	}
+	ln, err := net.Listen("tcp", k.addr)
+	if err != nil {
+		k.log.Error("Kafka listener not started", "addr", k.addr, "err", err)
+		return func() {}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := srv.Serve(ctx, ln); err != nil {
+			k.log.Error("Kafka listener stopped", "err", err)
+		}
+	}()
+	k.mu.Lock()
+	k.srv = srv
+	k.mu.Unlock()
+	k.log.Info("serving the Kafka protocol", "addr", ln.Addr().String(), "advertised", k.advertised)
+	return func() {
+		k.mu.Lock()
+		k.srv = nil
+		k.mu.Unlock()
+		cancel()
+		<-done
+	}
+}
+
+func (k *kafkaListener) Describe(ch chan<- *prometheus.Desc) {}
+
+func (k *kafkaListener) Collect(ch chan<- prometheus.Metric) {
+	k.mu.Lock()
+	srv := k.srv
+	k.mu.Unlock()
+	if srv != nil {
+		srv.Collector().Collect(ch)
+	}
+}
+
+func validateListenAddr(flag, addr string) error {
+	if addr == "" {
+		return nil
+	}
+	if _, _, err := net.SplitHostPort(addr); err != nil {
+		return usagef("%s %q: %v", flag, addr, err)
+	}
+	return nil
+}

@@ -1,0 +1,1 @@
+ALTER TABLE {{schema}}.checkpoints DROP COLUMN source;
