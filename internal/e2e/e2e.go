@@ -160,11 +160,15 @@ type Ledger struct {
 	mu         sync.Mutex
 	Committed  map[string]Payload
 	RolledBack map[string]bool
+	// runs counts Write calls, so event ids stay unique across them.
+	runs int
+	// nextSeq continues each key's sequence across Write calls.
+	nextSeq map[string]int
 }
 
 // NewLedger returns an empty ledger.
 func NewLedger() *Ledger {
-	return &Ledger{Committed: map[string]Payload{}, RolledBack: map[string]bool{}}
+	return &Ledger{Committed: map[string]Payload{}, RolledBack: map[string]bool{}, nextSeq: map[string]int{}}
 }
 
 func (l *Ledger) commit(ps []Payload) {
@@ -172,6 +176,7 @@ func (l *Ledger) commit(ps []Payload) {
 	defer l.mu.Unlock()
 	for _, p := range ps {
 		l.Committed[p.ID] = p
+		l.nextSeq[p.Key] = max(l.nextSeq[p.Key], p.Seq+1)
 	}
 }
 
@@ -204,6 +209,14 @@ type WriterConfig struct {
 // the keys k with k % Writers == w, so a key's transactions never overlap
 // and its events must appear in the log in Seq order.
 func Write(ctx context.Context, cfg WriterConfig, ledger *Ledger) error {
+	ledger.mu.Lock()
+	ledger.runs++
+	run := ledger.runs
+	seqs := make(map[string]int, len(ledger.nextSeq))
+	for k, v := range ledger.nextSeq {
+		seqs[k] = v
+	}
+	ledger.mu.Unlock()
 	var wg sync.WaitGroup
 	errs := make(chan error, cfg.Writers)
 	perWriter := cfg.Events / cfg.Writers
@@ -215,7 +228,7 @@ func Write(ctx context.Context, cfg WriterConfig, ledger *Ledger) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := writer(ctx, cfg, w, n, ledger); err != nil {
+			if err := writer(ctx, cfg, w, n, run, seqs, ledger); err != nil {
 				errs <- fmt.Errorf("writer %d: %w", w, err)
 			}
 		}()
@@ -225,7 +238,7 @@ func Write(ctx context.Context, cfg WriterConfig, ledger *Ledger) error {
 	return <-errs
 }
 
-func writer(ctx context.Context, cfg WriterConfig, w, n int, ledger *Ledger) error {
+func writer(ctx context.Context, cfg WriterConfig, w, n, run int, startSeq map[string]int, ledger *Ledger) error {
 	conn, err := pgx.Connect(ctx, cfg.URL)
 	if err != nil {
 		return err
@@ -237,6 +250,9 @@ func writer(ctx context.Context, cfg WriterConfig, w, n int, ledger *Ledger) err
 		keys = append(keys, fmt.Sprintf("key-%d", k))
 	}
 	seq := map[string]int{}
+	for _, k := range keys {
+		seq[k] = startSeq[k]
+	}
 	table := pgx.Identifier{cfg.Schema, "events"}.Sanitize()
 	insert := `INSERT INTO ` + table + ` (topic, key, payload, headers) SELECT $1, k, convert_to(p, 'UTF8'), '{"test":"e2e"}' FROM unnest($2::text[], $3::text[]) AS e(k, p)`
 	pad := string(bytes.Repeat([]byte("x"), max(cfg.PayloadBytes-60, 0)))
@@ -255,7 +271,7 @@ func writer(ctx context.Context, cfg WriterConfig, w, n int, ledger *Ledger) err
 				s = seq[k]
 			}
 			next[k] = s + 1
-			p := Payload{ID: fmt.Sprintf("w%d-t%d-%d", w, txNo, i), Key: k, Seq: s}
+			p := Payload{ID: fmt.Sprintf("r%d-w%d-t%d-%d", run, w, txNo, i), Key: k, Seq: s}
 			body, _ := json.Marshal(struct {
 				Payload
 				Pad string `json:"pad,omitempty"`
