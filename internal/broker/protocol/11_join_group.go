@@ -155,10 +155,12 @@ func (g *group) join(req *kmsg.JoinGroupRequest, clientID, clientHost string, in
 }
 
 // replaceStatic gives a static member's identity to a new member id: the
-// old id is fenced, the assignment kept.
+// old id is fenced, the assignment kept. As in Kafka, a Stable group does
+// not rebalance unless the protocol it would select changes; a rejoining
+// leader gets the member list but its SyncGroup changes nothing. In any
+// other state the group rebalances so that no assignment names the old id.
 func (g *group) replaceStatic(m *member, id string, req *kmsg.JoinGroupRequest, update func(*member)) (chan joinResult, joinResult) {
 	m.reply(kerr.FencedInstanceID.Code)
-	changed := req.ProtocolType != m.protocolType || !sameProtocols(req.Protocols, m.protocols)
 	delete(g.members, m.id)
 	if g.leader == m.id {
 		g.leader = id
@@ -168,26 +170,15 @@ func (g *group) replaceStatic(m *member, id string, req *kmsg.JoinGroupRequest, 
 	g.static[*m.instanceID] = id
 	update(m)
 	g.touch(m)
-	switch g.state {
-	case groupStable:
-		if !changed && g.leader != id {
-			return nil, g.current(m)
+	if g.state == groupStable && g.selectProtocol(g.ordered()) == g.protocol {
+		r := g.current(m)
+		if g.leader == id {
+			r.members = g.memberList()
 		}
-		m.join = make(chan joinResult, 1)
-		g.prepareRebalance()
-	case groupCompletingRebalance:
-		if !changed {
-			r := g.current(m)
-			if g.leader == id {
-				r.members = g.memberList()
-			}
-			return nil, r
-		}
-		m.join = make(chan joinResult, 1)
-		g.prepareRebalance()
-	default:
-		m.join = make(chan joinResult, 1)
+		return nil, r
 	}
+	m.join = make(chan joinResult, 1)
+	g.prepareRebalance()
 	wait := m.join
 	g.maybeCompleteJoin()
 	return wait, joinResult{}
