@@ -44,6 +44,7 @@ func commands() *command {
 	return &command{
 		name: "relay",
 		sub: []*command{
+			demoCommand(),
 			migrateCommand(),
 			runCommand(),
 			logCommand(),

@@ -124,12 +124,16 @@ func runRelay(ctx context.Context, stdio IO, args []string) error {
 		return err
 	}
 	log := f.logger(stdio)
+	forceOnSecondSignal(ctx, log)
+	return f.serve(ctx, log)
+}
+
+// serve builds the daemon from validated flags and runs it until ctx ends.
+func (f *runFlags) serve(ctx context.Context, log *slog.Logger) error {
 	connCfg, err := pgconfig.ParseConfig(f.db.url)
 	if err != nil {
 		return err
 	}
-	forceOnSecondSignal(ctx, log)
-
 	metrics := relay.NewMetrics()
 	source, err := f.newSource(log, metrics)
 	if err != nil {
