@@ -1,0 +1,155 @@
+// Package kafkatest runs a Kafka cluster for tests (franz-go's kfake, in
+// process) that can stop and come back at the same addresses with its
+// data, and reads topics back as relaytest records. Only tests import it.
+package kafkatest
+
+import (
+	"context"
+	"net"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/outboxrelay/relay/relay"
+	"github.com/outboxrelay/relay/relay/relaytest"
+)
+
+// Cluster is a one-broker kfake cluster persisted in a temporary
+// directory, on a fixed port.
+type Cluster struct {
+	t    testing.TB
+	opts []kfake.Opt
+	addr string
+
+	mu sync.Mutex
+	c  *kfake.Cluster
+}
+
+// Start starts a cluster, stopped in t.Cleanup. opts are added to the
+// defaults (one broker, its data in t.TempDir()).
+func Start(t testing.TB, opts ...kfake.Opt) *Cluster {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("kafkatest: finding a free port: %v", err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	c := &Cluster{
+		t:    t,
+		addr: ln.Addr().String(),
+		opts: append([]kfake.Opt{kfake.NumBrokers(1), kfake.Ports(port), kfake.DataDir(t.TempDir())}, opts...),
+	}
+	c.Restart()
+	t.Cleanup(c.Stop)
+	return c
+}
+
+// Addrs are the brokers' addresses; they stay the same across restarts.
+func (c *Cluster) Addrs() []string { return []string{c.addr} }
+
+// Kfake returns the running kfake cluster, nil while stopped.
+func (c *Cluster) Kfake() *kfake.Cluster {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.c
+}
+
+// Stop stops the cluster: connections are cut and the port refuses
+// connections until Restart. Stopping a stopped cluster does nothing.
+func (c *Cluster) Stop() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.c != nil {
+		c.c.Close()
+		c.c = nil
+	}
+}
+
+// Restart starts a stopped cluster again with its data. It retries for a
+// few seconds while the port is still held.
+func (c *Cluster) Restart() {
+	c.t.Helper()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.c != nil {
+		return
+	}
+	var err error
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		c.c, err = kfake.NewCluster(c.opts...)
+		if err == nil || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err != nil {
+		c.t.Fatalf("kafkatest: starting kfake: %v", err)
+	}
+}
+
+// Outage stops the cluster for d, then starts it again.
+func (c *Cluster) Outage(d time.Duration) {
+	c.Stop()
+	time.Sleep(d)
+	c.Restart()
+}
+
+// Read returns every record of topic on brokers, by partition and offset.
+// committed reads read_committed (what an exactly-once consumer sees). It
+// stops once no record has arrived for a second.
+func Read(t testing.TB, brokers []string, topic string, committed bool) []relaytest.Record {
+	t.Helper()
+	opts := []kgo.Opt{
+		kgo.SeedBrokers(brokers...),
+		kgo.ConsumeTopics(topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.FetchMaxWait(200 * time.Millisecond),
+	}
+	if committed {
+		opts = append(opts, kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+	}
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		t.Fatalf("kafkatest: %v", err)
+	}
+	defer cl.Close()
+	type rec struct {
+		offset int64
+		r      relaytest.Record
+	}
+	var got []rec
+	deadline := time.Now().Add(time.Minute)
+	for time.Now().Before(deadline) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		fs := cl.PollFetches(ctx)
+		cancel()
+		n := 0
+		fs.EachRecord(func(r *kgo.Record) {
+			n++
+			out := relaytest.Record{Partition: r.Partition, Key: r.Key, Value: r.Value, Timestamp: r.Timestamp}
+			for _, h := range r.Headers {
+				out.Headers = append(out.Headers, relay.Header{Key: h.Key, Value: h.Value})
+			}
+			got = append(got, rec{r.Offset, out})
+		})
+		if n == 0 && ctx.Err() != nil {
+			break
+		}
+	}
+	slices.SortStableFunc(got, func(a, b rec) int {
+		if a.r.Partition != b.r.Partition {
+			return int(a.r.Partition - b.r.Partition)
+		}
+		return int(a.offset - b.offset)
+	})
+	out := make([]relaytest.Record, len(got))
+	for i, g := range got {
+		out[i] = g.r
+	}
+	return out
+}

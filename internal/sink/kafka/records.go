@@ -1,0 +1,108 @@
+package kafka
+
+import (
+	"encoding/binary"
+	"fmt"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/outboxrelay/relay/relay"
+)
+
+// partitioner is Kafka's default for keyed records (murmur2 of the key,
+// through franz-go's own hasher), so a key lands on the partition number
+// the embedded broker gives it. A keyless record is placed by the murmur2
+// of its event id, as the embedded broker does: it has no order to keep,
+// and a re-delivered event lands where its first copy did. A keyless
+// record without an event id (never from the core) goes where franz-go's
+// sticky partitioner puts it.
+func partitioner() kgo.Partitioner {
+	sticky := kgo.StickyKeyPartitioner(nil)
+	return kgo.BasicConsistentPartitioner(func(topic string) func(*kgo.Record, int) int {
+		tp := sticky.ForTopic(topic)
+		return func(r *kgo.Record, n int) int {
+			if r.Key == nil {
+				if id := eventID(r.Headers); id != nil {
+					return tp.Partition(&kgo.Record{Key: id}, n)
+				}
+			}
+			return tp.Partition(r, n)
+		}
+	})
+}
+
+// eventID returns the relay's event id header; the core appends its
+// headers after the row's own, so the last one with the name is the
+// relay's.
+func eventID(hs []kgo.RecordHeader) []byte {
+	for i := len(hs) - 1; i >= 0; i-- {
+		if hs[i].Key == relay.HeaderEventID {
+			return hs[i].Value
+		}
+	}
+	return nil
+}
+
+func messageEventID(m relay.Message) []byte {
+	for i := len(m.Headers) - 1; i >= 0; i-- {
+		if m.Headers[i].Key == relay.HeaderEventID {
+			return m.Headers[i].Value
+		}
+	}
+	return nil
+}
+
+func toRecord(m relay.Message) *kgo.Record {
+	r := &kgo.Record{Topic: m.Topic, Key: m.Key, Value: m.Value, Timestamp: m.Timestamp}
+	if len(m.Headers) > 0 {
+		r.Headers = make([]kgo.RecordHeader, len(m.Headers))
+		for i, h := range m.Headers {
+			r.Headers[i] = kgo.RecordHeader{Key: h.Key, Value: h.Value}
+		}
+	}
+	return r
+}
+
+// recordBatchSize bounds from above the size of a record batch holding m
+// alone, as the client and the broker measure it before compression: the
+// v2 batch header, the produce request's array length, and the record
+// with its varints at their actual lengths, plus a few bytes of slack so
+// that a record the sink admits is never one the client refuses.
+func recordBatchSize(m relay.Message) int {
+	body := 1 + 1 + 1 // attributes, timestamp delta 0, offset delta 0
+	body += bytesLen(m.Key) + bytesLen(m.Value)
+	body += varintLen(int64(len(m.Headers)))
+	for _, h := range m.Headers {
+		body += varintLen(int64(len(h.Key))) + len(h.Key) + bytesLen(h.Value)
+	}
+	return 61 + 4 + varintLen(int64(body)) + body + 8
+}
+
+// bytesLen is a nullable byte field's encoded length: -1 for nil.
+func bytesLen(b []byte) int {
+	if b == nil {
+		return varintLen(-1)
+	}
+	return varintLen(int64(len(b))) + len(b)
+}
+
+func varintLen(v int64) int {
+	var buf [binary.MaxVarintLen64]byte
+	return binary.PutVarint(buf[:], v)
+}
+
+// validTopic applies Kafka's topic name rules.
+func validTopic(name string) error {
+	if name == "" || len(name) > 249 {
+		return fmt.Errorf("%w: %q must be 1 to 249 characters", ErrInvalidTopic, name)
+	}
+	if name == "." || name == ".." {
+		return fmt.Errorf("%w: %q", ErrInvalidTopic, name)
+	}
+	for _, c := range []byte(name) {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return fmt.Errorf("%w: %q may hold only [a-zA-Z0-9._-]", ErrInvalidTopic, name)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,462 @@
+package kafka
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/outboxrelay/relay/relay"
+)
+
+// Errors a Publish reports per message in PublishResult.Failed; the core
+// moves those messages to the dead letters. They wrap kerr errors where
+// Kafka said so.
+var (
+	// ErrTopicMissing: the topic does not exist and CreateTopics is off.
+	ErrTopicMissing = errors.New("topic does not exist on the Kafka cluster")
+	// ErrRecordTooLarge: the record alone is over the topic's
+	// max.message.bytes (or BatchMaxBytes).
+	ErrRecordTooLarge = errors.New("record is larger than the topic accepts")
+	// ErrKeylessCompacted: a compacted topic refuses records without a key.
+	ErrKeylessCompacted = errors.New("a compacted topic refuses a record without a key")
+	// ErrInvalidTopic: the name breaks Kafka's topic rules.
+	ErrInvalidTopic = errors.New("invalid topic name")
+)
+
+// Sink publishes to Apache Kafka (or anything speaking its protocol)
+// through franz-go. It is a relay.Sink; see the package documentation for
+// its guarantees.
+type Sink struct {
+	cfg   Config
+	codec kgo.CompressionCodec
+
+	mu  sync.Mutex
+	cl  *kgo.Client
+	adm *kadm.Client
+	// broken is set when a Publish left the client in a state it cannot
+	// continue from (records still buffered or a transaction open); every
+	// later Publish refuses until the core restarts the sink.
+	broken error
+	// topics caches what the cluster said about each topic this session.
+	topics map[string]topicInfo
+	// limits is the per-topic batch size cap handed to the client; read by
+	// the client's goroutines, hence its own lock.
+	limitsMu sync.Mutex
+	limits   map[string]int32
+
+	// txn is the exactly-once progress, nil in at-least-once mode.
+	txn *txnState
+}
+
+var _ relay.Sink = (*Sink)(nil)
+
+// topicInfo is one topic's answer: either its limits or why every record
+// for it is refused.
+type topicInfo struct {
+	maxBytes  int32
+	compacted bool
+	refused   error
+}
+
+// New returns a sink; Start connects it.
+func New(cfg Config) (*Sink, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	codec, _ := compressionCodec(cfg.Compression)
+	if _, err := cfg.clientOpts(); err != nil {
+		return nil, err
+	}
+	return &Sink{cfg: cfg, codec: codec}, nil
+}
+
+// Start connects to the cluster and, in exactly-once mode, fences any
+// earlier relay with the same transactional id and reads what it
+// committed after the saved state. It fails when no broker answers.
+func (s *Sink) Start(ctx context.Context, saved []byte) error {
+	s.Close(ctx)
+	opts, err := s.cfg.clientOpts()
+	if err != nil {
+		return err
+	}
+	opts = append(opts,
+		kgo.RequiredAcks(kgo.AllISRAcks()),
+		kgo.ProducerBatchCompression(s.codec),
+		kgo.ProducerLinger(s.cfg.Linger),
+		kgo.ProducerBatchMaxBytesFn(s.batchMaxBytes),
+		kgo.RecordPartitioner(partitioner()),
+		kgo.ProduceRequestTimeout(s.cfg.PublishTimeout),
+	)
+	if s.cfg.TransactionalID != "" {
+		opts = append(opts,
+			kgo.TransactionalID(s.cfg.TransactionalID),
+			kgo.TransactionTimeout(max(2*s.cfg.PublishTimeout, time.Minute)),
+		)
+	}
+	s.limitsMu.Lock()
+	s.limits = map[string]int32{}
+	s.limitsMu.Unlock()
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return fmt.Errorf("kafka sink: %w", err)
+	}
+	pingCtx, cancel := context.WithTimeout(ctx, s.cfg.DialTimeout)
+	err = cl.Ping(pingCtx)
+	cancel()
+	if err != nil {
+		cl.Close()
+		return fmt.Errorf("kafka sink: no broker of %s answers: %w", strings.Join(s.cfg.Brokers, ","), err)
+	}
+	adm := kadm.NewClient(cl)
+	s.mu.Lock()
+	s.cl, s.adm, s.broken, s.topics, s.txn = cl, adm, nil, map[string]topicInfo{}, nil
+	s.mu.Unlock()
+	if s.cfg.TransactionalID == "" {
+		return nil
+	}
+	st, err := s.recover(ctx, saved)
+	if err != nil {
+		s.Close(ctx)
+		return err
+	}
+	s.mu.Lock()
+	s.txn = st
+	s.mu.Unlock()
+	return nil
+}
+
+func (s *Sink) client() (*kgo.Client, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cl == nil {
+		return nil, errors.New("kafka sink: not started")
+	}
+	if s.broken != nil {
+		return nil, fmt.Errorf("kafka sink: an earlier publish failed; waiting for a restart: %w", s.broken)
+	}
+	return s.cl, nil
+}
+
+func (s *Sink) breakWith(err error) error {
+	s.mu.Lock()
+	if s.broken == nil {
+		s.broken = err
+	}
+	s.mu.Unlock()
+	return err
+}
+
+// batchMaxBytes is the client's per-topic batch cap: the smaller of
+// BatchMaxBytes and the topic's max.message.bytes.
+func (s *Sink) batchMaxBytes(topic string) int32 {
+	s.limitsMu.Lock()
+	defer s.limitsMu.Unlock()
+	if n, ok := s.limits[topic]; ok {
+		return n
+	}
+	if s.cfg.BatchMaxBytes > 0 {
+		return s.cfg.BatchMaxBytes
+	}
+	return DefaultMaxMessageBytes
+}
+
+// Publish produces msgs and returns once the cluster acknowledged every one
+// (acks=all), or once it is clear which can never be published. Messages of
+// one partition keep their order. An error means nothing is confirmed: the
+// core re-delivers the batch after restarting the sink.
+func (s *Sink) Publish(ctx context.Context, msgs []relay.Message) (relay.PublishResult, error) {
+	cl, err := s.client()
+	if err != nil {
+		return relay.PublishResult{}, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.PublishTimeout)
+	defer cancel()
+	res := relay.PublishResult{Failed: map[int]error{}}
+	if s.cfg.TransactionalID != "" {
+		return s.publishTxn(ctx, cl, msgs, res)
+	}
+	idx, err := s.admit(ctx, msgs, allIndexes(len(msgs)), res.Failed)
+	if err != nil {
+		return relay.PublishResult{}, err
+	}
+	errs, err := s.produce(ctx, cl, msgs, idx, nil)
+	if err != nil {
+		return relay.PublishResult{}, s.breakWith(err)
+	}
+	if err := s.classify(msgs, idx, errs, res.Failed); err != nil {
+		return relay.PublishResult{}, s.breakWith(err)
+	}
+	return res, nil
+}
+
+func allIndexes(n int) []int {
+	idx := make([]int, n)
+	for i := range idx {
+		idx[i] = i
+	}
+	return idx
+}
+
+// admit checks the messages at idx against their topics and returns those
+// to produce; refusals go into failed. An error means the cluster could
+// not be asked.
+func (s *Sink) admit(ctx context.Context, msgs []relay.Message, idx []int, failed map[int]error) ([]int, error) {
+	var unknown []string
+	seen := map[string]bool{}
+	for _, i := range idx {
+		t := msgs[i].Topic
+		if _, ok := s.topics[t]; !ok && !seen[t] {
+			seen[t] = true
+			unknown = append(unknown, t)
+		}
+	}
+	if err := s.lookupTopics(ctx, unknown); err != nil {
+		return nil, err
+	}
+	out := idx[:0:0]
+	for _, i := range idx {
+		m := msgs[i]
+		info := s.topics[m.Topic]
+		switch {
+		case info.refused != nil:
+			failed[i] = info.refused
+		case m.Key == nil && info.compacted:
+			failed[i] = fmt.Errorf("kafka sink: topic %s: %w", m.Topic, ErrKeylessCompacted)
+		case recordBatchSize(m) > int(info.maxBytes):
+			failed[i] = fmt.Errorf("kafka sink: topic %s: %w: a %d-byte batch, the limit is %d",
+				m.Topic, ErrRecordTooLarge, recordBatchSize(m), info.maxBytes)
+		default:
+			out = append(out, i)
+		}
+	}
+	return out, nil
+}
+
+// lookupTopics asks the cluster about topics not yet in the cache: does
+// each exist (creating it when configured), and what are its limits.
+func (s *Sink) lookupTopics(ctx context.Context, names []string) error {
+	if len(names) == 0 {
+		return nil
+	}
+	var ask []string
+	for _, t := range names {
+		if err := validTopic(t); err != nil {
+			s.topics[t] = topicInfo{refused: fmt.Errorf("kafka sink: topic %q: %w", t, err)}
+			continue
+		}
+		ask = append(ask, t)
+	}
+	if len(ask) == 0 {
+		return nil
+	}
+	details, err := s.adm.ListTopics(ctx, ask...)
+	if err != nil {
+		return fmt.Errorf("kafka sink: reading topic metadata: %w", err)
+	}
+	var create, exist []string
+	for _, t := range ask {
+		d, ok := details[t]
+		switch {
+		case ok && d.Err == nil:
+			exist = append(exist, t)
+		case !ok || errors.Is(d.Err, kerr.UnknownTopicOrPartition):
+			if !s.cfg.CreateTopics {
+				s.topics[t] = topicInfo{refused: fmt.Errorf("kafka sink: topic %s: %w (create it, or let the relay create topics)", t, ErrTopicMissing)}
+				continue
+			}
+			create = append(create, t)
+		case isTopicRefusal(d.Err):
+			s.topics[t] = topicInfo{refused: fmt.Errorf("kafka sink: topic %s: %w", t, d.Err)}
+		default:
+			return fmt.Errorf("kafka sink: topic %s: %w", t, d.Err)
+		}
+	}
+	if len(create) > 0 {
+		resp, err := s.adm.CreateTopics(ctx, s.cfg.Partitions, s.cfg.ReplicationFactor, nil, create...)
+		if err != nil {
+			return fmt.Errorf("kafka sink: creating topics %v: %w", create, err)
+		}
+		for _, t := range create {
+			r := resp[t]
+			switch {
+			case r.Err == nil:
+				s.cfg.Logger.Info("created Kafka topic", "topic", t, "partitions", r.NumPartitions, "replication_factor", r.ReplicationFactor)
+				exist = append(exist, t)
+			case errors.Is(r.Err, kerr.TopicAlreadyExists):
+				exist = append(exist, t)
+			case isTopicRefusal(r.Err):
+				s.topics[t] = topicInfo{refused: fmt.Errorf("kafka sink: creating topic %s: %w", t, r.Err)}
+			default:
+				return fmt.Errorf("kafka sink: creating topic %s: %w %s", t, r.Err, r.ErrMessage)
+			}
+		}
+	}
+	configs := s.describeTopics(ctx, exist)
+	for _, t := range exist {
+		info := configs[t]
+		limit := info.maxBytes
+		if limit <= 0 {
+			limit = DefaultMaxMessageBytes
+		}
+		if s.cfg.BatchMaxBytes > 0 {
+			limit = min(limit, s.cfg.BatchMaxBytes)
+		}
+		info.maxBytes = max(limit, 512)
+		s.topics[t] = info
+		s.limitsMu.Lock()
+		s.limits[t] = info.maxBytes
+		s.limitsMu.Unlock()
+	}
+	return nil
+}
+
+// describeTopics reads max.message.bytes and cleanup.policy; a cluster
+// that will not say (an old or embedded broker, no DescribeConfigs ACL)
+// leaves the defaults.
+func (s *Sink) describeTopics(ctx context.Context, topics []string) map[string]topicInfo {
+	out := map[string]topicInfo{}
+	if len(topics) == 0 {
+		return out
+	}
+	rcs, err := s.adm.DescribeTopicConfigs(ctx, topics...)
+	if err != nil && len(rcs) == 0 {
+		s.cfg.Logger.Debug("topic configs unavailable; assuming Kafka's defaults", "topics", topics, "err", err)
+		return out
+	}
+	for _, rc := range rcs {
+		if rc.Err != nil {
+			continue
+		}
+		var info topicInfo
+		for _, c := range rc.Configs {
+			if c.Value == nil {
+				continue
+			}
+			switch c.Key {
+			case "max.message.bytes":
+				if n, err := strconv.ParseInt(*c.Value, 10, 32); err == nil {
+					info.maxBytes = int32(n)
+				}
+			case "cleanup.policy":
+				info.compacted = strings.Contains(*c.Value, "compact")
+			}
+		}
+		out[rc.Name] = info
+	}
+	return out
+}
+
+// isTopicRefusal reports errors after which no record for the topic can
+// ever be written, whatever the retries.
+func isTopicRefusal(err error) bool {
+	return errors.Is(err, kerr.TopicAuthorizationFailed) ||
+		errors.Is(err, kerr.InvalidTopicException) ||
+		errors.Is(err, kerr.PolicyViolation)
+}
+
+// produce sends the messages at idx (and extra, when set, after them) and
+// waits for every acknowledgement. It returns each record's error; the
+// error return means the wait itself ended (ctx), with records unresolved.
+func (s *Sink) produce(ctx context.Context, cl *kgo.Client, msgs []relay.Message, idx []int, extra *kgo.Record) ([]error, error) {
+	n := len(idx)
+	if extra != nil {
+		n++
+	}
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	wg.Add(n)
+	for j, i := range idx {
+		cl.Produce(ctx, toRecord(msgs[i]), func(_ *kgo.Record, err error) {
+			errs[j] = err
+			wg.Done()
+		})
+	}
+	if extra != nil {
+		cl.Produce(ctx, extra, func(_ *kgo.Record, err error) {
+			errs[n-1] = err
+			wg.Done()
+		})
+	}
+	done := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return errs, nil
+	case <-ctx.Done():
+		return nil, fmt.Errorf("kafka sink: %d records not acknowledged in time: %w", n, context.Cause(ctx))
+	}
+}
+
+// classify turns per-record errors into refusals (failed) or, when any
+// error might pass on a retry, one error for the whole Publish.
+func (s *Sink) classify(msgs []relay.Message, idx []int, errs []error, failed map[int]error) error {
+	var retry []error
+	for j, i := range idx {
+		err := errs[j]
+		if err == nil {
+			continue
+		}
+		t := msgs[i].Topic
+		switch {
+		case isTopicRefusal(err):
+			// Every record of the topic fails alike, so no record is
+			// refused for another's fault; later batches skip the topic.
+			failed[i] = fmt.Errorf("kafka sink: topic %s: %w", t, err)
+			s.topics[t] = topicInfo{refused: failed[i]}
+		case errors.Is(err, kerr.MessageTooLarge), errors.Is(err, kerr.InvalidRecord), errors.Is(err, kerr.CorruptMessage):
+			// The sink's own checks passed this record, so the broker
+			// refused a whole batch: the other records in it are not at
+			// fault, and refusing only some of them would reorder the
+			// partition. Fail the publish loudly instead.
+			retry = append(retry, fmt.Errorf("kafka sink: topic %s refused a batch (%w); the topic's limits are lower than the sink knows: set the batch max bytes below the topic's max.message.bytes", t, err))
+		case errors.Is(err, kerr.UnknownTopicOrPartition), errors.Is(err, kerr.UnknownTopicID):
+			delete(s.topics, t)
+			retry = append(retry, fmt.Errorf("kafka sink: topic %s: %w", t, err))
+		default:
+			retry = append(retry, fmt.Errorf("kafka sink: topic %s: %w", t, err))
+		}
+	}
+	if len(retry) > 0 {
+		return fmt.Errorf("%w (and %d more record errors)", retry[0], len(retry)-1)
+	}
+	return nil
+}
+
+// Ready asks the cluster for its brokers, within a few seconds.
+func (s *Sink) Ready(ctx context.Context) error {
+	cl, err := s.client()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, min(s.cfg.DialTimeout, 5*time.Second))
+	defer cancel()
+	if err := cl.Ping(ctx); err != nil {
+		return fmt.Errorf("kafka sink: no broker answers: %w", err)
+	}
+	return nil
+}
+
+// Close releases the client. Records not acknowledged are abandoned; the
+// core re-delivers them.
+func (s *Sink) Close(context.Context) error {
+	s.mu.Lock()
+	cl := s.cl
+	s.cl, s.adm = nil, nil
+	s.mu.Unlock()
+	if cl != nil {
+		cl.Close()
+	}
+	return nil
+}
