@@ -3,6 +3,7 @@ package cdc_test
 import (
 	"context"
 	"log/slog"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -12,11 +13,16 @@ import (
 
 	"github.com/outboxrelay/relay/cdc"
 	"github.com/outboxrelay/relay/internal/pgtest"
+	"github.com/outboxrelay/relay/internal/testbin"
 	"github.com/outboxrelay/relay/migrations"
 	"github.com/outboxrelay/relay/relay"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+func TestMain(m *testing.M) {
+	code := pgtest.Run(m)
+	testbin.Cleanup()
+	os.Exit(code)
+}
 
 // fixture is one test's migrated database and a source config for it.
 type fixture struct {

@@ -173,10 +173,14 @@ func (r *reader) readTable(ctx context.Context) error {
 	if r.tableTxid == "" {
 		r.tableTxid, r.tableID = "0", 0
 	}
-	query := `SELECT id, txid::text, event_id::text, topic, key, payload, headers::text, created_at
-FROM ` + s.table + `
-WHERE pg_visible_in_snapshot(txid, $1::text::pg_snapshot) AND (txid, id) > ($2::text::xid8, $3)
-ORDER BY txid, id
+	// The text form of txid gets its own name: a bare "ORDER BY txid"
+	// would sort by an output column called txid, that is by text, where
+	// "1000" < "999", and the (txid, id) cursor would then repeat and skip
+	// rows.
+	query := `SELECT e.id, e.txid::text AS txid_text, e.event_id::text, e.topic, e.key, e.payload, e.headers::text, e.created_at
+FROM ` + s.table + ` AS e
+WHERE pg_visible_in_snapshot(e.txid, $1::text::pg_snapshot) AND (e.txid, e.id) > ($2::text::xid8, $3)
+ORDER BY e.txid, e.id
 LIMIT ` + strconv.Itoa(tablePage)
 	total := 0
 	started := time.Now()
