@@ -397,6 +397,21 @@ func (r *recordReader) bytes() []byte {
 	return v
 }
 
+// skipBytes steps over a nullable byte string and reports whether it was
+// null.
+func (r *recordReader) skipBytes() bool {
+	n := r.varint()
+	if r.err != nil || n < 0 {
+		return r.err == nil
+	}
+	if n > int64(len(r.b)) {
+		r.err = errShortRecord
+		return false
+	}
+	r.b = r.b[n:]
+	return false
+}
+
 func decodeRecord(b []byte, h BatchHeader) (Record, int, error) {
 	length, n := binary.Varint(b)
 	if n <= 0 || length < 0 || length > int64(len(b)-n) {
@@ -465,6 +480,74 @@ func checkUncompressedRecords(h BatchHeader, b []byte) error {
 		return fmt.Errorf("%w: %d trailing bytes after records", ErrCorruptBatch, len(body))
 	}
 	return nil
+}
+
+// walkRecords applies decodeRecords' checks to the (decompressed) records
+// body without building Records, so validating a produced batch allocates
+// nothing. With needKeys, a record with a null key fails with
+// ErrKeylessCompacted, reported only once every record has parsed (as
+// decoding first and then checking keys would).
+func walkRecords(h BatchHeader, body []byte, needKeys bool) error {
+	if h.NumRecords > int32(len(body)/7+1) {
+		return fmt.Errorf("%w: %d records cannot fit in %d bytes", ErrCorruptBatch, h.NumRecords, len(body))
+	}
+	keyless := int64(-1)
+	for i := int32(0); i < h.NumRecords; i++ {
+		n, offDelta, nullKey, err := walkRecord(body, h)
+		if err != nil {
+			return fmt.Errorf("record %d: %w", i, err)
+		}
+		if needKeys && nullKey && keyless < 0 {
+			keyless = offDelta
+		}
+		body = body[n:]
+	}
+	if len(body) != 0 {
+		return fmt.Errorf("%w: %d trailing bytes after records", ErrCorruptBatch, len(body))
+	}
+	if keyless >= 0 {
+		return fmt.Errorf("%w: record at delta %d", ErrKeylessCompacted, keyless)
+	}
+	return nil
+}
+
+// walkRecord checks one record as decodeRecord does and returns its size,
+// offset delta and whether its key is null.
+func walkRecord(b []byte, h BatchHeader) (int, int64, bool, error) {
+	length, n := binary.Varint(b)
+	if n <= 0 || length < 0 || length > int64(len(b)-n) {
+		return 0, 0, false, errShortRecord
+	}
+	rr := recordReader{b: b[n : n+int(length)]}
+	if len(rr.b) < 1 {
+		return 0, 0, false, errShortRecord
+	}
+	rr.b = rr.b[1:]
+	rr.varint() // timestamp delta
+	offDelta := rr.varint()
+	nullKey := rr.skipBytes()
+	rr.skipBytes() // value
+	nh := rr.varint()
+	if rr.err != nil {
+		return 0, 0, false, rr.err
+	}
+	if nh < 0 || nh > int64(len(rr.b)) {
+		return 0, 0, false, fmt.Errorf("%w: header count %d", ErrCorruptBatch, nh)
+	}
+	for i := int64(0); i < nh; i++ {
+		rr.skipBytes()
+		rr.skipBytes()
+		if rr.err != nil {
+			return 0, 0, false, rr.err
+		}
+	}
+	if len(rr.b) != 0 {
+		return 0, 0, false, fmt.Errorf("%w: record length disagrees with its fields", ErrCorruptBatch)
+	}
+	if offDelta < 0 || offDelta > int64(h.LastOffsetDelta) {
+		return 0, 0, false, fmt.Errorf("%w: offset delta %d outside batch", ErrCorruptBatch, offDelta)
+	}
+	return n + int(length), offDelta, nullKey, nil
 }
 
 // Batches iterates over a byte slice holding whole batches back to back (a

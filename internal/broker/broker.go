@@ -536,19 +536,47 @@ func (b *Broker) lookup(name string, part int32, create bool) (*topic, *partitio
 // batches are checked against the producer's state: a duplicate of one of
 // its last five batches returns the original offset with Duplicate set.
 func (b *Broker) Append(ctx context.Context, topicName string, part int32, batch []byte) (AppendResult, error) {
-	if err := ctx.Err(); err != nil {
+	res, wait, err := b.AppendAsync(ctx, topicName, part, batch)
+	if err != nil {
 		return AppendResult{}, err
+	}
+	if err := wait(); err != nil {
+		return AppendResult{}, err
+	}
+	return res, nil
+}
+
+// AppendAsync is Append split in two: it validates and writes the batch
+// and returns; wait then blocks until the batch is durable under the sync
+// policy (under SyncIntervalUnsafe it returns at once). The result must not
+// be acknowledged before wait returned nil, and wait should always be
+// called: under SyncBeforeAck the high watermark only moves over data that
+// an fsync covered. Appends to a partition land in the order of their
+// AppendAsync calls, so a connection can write its next request while the
+// previous one's fsync runs, and concurrent waiters share fsyncs.
+func (b *Broker) AppendAsync(ctx context.Context, topicName string, part int32, batch []byte) (AppendResult, func() error, error) {
+	if err := ctx.Err(); err != nil {
+		return AppendResult{}, nil, err
 	}
 	t, p, err := b.lookup(topicName, part, true)
 	if err != nil {
-		return AppendResult{}, err
+		return AppendResult{}, nil, err
 	}
 	h, err := validateProduced(batch, t.cfg)
 	if err != nil {
-		return AppendResult{}, err
+		return AppendResult{}, nil, err
 	}
-	return p.append(batch, h)
+	res, target, gen, err := p.write(batch, h)
+	if err != nil {
+		return AppendResult{}, nil, err
+	}
+	if target < 0 {
+		return res, noWait, nil
+	}
+	return res, func() error { return p.waitDurable(target, gen) }, nil
 }
+
+func noWait() error { return nil }
 
 // validateProduced applies the checks a produced batch must pass before
 // anything is written.
@@ -569,24 +597,21 @@ func validateProduced(batch []byte, cfg TopicConfig) (BatchHeader, error) {
 	if h.Idempotent() && (h.ProducerEpoch < 0 || h.BaseSequence < 0) {
 		return h, fmt.Errorf("%w: idempotent batch with epoch %d sequence %d", ErrCorruptBatch, h.ProducerEpoch, h.BaseSequence)
 	}
-	if cfg.CleanupPolicy == CleanupCompact || h.Compression() != CompressionNone {
-		if h.Compression() == CompressionNone && cfg.CleanupPolicy != CleanupCompact {
+	compacted := cfg.CleanupPolicy == CleanupCompact
+	c := h.Compression()
+	if c == CompressionNone {
+		if !compacted {
 			return h, checkUncompressedRecords(h, batch)
 		}
-		recs, err := decodeRecords(h, batch, maxDecompressedSize)
-		if err != nil {
-			return h, err
-		}
-		if cfg.CleanupPolicy == CleanupCompact {
-			for _, r := range recs {
-				if r.Key == nil {
-					return h, fmt.Errorf("%w: record at delta %d", ErrKeylessCompacted, r.Offset-h.BaseOffset)
-				}
-			}
-		}
-		return h, nil
+		return h, walkRecords(h, batch[BatchHeaderSize:], true)
 	}
-	return h, checkUncompressedRecords(h, batch)
+	buf := getBodyBuffer()
+	body, err := decompressTo(*buf, c, batch[BatchHeaderSize:], maxDecompressedSize)
+	if err == nil {
+		err = walkRecords(h, body, compacted)
+	}
+	putBodyBuffer(buf, body)
+	return h, err
 }
 
 // Fetch returns whole batches starting with the one holding offset, up to

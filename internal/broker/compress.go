@@ -73,25 +73,49 @@ func corrupt(c Compression, err error) error {
 	return fmt.Errorf("%w: %s decompression: %w", ErrCorruptBatch, c, err)
 }
 
-// decompress expands a batch body, refusing output beyond limit bytes.
+// decompress expands a batch body into a new slice, refusing output beyond
+// limit bytes.
 func decompress(c Compression, src []byte, limit int) ([]byte, error) {
+	return decompressTo(nil, c, src, limit)
+}
+
+// decompressTo expands a batch body into dst's backing array when it is
+// large enough (a fresh one otherwise), refusing output beyond limit bytes.
+func decompressTo(dst []byte, c Compression, src []byte, limit int) ([]byte, error) {
+	dst = dst[:0]
 	switch c {
 	case CompressionGzip:
-		zr, err := gzip.NewReader(bytes.NewReader(src))
+		zr, _ := gzipReaders.Get().(*gzip.Reader)
+		var err error
+		if zr == nil {
+			zr, err = gzip.NewReader(bytes.NewReader(src))
+		} else {
+			err = zr.Reset(bytes.NewReader(src))
+		}
 		if err != nil {
 			return nil, corrupt(c, err)
 		}
-		return readLimited(c, zr, limit)
+		out, err := readLimited(dst, c, zr, limit)
+		gzipReaders.Put(zr)
+		return out, err
 	case CompressionSnappy:
-		return decompressSnappy(src, limit)
+		return decompressSnappy(dst, src, limit)
 	case CompressionLZ4:
-		return readLimited(c, lz4.NewReader(bytes.NewReader(src)), limit)
+		zr, _ := lz4Readers.Get().(*lz4.Reader)
+		if zr == nil {
+			zr = lz4.NewReader(bytes.NewReader(src))
+		} else {
+			zr.Reset(bytes.NewReader(src))
+		}
+		out, err := readLimited(dst, c, zr, limit)
+		lz4Readers.Put(zr)
+		return out, err
 	case CompressionZstd:
 		dec, err := sharedZstdDecoder()
 		if err != nil {
 			return nil, corrupt(c, err)
 		}
-		out, err := dec.DecodeAll(src, nil)
+		out, err := dec.DecodeAll(src, dst)
 		if err != nil {
 			return nil, corrupt(c, err)
 		}
@@ -104,35 +128,76 @@ func decompress(c Compression, src []byte, limit int) ([]byte, error) {
 	}
 }
 
-func readLimited(c Compression, r io.Reader, limit int) ([]byte, error) {
-	out, err := io.ReadAll(io.LimitReader(r, int64(limit)+1))
-	if err != nil {
-		return nil, corrupt(c, err)
+var (
+	gzipReaders sync.Pool // *gzip.Reader
+	lz4Readers  sync.Pool // *lz4.Reader
+	// bodyBuffers holds *[]byte scratch space for decompressing produced
+	// batches during validation.
+	bodyBuffers = sync.Pool{New: func() any { b := make([]byte, 0, 256<<10); return &b }}
+)
+
+// maxPooledBody keeps one huge batch from pinning its buffer in the pool.
+const maxPooledBody = 4 << 20
+
+func getBodyBuffer() *[]byte { return bodyBuffers.Get().(*[]byte) }
+
+func putBodyBuffer(b *[]byte, used []byte) {
+	if used == nil {
+		used = *b
 	}
-	if len(out) > limit {
-		return nil, fmt.Errorf("%w: decompressed size over %d bytes", ErrCorruptBatch, limit)
+	if cap(used) > maxPooledBody {
+		return
 	}
-	return out, nil
+	*b = used[:0]
+	bodyBuffers.Put(b)
 }
 
-func snappyBlock(src []byte, limit int) ([]byte, error) {
+// readLimited appends r's output to dst, failing beyond limit bytes.
+func readLimited(dst []byte, c Compression, r io.Reader, limit int) ([]byte, error) {
+	for {
+		if len(dst) == cap(dst) {
+			dst = append(dst, 0)[:len(dst)]
+		}
+		n, err := r.Read(dst[len(dst):min(cap(dst), limit+1)])
+		dst = dst[:len(dst)+n]
+		if len(dst) > limit {
+			return nil, fmt.Errorf("%w: decompressed size over %d bytes", ErrCorruptBatch, limit)
+		}
+		if err == io.EOF {
+			return dst, nil
+		}
+		if err != nil {
+			return nil, corrupt(c, err)
+		}
+	}
+}
+
+// snappyBlock appends one decoded snappy block to dst.
+func snappyBlock(dst, src []byte, limit int) ([]byte, error) {
 	n, err := s2.DecodedLen(src)
 	if err != nil {
 		return nil, corrupt(CompressionSnappy, err)
 	}
-	if n > limit {
+	if n > limit-len(dst) {
 		return nil, fmt.Errorf("%w: decompressed size over %d bytes", ErrCorruptBatch, limit)
 	}
-	out, err := s2.Decode(nil, src)
+	out, err := s2.Decode(dst[len(dst):], src)
 	if err != nil {
 		return nil, corrupt(CompressionSnappy, err)
 	}
-	return out, nil
+	if len(dst) == 0 {
+		return out, nil
+	}
+	if cap(dst)-len(dst) >= len(out) {
+		// Decoded in place, right after dst.
+		return dst[:len(dst)+len(out)], nil
+	}
+	return append(dst, out...), nil
 }
 
-func decompressSnappy(src []byte, limit int) ([]byte, error) {
+func decompressSnappy(dst, src []byte, limit int) ([]byte, error) {
 	if !bytes.HasPrefix(src, xerialHeader) {
-		return snappyBlock(src, limit)
+		return snappyBlock(dst, src, limit)
 	}
 	// xerial framing: 8-byte magic, 4-byte version, 4-byte min version, then
 	// chunks of [int32 length][snappy block].
@@ -140,7 +205,7 @@ func decompressSnappy(src []byte, limit int) ([]byte, error) {
 		return nil, corrupt(CompressionSnappy, io.ErrUnexpectedEOF)
 	}
 	src = src[16:]
-	var out []byte
+	out := dst
 	for len(src) > 0 {
 		if len(src) < 4 {
 			return nil, corrupt(CompressionSnappy, io.ErrUnexpectedEOF)
@@ -150,11 +215,11 @@ func decompressSnappy(src []byte, limit int) ([]byte, error) {
 		if uint64(n) > uint64(len(src)) {
 			return nil, corrupt(CompressionSnappy, io.ErrUnexpectedEOF)
 		}
-		chunk, err := snappyBlock(src[:n], limit-len(out))
+		var err error
+		out, err = snappyBlock(out, src[:n], limit)
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, chunk...)
 		src = src[n:]
 	}
 	return out, nil

@@ -98,8 +98,12 @@
 // the error returns. A failed fsync rolls the partition back to its last
 // durable position (the kernel may have dropped the dirty pages), rebuilds
 // producer state from disk, and fails every append not yet covered; appends
-// resume once the disk works again. SyncIntervalUnsafe acknowledges after the
-// write and fsyncs on an interval: a crash can lose acknowledged data.
+// resume once the disk works again. AppendAsync splits Append into the
+// write and a wait for the covering fsync, so a caller (the protocol
+// server, per connection) can write its next batch while the previous one
+// is being fsynced; its result may be acknowledged only once the wait
+// returned nil. SyncIntervalUnsafe acknowledges after the write and fsyncs
+// on an interval: a crash can lose acknowledged data.
 //
 // # Consumer group offsets (groups/offsets.log)
 //

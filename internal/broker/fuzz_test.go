@@ -113,3 +113,47 @@ func mustFetchAll(t *testing.T, b *Broker, hw int64) []byte {
 	}
 	return all
 }
+
+// FuzzValidateProduced checks that validating a produced batch (which walks
+// records over a pooled buffer) accepts exactly the batches that decode into
+// records, and on compacted topics exactly those whose records all have
+// keys.
+func FuzzValidateProduced(f *testing.F) {
+	f.Add(EncodeBatch(1, 0, 0, recs("f", 3)))
+	keyless := recs("k", 3)
+	keyless[1].Key = nil
+	for _, c := range []Compression{CompressionNone, CompressionGzip, CompressionSnappy, CompressionLZ4, CompressionZstd} {
+		b, _ := AppendBatch(nil, BatchOptions{ProducerID: -1, Compression: c}, recs("f", 2))
+		f.Add(b)
+		b, _ = AppendBatch(nil, BatchOptions{ProducerID: -1, Compression: c}, keyless)
+		f.Add(b)
+	}
+	f.Add([]byte{})
+	deleteCfg := TopicConfig{}.withDefaults(1)
+	compactCfg := TopicConfig{CleanupPolicy: CleanupCompact}.withDefaults(1)
+	f.Fuzz(func(t *testing.T, data []byte) {
+		batch := append([]byte(nil), data...)
+		_, compactErr := validateProduced(batch, compactCfg)
+		_, deleteErr := validateProduced(batch, deleteCfg)
+		h, rs, decErr := DecodeBatch(data)
+		if decErr != nil {
+			if compactErr == nil {
+				t.Fatalf("compacted topic accepted a batch that does not decode: %v", decErr)
+			}
+			if deleteErr == nil && h.Compression() != CompressionNone {
+				t.Fatalf("accepted a compressed batch that does not decode: %v", decErr)
+			}
+			return
+		}
+		hasKeys := true
+		for _, r := range rs {
+			hasKeys = hasKeys && r.Key != nil
+		}
+		if compactErr == nil && !hasKeys {
+			t.Fatal("compacted topic accepted a keyless record")
+		}
+		if deleteErr == nil && compactErr != nil && hasKeys {
+			t.Fatalf("compacted topic refused a keyed batch: %v", compactErr)
+		}
+	})
+}

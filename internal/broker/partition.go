@@ -214,40 +214,37 @@ type AppendResult struct {
 	Duplicate bool
 }
 
-func (p *partition) append(batch []byte, h BatchHeader) (AppendResult, error) {
+// write validates a batch against the producer state and writes it (or
+// finds the duplicate it repeats). Under SyncBeforeAck the result may only
+// be acknowledged once waitDurable(target, gen) succeeds; target is -1 when
+// there is nothing to wait for.
+func (p *partition) write(batch []byte, h BatchHeader) (res AppendResult, target int64, gen int, err error) {
 	p.mu.Lock()
+	defer p.mu.Unlock()
 	if p.closed {
-		p.mu.Unlock()
-		return AppendResult{}, ErrClosed
+		return AppendResult{}, -1, 0, ErrClosed
 	}
 	if p.broken != nil {
 		if err := p.resetLocked(); err != nil {
-			p.mu.Unlock()
-			return AppendResult{}, err
+			return AppendResult{}, -1, 0, err
 		}
 	}
 	dup, err := p.producers.check(h)
 	if err != nil {
-		p.mu.Unlock()
-		return AppendResult{}, err
+		return AppendResult{}, -1, 0, err
 	}
+	target = -1
 	if dup != nil {
-		res := AppendResult{BaseOffset: dup.FirstOffset, LogStartOffset: p.segs[0].base, Duplicate: true}
-		target, gen := dup.LastOffset+1, p.gen
-		p.mu.Unlock()
 		if p.set.syncBeforeAck {
-			if err := p.waitDurable(target, gen); err != nil {
-				return AppendResult{}, err
-			}
+			target = dup.LastOffset + 1
 		}
-		return res, nil
+		return AppendResult{BaseOffset: dup.FirstOffset, LogStartOffset: p.segs[0].base, Duplicate: true}, target, p.gen, nil
 	}
 	active := p.segs[len(p.segs)-1]
 	now := p.set.now()
 	if p.needsRollLocked(active, h, now) {
 		if err := p.rollLocked(); err != nil {
-			p.mu.Unlock()
-			return AppendResult{}, err
+			return AppendResult{}, -1, 0, err
 		}
 		active = p.segs[len(p.segs)-1]
 	}
@@ -260,8 +257,7 @@ func (p *partition) append(batch []byte, h BatchHeader) (AppendResult, error) {
 		if terr := active.log.Truncate(active.size); terr != nil {
 			p.broken = terr
 		}
-		p.mu.Unlock()
-		return AppendResult{}, storageErr("write segment", err)
+		return AppendResult{}, -1, 0, storageErr("write segment", err)
 	}
 	pos := active.size
 	active.size += int64(len(batch))
@@ -271,19 +267,14 @@ func (p *partition) append(batch []byte, h BatchHeader) (AppendResult, error) {
 	active.noteBatch(h, pos, p.set.indexInterval)
 	p.producers.update(h)
 	p.next = h.LastOffset() + 1
-	res := AppendResult{BaseOffset: h.BaseOffset, LogStartOffset: p.segs[0].base}
-	target, gen := p.next, p.gen
-	if !p.set.syncBeforeAck {
+	res = AppendResult{BaseOffset: h.BaseOffset, LogStartOffset: p.segs[0].base}
+	if p.set.syncBeforeAck {
+		target = p.next
+	} else {
 		p.hw, p.hwPos = p.next, active.size
 		p.notifyLocked()
 	}
-	p.mu.Unlock()
-	if p.set.syncBeforeAck {
-		if err := p.waitDurable(target, gen); err != nil {
-			return AppendResult{}, err
-		}
-	}
-	return res, nil
+	return res, target, p.gen, nil
 }
 
 func (p *partition) needsRollLocked(s *segment, h BatchHeader, now time.Time) bool {

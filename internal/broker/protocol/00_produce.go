@@ -10,11 +10,14 @@ import (
 )
 
 // handleProduce appends each partition's record batch as sent (compressed
-// batches are stored as they are). Partitions of one request are appended
-// concurrently so their fsyncs overlap; the response waits for all of them,
-// so with acks=1 and acks=-1 alike a success means durable under the
-// broker's sync policy. acks=0 gets no response.
-func (s *Server) handleProduce(ctx context.Context, req *kmsg.ProduceRequest) kmsg.Response {
+// batches are stored as they are) and returns the response together with
+// wait, which blocks until those appends are durable under the broker's
+// sync policy (fsyncs of the partitions overlap) and records any failure in
+// the response. The connection writes the response only after wait, so
+// with acks=1 and acks=-1 alike a success means durable; meanwhile the next
+// request on the connection is already being written to the log. acks=0
+// gets no response, but wait still runs.
+func (s *Server) handleProduce(ctx context.Context, req *kmsg.ProduceRequest) (kmsg.Response, func()) {
 	resp := req.ResponseKind().(*kmsg.ProduceResponse)
 	var code int16
 	switch {
@@ -24,11 +27,11 @@ func (s *Server) handleProduce(ctx context.Context, req *kmsg.ProduceRequest) km
 		code = kerr.InvalidRequiredAcks.Code
 	}
 
-	type job struct {
-		topic, part int
-		records     []byte
+	type pending struct {
+		p    *kmsg.ProduceResponseTopicPartition
+		wait func() error
 	}
-	var jobs []job
+	var waits []pending
 	resp.Topics = make([]kmsg.ProduceResponseTopic, len(req.Topics))
 	for i, rt := range req.Topics {
 		t := &resp.Topics[i]
@@ -44,35 +47,44 @@ func (s *Server) handleProduce(ctx context.Context, req *kmsg.ProduceRequest) km
 				p.ErrorCode = code
 				continue
 			}
-			jobs = append(jobs, job{i, j, rp.Records})
+			res, wait, err := s.b.AppendAsync(ctx, rt.Topic, rp.Partition, rp.Records)
+			if err != nil {
+				setProduceError(p, err)
+				continue
+			}
+			p.BaseOffset, p.LogStartOffset = res.BaseOffset, res.LogStartOffset
+			waits = append(waits, pending{p, wait})
 		}
 	}
 
-	run := func(j job) {
-		p := &resp.Topics[j.topic].Partitions[j.part]
-		res, err := s.b.Append(ctx, resp.Topics[j.topic].Topic, p.Partition, j.records)
-		if err != nil {
-			p.ErrorCode = broker.KafkaErrorCode(err)
-			msg := err.Error()
-			p.ErrorMessage = &msg
-			return
+	finish := func(w pending) {
+		if err := w.wait(); err != nil {
+			setProduceError(w.p, err)
 		}
-		p.BaseOffset, p.LogStartOffset = res.BaseOffset, res.LogStartOffset
 	}
-	switch len(jobs) {
-	case 0:
-	case 1:
-		run(jobs[0])
-	default:
-		var wg sync.WaitGroup
-		for _, j := range jobs[1:] {
-			wg.Go(func() { run(j) })
+	wait := func() {
+		switch len(waits) {
+		case 0:
+		case 1:
+			finish(waits[0])
+		default:
+			var wg sync.WaitGroup
+			for _, w := range waits[1:] {
+				wg.Go(func() { finish(w) })
+			}
+			finish(waits[0])
+			wg.Wait()
 		}
-		run(jobs[0])
-		wg.Wait()
 	}
 	if req.Acks == 0 {
-		return nil
+		return nil, wait
 	}
-	return resp
+	return resp, wait
+}
+
+func setProduceError(p *kmsg.ProduceResponseTopicPartition, err error) {
+	p.BaseOffset, p.LogStartOffset = -1, -1
+	p.ErrorCode = broker.KafkaErrorCode(err)
+	msg := err.Error()
+	p.ErrorMessage = &msg
 }

@@ -17,14 +17,30 @@ import (
 
 // conn is one client connection. Requests are decoded by a reader goroutine
 // a few frames ahead and handled one at a time, in order, by the
-// connection's own goroutine, which also writes the responses: Kafka
-// answers a connection's requests in the order they were sent.
+// connection's own goroutine; a writer goroutine sends the responses in the
+// same order (Kafka answers a connection's requests in the order they were
+// sent). A produce response first waits for its batches to be durable, in
+// the writer, so the handler already appends the next request's batches
+// while the previous ones are fsynced.
 type conn struct {
 	s          *Server
 	nc         net.Conn
 	clientHost string
 	out        []byte
 }
+
+// reply is a response waiting its turn. wait, when set, runs first and
+// blocks until the response may be sent (produced batches are durable); it
+// runs even when the connection has failed, so that durability waits are
+// never skipped. A nil resp sends nothing (acks=0).
+type reply struct {
+	corr int32
+	resp kmsg.Response
+	wait func()
+}
+
+// maxPendingReplies bounds the responses handled but not yet written.
+const maxPendingReplies = 8
 
 // request is a decoded frame, or the error that ended reading.
 type request struct {
@@ -65,6 +81,16 @@ func (s *Server) serveConn(ctx context.Context, nc net.Conn) {
 	}()
 	defer func() { <-readerDone }()
 	defer cancel()
+	replies := make(chan reply, maxPendingReplies)
+	writerDone := make(chan struct{})
+	go func() {
+		defer close(writerDone)
+		c.writeLoop(replies, cancel)
+	}()
+	// Answer (or at least finish the waits of) everything handled before
+	// the connection closes.
+	defer func() { <-writerDone }()
+	defer close(replies)
 	defer func() {
 		if r := recover(); r != nil {
 			s.log.Error("kafka connection handler panicked; closing connection", "remote", nc.RemoteAddr().String(), "panic", r, "stack", string(debug.Stack()))
@@ -78,9 +104,10 @@ func (s *Server) serveConn(ctx context.Context, nc net.Conn) {
 			return
 		}
 		resp := r.resp
+		var wait func()
 		if resp == nil {
 			var err error
-			resp, err = s.handle(ctx, c, r)
+			resp, wait, err = s.handle(ctx, c, r)
 			if err != nil {
 				if ctx.Err() == nil {
 					s.log.Debug("closing kafka connection", "remote", nc.RemoteAddr().String(), "api", kmsg.NameForKey(r.key), "err", err)
@@ -88,11 +115,27 @@ func (s *Server) serveConn(ctx context.Context, nc net.Conn) {
 				return
 			}
 		}
-		if resp == nil {
+		if resp == nil && wait == nil {
 			continue
 		}
-		if err := c.write(r.corr, resp); err != nil {
-			return
+		replies <- reply{corr: r.corr, resp: resp, wait: wait}
+	}
+}
+
+// writeLoop writes replies in order until replies is closed. After a write
+// fails it cancels the connection and only runs the remaining waits.
+func (c *conn) writeLoop(replies <-chan reply, cancel context.CancelFunc) {
+	var failed bool
+	for r := range replies {
+		if r.wait != nil {
+			r.wait()
+		}
+		if r.resp == nil || failed {
+			continue
+		}
+		if err := c.write(r.corr, r.resp); err != nil {
+			failed = true
+			cancel()
 		}
 	}
 }
@@ -194,15 +237,24 @@ func (c *conn) write(corr int32, resp kmsg.Response) error {
 }
 
 // handle answers one request; a nil response means none is sent (acks=0
-// Produce). An error closes the connection.
-func (s *Server) handle(ctx context.Context, c *conn, r request) (kmsg.Response, error) {
+// Produce). A non-nil wait must run before the response is sent (see
+// handleProduce). An error closes the connection.
+func (s *Server) handle(ctx context.Context, c *conn, r request) (kmsg.Response, func(), error) {
+	if req, ok := r.req.(*kmsg.ProduceRequest); ok {
+		resp, wait := s.handleProduce(ctx, req)
+		return resp, wait, nil
+	}
+	resp, err := s.handleSync(ctx, c, r)
+	return resp, nil, err
+}
+
+// handleSync answers requests whose response is complete when built.
+func (s *Server) handleSync(ctx context.Context, c *conn, r request) (kmsg.Response, error) {
 	switch req := r.req.(type) {
 	case *kmsg.ApiVersionsRequest:
 		return s.handleApiVersions(req), nil
 	case *kmsg.MetadataRequest:
 		return s.handleMetadata(c, req), nil
-	case *kmsg.ProduceRequest:
-		return s.handleProduce(ctx, req), nil
 	case *kmsg.FetchRequest:
 		return s.handleFetch(ctx, req), nil
 	case *kmsg.ListOffsetsRequest:

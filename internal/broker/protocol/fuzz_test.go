@@ -110,8 +110,14 @@ func FuzzRequest(f *testing.F) {
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 			defer cancel()
 			start := time.Now()
-			var err error
-			resp, err = fx.srv.handle(ctx, c, r)
+			var (
+				wait func()
+				err  error
+			)
+			resp, wait, err = fx.srv.handle(ctx, c, r)
+			if wait != nil {
+				wait()
+			}
 			if took := time.Since(start); took > 2*time.Second {
 				t.Fatalf("%s v%d took %v despite a 20ms context", kmsg.NameForKey(r.key), r.version, took)
 			}
