@@ -2,16 +2,20 @@ package protocol
 
 import (
 	"context"
+	"fmt"
+	"math/rand/v2"
 	"strconv"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
-const benchPartitions = 3
+const benchPartitions = 6
 
 // benchTarget is a Kafka endpoint with a fresh topic.
 type benchTarget struct {
@@ -35,34 +39,80 @@ var benchTargets = []benchTarget{
 	}},
 }
 
+// benchPayload makes the records of a workload: record i is records(i).
+type benchPayload struct {
+	name    string
+	records func(size int) func(i int) *kgo.Record
+}
+
+var benchPayloads = []benchPayload{
+	// zeros: unkeyed all-zero values, which snappy shrinks to almost
+	// nothing (the best case for both servers).
+	{"zeros", func(size int) func(int) *kgo.Record {
+		value := make([]byte, size)
+		return func(int) *kgo.Record { return &kgo.Record{Topic: "bench", Value: value} }
+	}},
+	// events: keyed, JSON-like values of random words and numbers, 4096
+	// distinct ones, which snappy compresses about as much as real outbox
+	// events (2-3x).
+	{"events", func(size int) func(int) *kgo.Record {
+		rng := rand.New(rand.NewPCG(1, uint64(size)))
+		words := []string{"order", "created", "customer", "amount", "EUR", "shipped", "status", "pending", "item", "sku", "warehouse", "berlin", "paris", "total", "discount", "express"}
+		values := make([][]byte, 4096)
+		for i := range values {
+			v := fmt.Appendf(nil, `{"id":%d,"ts":%d,"fields":{`, rng.Uint64(), rng.Int64N(1<<41))
+			for len(v) < size-1 {
+				v = fmt.Appendf(v, `"%s":"%s-%d",`, words[rng.IntN(len(words))], words[rng.IntN(len(words))], rng.IntN(100000))
+			}
+			v = append(v[:size-1], '}')
+			values[i] = v
+		}
+		keys := make([][]byte, 1000)
+		for i := range keys {
+			keys[i] = []byte("order-" + strconv.Itoa(i))
+		}
+		return func(i int) *kgo.Record {
+			return &kgo.Record{Topic: "bench", Key: keys[i%len(keys)], Value: values[i%len(values)]}
+		}
+	}},
+}
+
 // BenchmarkProduceConsume measures kgo's produce rate (idempotent,
-// acks=all, the defaults) and consume rate against this server and, with
-// the same client workload, against franz-go's kfake cluster.
+// acks=all, snappy: the defaults) and consume rate against this server
+// and, with the same clients, options and records, against franz-go's
+// kfake cluster. clients=N splits the work over N kgo clients (producers
+// each send b.N/N records; consumers each read their share of the
+// partitions), so that one client's own CPU does not cap both servers.
 //
-//	go test -run '^$' -bench ProduceConsume -benchtime 400000x ./internal/broker/protocol/
+//	go test -run '^$' -bench ProduceConsume -benchtime 1000000x -count 3 ./internal/broker/protocol/
 func BenchmarkProduceConsume(b *testing.B) {
 	for _, size := range []int{100, 1024} {
-		for _, target := range benchTargets {
-			b.Run("produce/"+strconv.Itoa(size)+"B/"+target.name, func(b *testing.B) {
-				addr := target.start(b, "bench")
-				benchProduce(b, addr, size)
-			})
-			b.Run("consume/"+strconv.Itoa(size)+"B/"+target.name, func(b *testing.B) {
-				addr := target.start(b, "bench")
-				benchConsume(b, addr, size)
-			})
+		for _, payload := range benchPayloads {
+			for _, clients := range []int{1, 3} {
+				for _, target := range benchTargets {
+					name := fmt.Sprintf("%dB/%s/clients=%d/%s", size, payload.name, clients, target.name)
+					b.Run("produce/"+name, func(b *testing.B) {
+						addr := target.start(b, "bench")
+						benchProduce(b, addr, payload.records(size), size, clients)
+					})
+					b.Run("consume/"+name, func(b *testing.B) {
+						addr := target.start(b, "bench")
+						benchConsume(b, addr, payload.records(size), size, clients)
+					})
+				}
+			}
 		}
 	}
 }
 
-func produceN(b *testing.B, cl *kgo.Client, n, size int) {
-	value := make([]byte, size)
+// produceN sends records [from, from+n) through cl and waits for all acks.
+func produceN(b *testing.B, cl *kgo.Client, record func(int) *kgo.Record, from, n int) {
 	var wg sync.WaitGroup
 	var once sync.Once
 	ctx := context.Background()
 	wg.Add(n)
-	for range n {
-		cl.Produce(ctx, &kgo.Record{Topic: "bench", Value: value}, func(_ *kgo.Record, err error) {
+	for i := from; i < from+n; i++ {
+		cl.Produce(ctx, record(i), func(_ *kgo.Record, err error) {
 			if err != nil {
 				once.Do(func() { b.Errorf("produce: %v", err) })
 			}
@@ -72,36 +122,120 @@ func produceN(b *testing.B, cl *kgo.Client, n, size int) {
 	wg.Wait()
 }
 
-func benchProduce(b *testing.B, addr string, size int) {
-	cl := newKgo(b, addr, kgo.MaxBufferedRecords(1<<20), kgo.ProducerLinger(0))
-	defer cl.Close()
-	produceN(b, cl, 1000, size) // warm up: metadata, producer id, connections
+// produceAll sends n records split evenly over the clients, concurrently.
+func produceAll(b *testing.B, cls []*kgo.Client, record func(int) *kgo.Record, n int) {
+	var wg sync.WaitGroup
+	for c, cl := range cls {
+		from, to := n*c/len(cls), n*(c+1)/len(cls)
+		wg.Go(func() { produceN(b, cl, record, from, to-from) })
+	}
+	wg.Wait()
+}
+
+func newProducers(b *testing.B, addr string, clients int) []*kgo.Client {
+	cls := make([]*kgo.Client, clients)
+	for i := range cls {
+		cls[i] = newKgo(b, addr, kgo.MaxBufferedRecords(1<<20), kgo.ProducerLinger(0))
+	}
+	return cls
+}
+
+func closeAll(cls []*kgo.Client) {
+	for _, cl := range cls {
+		cl.Close()
+	}
+}
+
+func benchProduce(b *testing.B, addr string, record func(int) *kgo.Record, size, clients int) {
+	cls := newProducers(b, addr, clients)
+	defer closeAll(cls)
+	produceAll(b, cls, record, 1000*clients) // warm up: metadata, producer ids, connections
 	b.SetBytes(int64(size))
 	b.ResetTimer()
 	start := time.Now()
-	produceN(b, cl, b.N, size)
+	produceAll(b, cls, record, b.N)
 	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "records/s")
 }
 
-func benchConsume(b *testing.B, addr string, size int) {
-	prod := newKgo(b, addr, kgo.MaxBufferedRecords(1<<20))
-	produceN(b, prod, b.N, size)
-	prod.Close()
+func benchConsume(b *testing.B, addr string, record func(int) *kgo.Record, size, clients int) {
+	prods := newProducers(b, addr, clients)
+	produceAll(b, prods, record, b.N)
+	closeAll(prods)
 
-	cl := newKgo(b, addr, kgo.ConsumeTopics("bench"), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
-	defer cl.Close()
+	// Each consumer reads a fixed share of the partitions to their end.
+	type share struct {
+		cl   *kgo.Client
+		want int64
+	}
+	shares := make([]share, clients)
+	adm := newKgo(b, addr)
+	for c := range shares {
+		parts := map[int32]kgo.Offset{}
+		for p := int32(c); p < benchPartitions; p += int32(clients) {
+			parts[p] = kgo.NewOffset().AtStart()
+		}
+		shares[c].cl = newKgo(b, addr, kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{"bench": parts}))
+		defer shares[c].cl.Close()
+	}
+	ends := listEnds(b, adm, "bench")
+	adm.Close()
+	var total int64
+	for c := range shares {
+		for p := int32(c); p < benchPartitions; p += int32(clients) {
+			shares[c].want += ends[p]
+		}
+		total += shares[c].want
+	}
+	if total != int64(b.N) {
+		b.Fatalf("log holds %d records, produced %d", total, b.N)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	b.SetBytes(int64(size))
 	b.ResetTimer()
 	start := time.Now()
-	for got := 0; got < b.N; {
-		fs := cl.PollFetches(ctx)
-		if err := ctx.Err(); err != nil {
-			b.Fatalf("consumed %d of %d: %v", got, b.N, err)
-		}
-		fs.EachError(func(t string, p int32, err error) { b.Fatalf("fetch %s/%d: %v", t, p, err) })
-		got += fs.NumRecords()
+	var wg sync.WaitGroup
+	for _, s := range shares {
+		wg.Go(func() {
+			for got := int64(0); got < s.want; {
+				fs := s.cl.PollFetches(ctx)
+				if err := ctx.Err(); err != nil {
+					b.Errorf("consumed %d of %d: %v", got, s.want, err)
+					return
+				}
+				fs.EachError(func(t string, p int32, err error) { b.Errorf("fetch %s/%d: %v", t, p, err) })
+				got += int64(fs.NumRecords())
+			}
+		})
 	}
+	wg.Wait()
 	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "records/s")
+}
+
+// listEnds returns each partition's end offset, which is its record count
+// here since every log starts at 0.
+func listEnds(b *testing.B, cl *kgo.Client, topic string) map[int32]int64 {
+	req := kmsg.NewPtrListOffsetsRequest()
+	rt := kmsg.NewListOffsetsRequestTopic()
+	rt.Topic = topic
+	for p := int32(0); p < benchPartitions; p++ {
+		rp := kmsg.NewListOffsetsRequestTopicPartition()
+		rp.Partition, rp.Timestamp = p, -1
+		rt.Partitions = append(rt.Partitions, rp)
+	}
+	req.Topics = append(req.Topics, rt)
+	resp, err := req.RequestWith(context.Background(), cl)
+	if err != nil {
+		b.Fatalf("list offsets: %v", err)
+	}
+	ends := map[int32]int64{}
+	for _, t := range resp.Topics {
+		for _, p := range t.Partitions {
+			if err := kerr.ErrorForCode(p.ErrorCode); err != nil {
+				b.Fatalf("list offsets %s/%d: %v", t.Topic, p.Partition, err)
+			}
+			ends[p.Partition] = p.Offset
+		}
+	}
+	return ends
 }
