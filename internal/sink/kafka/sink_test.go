@@ -114,8 +114,10 @@ func TestSinkConformanceEmbeddedBroker(t *testing.T) {
 	relaytest.RunSinkTests(t, func(t *testing.T) relaytest.SinkHarness {
 		addr := startEmbedded(t)
 		return relaytest.SinkHarness{
-			New:        func(t *testing.T) relay.Sink { return newSink(t, []string{addr}, nil) },
-			Read:       func(t *testing.T, topic string) []relaytest.Record { return kafkatest.Read(t, []string{addr}, topic, false) },
+			New: func(t *testing.T) relay.Sink { return newSink(t, []string{addr}, nil) },
+			Read: func(t *testing.T, topic string) []relaytest.Record {
+				return kafkatest.Read(t, []string{addr}, topic, false)
+			},
 			Partitions: 3,
 		}
 	})

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -100,10 +101,41 @@ func (c *Cluster) Outage(d time.Duration) {
 }
 
 // Read returns every record of topic on brokers, by partition and offset.
-// committed reads read_committed (what an exactly-once consumer sees). It
-// stops once no record has arrived for a second.
+// committed reads read_committed (what an exactly-once consumer sees); it
+// first appends an end marker to each partition, outside any transaction,
+// and reads until it has seen them all (the marker is not returned). A
+// transaction left open holds the read until the cluster aborts it.
 func Read(t testing.TB, brokers []string, topic string, committed bool) []relaytest.Record {
 	t.Helper()
+	ctx := context.Background()
+	admin, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatalf("kafkatest: %v", err)
+	}
+	defer admin.Close()
+	ends, err := kadm.NewClient(admin).ListEndOffsets(ctx, topic)
+	if err != nil {
+		t.Fatalf("kafkatest: listing end offsets of %s: %v", topic, err)
+	}
+	end := map[int32]int64{}
+	ends.Each(func(o kadm.ListedOffset) {
+		if o.Err == nil && o.Offset > 0 {
+			end[o.Partition] = o.Offset
+		}
+	})
+	if len(end) == 0 {
+		return nil
+	}
+	if committed {
+		for p := range end {
+			r := &kgo.Record{Topic: topic, Partition: p, Value: []byte(endMarker), Headers: []kgo.RecordHeader{{Key: endMarker}}}
+			if err := admin.ProduceSync(ctx, r).FirstErr(); err != nil {
+				t.Fatalf("kafkatest: writing the end marker: %v", err)
+			}
+			end[p] = r.Offset + 1
+		}
+	}
+
 	opts := []kgo.Opt{
 		kgo.SeedBrokers(brokers...),
 		kgo.ConsumeTopics(topic),
@@ -123,23 +155,33 @@ func Read(t testing.TB, brokers []string, topic string, committed bool) []relayt
 		r      relaytest.Record
 	}
 	var got []rec
-	deadline := time.Now().Add(time.Minute)
-	for time.Now().Before(deadline) {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	seen := map[int32]int64{}
+	reached := func() bool {
+		for p, e := range end {
+			if next, ok := seen[p]; !ok || next < e {
+				return false
+			}
+		}
+		return true
+	}
+	for deadline := time.Now().Add(2 * time.Minute); !reached(); {
+		if time.Now().After(deadline) {
+			t.Fatalf("kafkatest: reading %s: reached %v of %v", topic, seen, end)
+		}
+		ctx, cancel := context.WithTimeout(ctx, time.Second)
 		fs := cl.PollFetches(ctx)
 		cancel()
-		n := 0
 		fs.EachRecord(func(r *kgo.Record) {
-			n++
+			seen[r.Partition] = r.Offset + 1
+			if len(r.Headers) == 1 && r.Headers[0].Key == endMarker {
+				return
+			}
 			out := relaytest.Record{Partition: r.Partition, Key: r.Key, Value: r.Value, Timestamp: r.Timestamp}
 			for _, h := range r.Headers {
 				out.Headers = append(out.Headers, relay.Header{Key: h.Key, Value: h.Value})
 			}
 			got = append(got, rec{r.Offset, out})
 		})
-		if n == 0 && ctx.Err() != nil {
-			break
-		}
 	}
 	slices.SortStableFunc(got, func(a, b rec) int {
 		if a.r.Partition != b.r.Partition {
@@ -153,3 +195,5 @@ func Read(t testing.TB, brokers []string, topic string, committed bool) []relayt
 	}
 	return out
 }
+
+const endMarker = "kafkatest-end"

@@ -1,0 +1,133 @@
+// Package kafka is the relay's sink into Apache Kafka (or any cluster that
+// speaks its protocol, the embedded broker's listener included), through
+// franz-go's kgo client.
+//
+// # Producing
+//
+// The client is an idempotent producer with acks=all: Publish hands every
+// message to the client and returns only when each one is acknowledged by
+// all in-sync replicas, so the core deletes outbox rows (and advances the
+// WAL slot) only for events Kafka holds durably. Idempotence keeps each
+// partition's records in order and free of duplicates across the client's
+// own retries, with up to five requests in flight per broker. Batches are
+// compressed (lz4 unless Config.Compression says otherwise) and linger a
+// few milliseconds to grow.
+//
+// Partitioning is Kafka's default for keyed records: murmur2 of the key,
+// made positive, modulo the partition count (franz-go's own hasher), which
+// is exactly broker.PartitionForKey, so a key has the same partition number
+// in the embedded broker and in Kafka. A keyless record is placed by the
+// murmur2 of its relay-event-id header, as the embedded broker does:
+// keyless events have no order to keep, and a re-delivered event lands on
+// the partition of its first copy.
+//
+// # Topics
+//
+// The first time a Publish names a topic, the sink asks the cluster about
+// it (Metadata, then DescribeConfigs for max.message.bytes and
+// cleanup.policy; a cluster that does not answer the latter is assumed to
+// use Kafka's defaults). A missing topic is created when Config.CreateTopics
+// is set, with Config.Partitions and Config.ReplicationFactor; otherwise
+// its events are refused with ErrTopicMissing, an error naming the topic.
+//
+// # Failures
+//
+// Publish sorts what goes wrong into two kinds:
+//
+//   - Refusals, reported per message in PublishResult.Failed, which the core
+//     moves to the dead letters while everything else flows: an invalid
+//     topic name, a missing topic without CreateTopics, a topic Kafka
+//     refuses (TOPIC_AUTHORIZATION_FAILED, INVALID_TOPIC_EXCEPTION, a create
+//     policy), a record larger than the topic's max.message.bytes (checked
+//     before producing, on the uncompressed size, so a refused record never
+//     takes innocent records of its batch down with it), and a keyless
+//     record for a compacted topic.
+//   - Everything else (no broker reachable, leader elections, timeouts, a
+//     topic deleted under the relay) is an error for the whole Publish, which
+//     returns within Config.PublishTimeout. The core keeps the events in the
+//     outbox, reports not ready, restarts the sink with backoff and
+//     re-delivers them. After an error the sink refuses to publish until that
+//     restart, so nothing from the failed attempt is mixed with the retry.
+//     One case is loud rather than dead-lettered: a broker refusing a whole
+//     batch as too large although each record fits the limits the sink
+//     knows (a cluster hiding its topic configs, with a topic limit below
+//     the batch size); lower Config.BatchMaxBytes.
+//
+// Ready sends a Metadata request and fails when no broker answers within a
+// few seconds; Start fails the same way, so an outage at start-up is an
+// error the core retries too.
+//
+// # At least once (the default)
+//
+// Every event is published at least once, in per-key order. When the
+// relay stops between Kafka's acknowledgement and the Postgres commit (a
+// crash, a Publish error after some records landed, a lost leader lock),
+// the events of the unacknowledged batches are published again: a
+// consumer sees each such event twice, both copies carrying the same
+// relay-event-id header, so it can deduplicate. Per-key order holds for
+// first copies; a repeat may come after later events of its key.
+//
+// # Exactly once (Config.TransactionalID)
+//
+// Each Publish is one Kafka transaction holding its events and a progress
+// marker: a record in Config.ProgressTopic, keyed by the transactional id,
+// naming every event of the transaction by a 16-byte digest (SHA-256 of its
+// relay-event-id). The State Publish returns for the core to save with the
+// acknowledgement holds the offset of that marker and the digests of any
+// committed events not yet re-delivered (usually none).
+//
+// Start first commits a small transaction of its own. That makes the
+// cluster fence every earlier producer with the same transactional id: an
+// open transaction of a crashed or stale relay is aborted, one caught
+// mid-commit is completed, and neither can commit anything later. Start
+// then reads the progress partition, read_committed, from the saved offset
+// to its own record: the markers it finds are the transactions Kafka
+// committed after the last acknowledgement Postgres kept. Their events are
+// still in the outbox, and the core delivers them again; Publish recognises
+// them by digest, skips them (they count as published), and produces the
+// rest.
+//
+// Guaranteed, for consumers reading read_committed, while the
+// transactional id and the progress topic's markers are kept:
+//
+//   - every event that leaves the outbox (other than to the dead letters)
+//     is in Kafka exactly once, across crashes at any instruction (before,
+//     during or after the Kafka commit, before or after the Postgres ack),
+//     Kafka outages, commits whose outcome the client never learned, and
+//     leader changes between relays using the same transactional id;
+//   - per-key order, as in the at-least-once mode (there are no repeats).
+//
+// Not guaranteed:
+//
+//   - read_uncommitted consumers also see records of aborted transactions
+//     (after a Publish error), which the retry publishes again;
+//   - two outboxes (or two relays not sharing the leader lock) must not
+//     share a transactional id: each fences the other. Changing the id, or
+//     starting a new outbox with an old id, loses the record of what was
+//     committed (the first case may repeat events once; the second reads the
+//     old markers and waits for events that never come, see below);
+//   - markers expire with the progress topic's retention (created with
+//     seven days): a relay that is down longer than that, with a batch
+//     committed but not acknowledged, may publish that batch again (it logs
+//     a warning);
+//   - the sink waits for a committed event's re-delivery for one million
+//     published messages after it learned of it, then forgets it (with a
+//     warning) so that events which will never come back (rows deleted by
+//     hand) do not grow the saved state for ever; the source re-delivers
+//     such events first, so only a source breaking its ordering promise by
+//     that much could cause a repeat;
+//   - events are told apart by relay-event-id: messages without the header
+//     (the core always sets it) are told apart by their whole content.
+//
+// Transactions cost two round trips per Publish and a marker of 16 bytes
+// per event; the progress topic needs Write and Describe, the
+// transactional id Write and Describe ACLs.
+//
+// # Configuration
+//
+// See Config: brokers, client id, TLS (CA file, client certificate,
+// skip-verify for tests), SASL (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512; the
+// password never appears in logs or errors), compression, linger, batch
+// size, topic creation, the transactional id and progress topic, and the
+// timeouts.
+package kafka

@@ -1,0 +1,265 @@
+package kafka_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/outboxrelay/relay/internal/broker"
+	"github.com/outboxrelay/relay/internal/sink/kafka"
+	"github.com/outboxrelay/relay/internal/sink/kafka/kafkatest"
+	"github.com/outboxrelay/relay/relay"
+	"github.com/outboxrelay/relay/relay/relaytest"
+)
+
+func start(t *testing.T, s relay.Sink, state []byte) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := s.Start(ctx, state); err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	t.Cleanup(func() { s.Close(context.Background()) })
+}
+
+func publish(t *testing.T, s relay.Sink, msgs []relay.Message) relay.PublishResult {
+	t.Helper()
+	res, err := s.Publish(context.Background(), msgs)
+	if err != nil {
+		t.Fatalf("Publish: %v", err)
+	}
+	return res
+}
+
+func msg(topic string, key, value []byte, id string) relay.Message {
+	return relay.Message{Topic: topic, Key: key, Value: value, Timestamp: time.UnixMilli(1_760_000_000_000),
+		Headers: []relay.Header{{Key: relay.HeaderEventID, Value: []byte(id)}}}
+}
+
+// TestPartitionParity publishes 10,000 keys (and some keyless events)
+// through the sink into kfake and checks each landed on the partition the
+// embedded broker's partitioner picks.
+func TestPartitionParity(t *testing.T) {
+	t.Parallel()
+	const parts = 7
+	c := kafkatest.Start(t)
+	s := newSink(t, c.Addrs(), func(c *kafka.Config) { c.Partitions = parts })
+	start(t, s, nil)
+	rng := rand.New(rand.NewPCG(1, 2))
+	var msgs []relay.Message
+	for i := range 10_000 {
+		key := fmt.Appendf(nil, "customer-%d", i)
+		if i%3 == 0 { // arbitrary bytes of every tail length
+			key = make([]byte, 1+rng.IntN(40))
+			for j := range key {
+				key[j] = byte(rng.Uint32())
+			}
+		}
+		msgs = append(msgs, msg("parity", key, fmt.Appendf(nil, "v%d", i), fmt.Sprintf("id-%d", i)))
+	}
+	for i := range 300 {
+		msgs = append(msgs, msg("parity", nil, fmt.Appendf(nil, "keyless%d", i), fmt.Sprintf("keyless-id-%d", i)))
+	}
+	for i := 0; i < len(msgs); i += 1000 {
+		if res := publish(t, s, msgs[i:min(i+1000, len(msgs))]); len(res.Failed) > 0 {
+			t.Fatalf("failed: %v", res.Failed)
+		}
+	}
+	want := map[string]int32{}
+	for _, m := range msgs {
+		k := m.Key
+		if k == nil {
+			k = m.Headers[0].Value
+		}
+		want[string(m.Value)] = broker.PartitionForKey(k, parts)
+	}
+	records := kafkatest.Read(t, c.Addrs(), "parity", false)
+	if len(records) != len(msgs) {
+		t.Fatalf("read %d records, published %d", len(records), len(msgs))
+	}
+	used := map[int32]bool{}
+	for _, r := range records {
+		if w := want[string(r.Value)]; r.Partition != w {
+			t.Fatalf("record %s (key %x) on partition %d, the embedded broker picks %d", r.Value, r.Key, r.Partition, w)
+		}
+		used[r.Partition] = true
+	}
+	if len(used) != parts {
+		t.Fatalf("records used %d of %d partitions", len(used), parts)
+	}
+}
+
+// TestRefusals: each message Kafka can never take is reported in Failed,
+// and the others of its batch are published, in both modes.
+func TestRefusals(t *testing.T) {
+	t.Parallel()
+	for _, txn := range []bool{false, true} {
+		t.Run(fmt.Sprintf("transactional=%v", txn), func(t *testing.T) {
+			t.Parallel()
+			c := kafkatest.Start(t)
+			if err := c.Kfake().CreateTopic("small", 2, map[string]string{"max.message.bytes": "2000"}); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.Kfake().CreateTopic("compacted", 2, map[string]string{"cleanup.policy": "compact"}); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.Kfake().CreateTopic("present", 2, nil); err != nil {
+				t.Fatal(err)
+			}
+			s := newSink(t, c.Addrs(), func(c *kafka.Config) {
+				c.CreateTopics = false
+				if txn {
+					c.TransactionalID = "refusals"
+				}
+			})
+			start(t, s, nil)
+			big := bytes.Repeat([]byte("x"), 5000)
+			msgs := []relay.Message{
+				msg("small", []byte("k"), []byte("fits-1"), "1"),
+				msg("small", []byte("k"), big, "2"),
+				msg("absent", []byte("k"), []byte("v"), "3"),
+				msg("bad topic!", []byte("k"), []byte("v"), "4"),
+				msg("compacted", nil, []byte("keyless"), "5"),
+				msg("compacted", []byte("k"), []byte("keyed"), "6"),
+				msg("present", []byte("k"), bytes.Repeat([]byte("y"), 2<<20), "7"),
+				msg("small", []byte("k"), []byte("fits-2"), "8"),
+			}
+			res := publish(t, s, msgs)
+			wantErr := map[int]error{1: kafka.ErrRecordTooLarge, 2: kafka.ErrTopicMissing, 3: kafka.ErrInvalidTopic,
+				4: kafka.ErrKeylessCompacted, 6: kafka.ErrRecordTooLarge}
+			for i, want := range wantErr {
+				if !errors.Is(res.Failed[i], want) {
+					t.Errorf("message %d: Failed = %v, want %v", i, res.Failed[i], want)
+				}
+			}
+			if len(res.Failed) != len(wantErr) {
+				t.Errorf("Failed = %v, want %d entries", res.Failed, len(wantErr))
+			}
+			t.Logf("missing topic error: %v", res.Failed[2])
+			var got []string
+			for _, r := range kafkatest.Read(t, c.Addrs(), "small", txn) {
+				got = append(got, string(r.Value))
+			}
+			if fmt.Sprint(got) != "[fits-1 fits-2]" {
+				t.Fatalf("small holds %v, want [fits-1 fits-2]", got)
+			}
+			if n := len(kafkatest.Read(t, c.Addrs(), "compacted", txn)); n != 1 {
+				t.Fatalf("compacted holds %d records, want 1", n)
+			}
+		})
+	}
+}
+
+// TestTopicAuthorization: a topic the relay's SASL user may not write to
+// is refused per message; the user may write elsewhere.
+func TestTopicAuthorization(t *testing.T) {
+	t.Parallel()
+	topicACL := func(name string, op kmsg.ACLOperation) kfake.ACL {
+		return kfake.ACL{Resource: kmsg.ACLResourceTypeTopic, Name: name, Pattern: kmsg.ACLResourcePatternTypeLiteral, Operation: op, Allow: true}
+	}
+	c := kafkatest.Start(t,
+		kfake.EnableSASL(), kfake.EnableACLs(),
+		kfake.Superuser("PLAIN", "admin", "admin-secret"),
+		kfake.User("SCRAM-SHA-256", "relay", "relay-secret",
+			kfake.ACL{Resource: kmsg.ACLResourceTypeCluster, Name: "kafka-cluster", Pattern: kmsg.ACLResourcePatternTypeLiteral, Operation: kmsg.ACLOperationIdempotentWrite, Allow: true},
+			topicACL("allowed", kmsg.ACLOperationWrite), topicACL("allowed", kmsg.ACLOperationDescribe),
+			topicACL("denied", kmsg.ACLOperationDescribe),
+		),
+		kfake.SeedTopics(2, "allowed", "denied"),
+	)
+	s := newSink(t, c.Addrs(), func(c *kafka.Config) {
+		c.CreateTopics = false
+		c.SASL = kafka.SASLConfig{Mechanism: "scram-sha-256", User: "relay", Password: "relay-secret"}
+	})
+	start(t, s, nil)
+	res := publish(t, s, []relay.Message{
+		msg("allowed", []byte("a"), []byte("1"), "1"),
+		msg("denied", []byte("a"), []byte("2"), "2"),
+		msg("allowed", []byte("a"), []byte("3"), "3"),
+	})
+	if len(res.Failed) != 1 || !errors.Is(res.Failed[1], kerr.TopicAuthorizationFailed) {
+		t.Fatalf("Failed = %v, want message 1 refused with TOPIC_AUTHORIZATION_FAILED", res.Failed)
+	}
+	// The refusal is remembered: the next batch does not try again.
+	res = publish(t, s, []relay.Message{msg("denied", []byte("a"), []byte("4"), "4")})
+	if !errors.Is(res.Failed[0], kerr.TopicAuthorizationFailed) {
+		t.Fatalf("Failed = %v", res.Failed)
+	}
+
+	bad := newSink(t, c.Addrs(), func(c *kafka.Config) {
+		c.SASL = kafka.SASLConfig{Mechanism: kafka.SASLScramSHA256, User: "relay", Password: "wrong-secret"}
+		c.DialTimeout = 2 * time.Second
+	})
+	err := bad.Start(context.Background(), nil)
+	if err == nil {
+		bad.Close(context.Background())
+		t.Fatal("Start with a wrong password succeeded")
+	}
+	if bytes.Contains([]byte(err.Error()), []byte("wrong-secret")) {
+		t.Fatalf("the error shows the password: %v", err)
+	}
+}
+
+// TestUnreachable: with no broker answering, Start, Publish and Ready fail
+// in bounded time.
+func TestUnreachable(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := ln.Addr().String()
+	ln.Close()
+	s := newSink(t, []string{dead}, func(c *kafka.Config) { c.DialTimeout = time.Second })
+	began := time.Now()
+	if err := s.Start(context.Background(), nil); err == nil {
+		t.Fatal("Start against a closed port succeeded")
+	} else {
+		t.Logf("Start: %v (after %v)", err, time.Since(began))
+	}
+	if time.Since(began) > 10*time.Second {
+		t.Fatalf("Start took %v", time.Since(began))
+	}
+
+	// A cluster that goes away after Start.
+	for _, txn := range []bool{false, true} {
+		c := kafkatest.Start(t)
+		s := newSink(t, c.Addrs(), func(cfg *kafka.Config) {
+			cfg.PublishTimeout = 2 * time.Second
+			cfg.DialTimeout = time.Second
+			if txn {
+				cfg.TransactionalID = "unreachable"
+			}
+		})
+		start(t, s, nil)
+		publish(t, s, relaytest.Messages("orders", 0, 10, 3))
+		c.Stop()
+		began = time.Now()
+		_, err := s.Publish(context.Background(), relaytest.Messages("orders", 10, 10, 3))
+		if err == nil {
+			t.Fatalf("transactional=%v: Publish with the cluster down succeeded", txn)
+		}
+		took := time.Since(began)
+		t.Logf("transactional=%v: Publish: %v (after %v)", txn, err, took)
+		if took > 8*time.Second {
+			t.Fatalf("Publish took %v to fail", took)
+		}
+		began = time.Now()
+		if err := s.Ready(context.Background()); err == nil {
+			t.Fatal("Ready with the cluster down")
+		}
+		if took := time.Since(began); took > 8*time.Second {
+			t.Fatalf("Ready took %v to fail", took)
+		}
+		s.Close(context.Background())
+	}
+}
