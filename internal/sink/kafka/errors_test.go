@@ -263,3 +263,34 @@ func TestUnreachable(t *testing.T) {
 		s.Close(context.Background())
 	}
 }
+
+// TestZombieFenced: once a relay with the same transactional id started,
+// the earlier one can commit nothing more.
+func TestZombieFenced(t *testing.T) {
+	t.Parallel()
+	c := kafkatest.Start(t)
+	old := newSink(t, c.Addrs(), transactional("fence"))
+	start(t, old, nil)
+	saved := publish(t, old, relaytest.Messages("orders", 0, 10, 3)).State
+
+	cur := newSink(t, c.Addrs(), transactional("fence"))
+	start(t, cur, saved)
+	if _, err := old.Publish(context.Background(), relaytest.Messages("orders", 10, 10, 3)); err == nil {
+		t.Fatal("the fenced sink committed a transaction")
+	} else {
+		t.Logf("fenced: %v", err)
+	}
+	publish(t, cur, relaytest.Messages("orders", 10, 10, 3))
+	old.Close(context.Background())
+	cur.Close(context.Background())
+	records := kafkatest.Read(t, c.Addrs(), "orders", true)
+	seen := map[string]int{}
+	for _, r := range records {
+		seen[string(r.Value)]++
+	}
+	for i := range 20 {
+		if n := seen[fmt.Sprintf("orders-%d", i)]; n != 1 {
+			t.Fatalf("orders-%d read %d times", i, n)
+		}
+	}
+}

@@ -174,6 +174,8 @@ func decodeState(saved []byte, txnID, topic string) (*txnState, error) {
 // their events when the core re-delivers them.
 func (s *Sink) recover(ctx context.Context, saved []byte) (*txnState, error) {
 	id, topic := s.cfg.TransactionalID, s.cfg.ProgressTopic
+	ctx, cancel := context.WithTimeout(ctx, 2*s.cfg.PublishTimeout)
+	defer cancel()
 	st, err := decodeState(saved, id, topic)
 	if err != nil {
 		return nil, err
