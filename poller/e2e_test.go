@@ -44,12 +44,11 @@ func runArgs(url, dataDir, httpAddr string, extra ...string) []string {
 
 // TestCrashLoopExactlyOnce is the poller's end-to-end proof: 8 concurrent
 // writers commit 100,000 events over 1,000 keys (some transactions roll
-// back), one long transaction takes a low id and commits after thousands of
-// later ones, and the
-// relay is SIGKILLed at random moments at least 10 times, a third of them
-// while its acknowledgements are held back. The log must hold
-// every committed event exactly once, each key's events in commit order,
-// and nothing rolled back.
+// back), long transactions take low ids and commit after thousands of later
+// ones (one of them last of all), and the relay is SIGKILLed at random
+// moments at least 10 times, a third of them while its acknowledgements are
+// held back. The log must hold every committed event exactly once, each
+// key's events in commit order, and nothing rolled back.
 func TestCrashLoopExactlyOnce(t *testing.T) {
 	url, bin := migrated(t)
 	dataDir := e2e.DataDir(t)
@@ -58,23 +57,42 @@ func TestCrashLoopExactlyOnce(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 
-	// The long transaction inserts first, so it holds the lowest id.
+	// Two long transactions. The first inserts before anything else, so it
+	// holds the lowest id, and commits 1.5 s later, after thousands of later
+	// transactions; while it is open nothing behind it can be published.
+	// The second inserts when 90% of the events are written and commits
+	// last, after every writer and every kill.
 	long := pgtest.Connect(t, url)
 	longTx, err := long.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	longEvent := e2e.Payload{ID: "long-tx-event", Key: "long-key", Seq: 0}
-	body, _ := json.Marshal(longEvent)
-	if _, err := longTx.Exec(ctx, `INSERT INTO outbox.events (topic, key, payload, headers) VALUES ('orders', 'long-key', $1, '{"test":"e2e"}')`, body); err != nil {
+	insertLong := func(tx pgx.Tx, p e2e.Payload) {
+		body, _ := json.Marshal(p)
+		if _, err := tx.Exec(ctx, `INSERT INTO outbox.events (topic, key, payload, headers) VALUES ('orders', $1, $2, '{"test":"e2e"}')`, p.Key, body); err != nil {
+			t.Error(err)
+		}
+	}
+	first := e2e.Payload{ID: "long-tx-first", Key: "long-key-1", Seq: 0}
+	insertLong(longTx, first)
+	last := e2e.Payload{ID: "long-tx-last", Key: "long-key-2", Seq: 0}
+	lastConn := pgtest.Connect(t, url)
+	lastTx, err := lastConn.Begin(ctx)
+	if err != nil {
 		t.Fatal(err)
 	}
+	lastStarted := make(chan struct{})
+	go func() {
+		defer close(lastStarted)
+		for ledger.Len() < 90_000 {
+			time.Sleep(10 * time.Millisecond)
+		}
+		insertLong(lastTx, last)
+	}()
 
 	relay := e2e.Start(t, bin, nil, runArgs(url, dataDir, addr)...)
 	longDone := make(chan error, 1)
 	go func() {
-		// While it is open, nothing behind the horizon can be read; after
-		// its commit, its low-id event must still be published.
 		time.Sleep(1500 * time.Millisecond)
 		longDone <- longTx.Commit(ctx)
 	}()
@@ -113,7 +131,12 @@ func TestCrashLoopExactlyOnce(t *testing.T) {
 	if err := <-longDone; err != nil {
 		t.Fatal(err)
 	}
-	ledger.Committed[longEvent.ID] = longEvent
+	ledger.Record(first)
+	<-lastStarted
+	if err := lastTx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ledger.Record(last)
 
 	e2e.WaitDrained(t, url, "outbox", 3*time.Minute)
 	relay.Signal(syscall.SIGTERM)

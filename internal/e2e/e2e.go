@@ -132,17 +132,24 @@ func (p *Proc) Output() string {
 
 // Role asks /readyz for the process's role ("" when it does not answer).
 func (p *Proc) Role() string {
+	_, role := p.Ready()
+	return role
+}
+
+// Ready asks /readyz whether the process is ready, and its role.
+func (p *Proc) Ready() (bool, string) {
 	c := http.Client{Timeout: time.Second}
 	resp, err := c.Get("http://" + p.HTTPAddr + "/readyz")
 	if err != nil {
-		return ""
+		return false, ""
 	}
 	defer resp.Body.Close()
 	var body struct {
-		Role string `json:"role"`
+		Role  string `json:"role"`
+		Ready bool   `json:"ready"`
 	}
 	json.NewDecoder(resp.Body).Decode(&body)
-	return body.Role
+	return body.Ready && resp.StatusCode == http.StatusOK, body.Role
 }
 
 // Payload is what a test writer puts in each event.
@@ -170,6 +177,16 @@ type Ledger struct {
 func NewLedger() *Ledger {
 	return &Ledger{Committed: map[string]Payload{}, RolledBack: map[string]bool{}, nextSeq: map[string]int{}}
 }
+
+// Len is the number of committed events recorded so far.
+func (l *Ledger) Len() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.Committed)
+}
+
+// Record adds an event committed outside Write.
+func (l *Ledger) Record(p Payload) { l.commit([]Payload{p}) }
 
 func (l *Ledger) commit(ps []Payload) {
 	l.mu.Lock()

@@ -77,6 +77,9 @@ type Sink struct {
 	// topics caches topic settings; a topic's partition count never
 	// changes.
 	topics map[string]broker.TopicConfig
+	// failure is the last Publish error, until a Publish succeeds; it
+	// survives restarts of the sink.
+	failure error
 }
 
 var _ relay.Sink = (*Sink)(nil)
@@ -315,8 +318,10 @@ func (s *Sink) Publish(ctx context.Context, msgs []relay.Message) (relay.Publish
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
+		s.setFailure(err)
 		return relay.PublishResult{}, err
 	}
+	s.setFailure(nil)
 	state, err := json.Marshal(next)
 	if err != nil {
 		return relay.PublishResult{}, err
@@ -466,12 +471,22 @@ func seqAtOrBefore(seq int64, last int32) bool {
 	return d < 1<<30
 }
 
-// Ready reports whether the broker is open.
+func (s *Sink) setFailure(err error) {
+	s.mu.Lock()
+	s.failure = err
+	s.mu.Unlock()
+}
+
+// Ready reports whether the broker is open and the last Publish, if it
+// failed (a full disk, say), has since succeeded.
 func (s *Sink) Ready(context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.b == nil {
 		return errors.New("embedded broker is not open")
+	}
+	if s.failure != nil {
+		return fmt.Errorf("the last publish failed: %w", s.failure)
 	}
 	return nil
 }
