@@ -19,6 +19,10 @@ type Metrics struct {
 	Errors        *prometheus.CounterVec
 	Leader        prometheus.Gauge
 	LastPublished prometheus.Gauge
+	PublishRate   prometheus.Gauge
+	DrainETA      prometheus.Gauge
+	ArchivePruned prometheus.Counter
+	Replayed      prometheus.Counter
 }
 
 // NewMetrics registers the relay's metrics, with the Go and process
@@ -66,8 +70,25 @@ func NewMetrics() *Metrics {
 			Name: "relay_last_publish_timestamp_seconds",
 			Help: "Unix time of the last durable acknowledgement.",
 		}),
+		PublishRate: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "relay_publish_rate_events_per_second",
+			Help: "Recent rate of acknowledged live events (smoothed over about a minute of backlog samples).",
+		}),
+		DrainETA: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "relay_backlog_drain_seconds",
+			Help: "Estimated time to drain the backlog at the recent publish rate: 0 when empty, -1 when nothing is being published.",
+		}),
+		ArchivePruned: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "relay_archive_pruned_total",
+			Help: "Archived events deleted because they were older than the retention (--retain).",
+		}),
+		Replayed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "relay_replayed_events_total",
+			Help: "Archived events republished by replay requests.",
+		}),
 	}
 	m.Registry.MustRegister(m.Published, m.Latency, m.LatencyMax, m.BatchSize, m.Backlog, m.DeadLetters, m.Errors, m.Leader, m.LastPublished,
+		m.PublishRate, m.DrainETA, m.ArchivePruned, m.Replayed,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"time"
 
@@ -12,12 +13,24 @@ import (
 
 // ack is one published batch waiting for its Postgres acknowledgement.
 type ack struct {
-	ids     []int64
-	dead    []deadLetter
-	through Position
-	state   []byte
-	count   int
-	byTopic map[string]int
+	ids []int64
+	// published are the ids the sink made durable, in publication order
+	// (archived when retention is on).
+	published []int64
+	dead      []deadLetter
+	through   Position
+	state     []byte
+	count     int
+	byTopic   map[string]int
+	// replay is set for a chunk of republished archive rows.
+	replay *replayChunk
+}
+
+// batch is what the read loop hands the publisher: live events from the
+// source, or a replay chunk of archived events.
+type batch struct {
+	events []Event
+	replay *replayChunk
 }
 
 type deadLetter struct {
@@ -69,6 +82,9 @@ func (r *Relay) pipeline(ctx context.Context, lost <-chan error) error {
 	}
 	defer r.source.Close(context.WithoutCancel(ctx))
 	r.log.Info("pipeline started", "position", ck.position.String())
+	// Running again: readiness now follows the sink (which reports its own
+	// failures, a full disk for one) until the pipeline fails again.
+	r.lastErr.Store(nil)
 
 	// read ends on a graceful stop as well as on hard.
 	read, cancelRead := context.WithCancel(hard)
@@ -82,14 +98,18 @@ func (r *Relay) pipeline(ctx context.Context, lost <-chan error) error {
 	}()
 
 	go r.sampleBacklog(read)
-	batches := make(chan []Event, 2)
+	if r.cfg.Retain > 0 {
+		go r.pruneArchive(read)
+	}
+	batches := make(chan batch, 2)
 	acks := make(chan ack, 8)
+	tracker := newAckTracker()
 	var wg sync.WaitGroup
 	wg.Add(3)
 	go func() {
 		defer wg.Done()
 		defer close(batches)
-		fe.set(r.readLoop(read, batches, ck.position))
+		fe.set(r.readLoop(read, batches, ck.position, tracker))
 	}()
 	go func() {
 		defer wg.Done()
@@ -98,7 +118,7 @@ func (r *Relay) pipeline(ctx context.Context, lost <-chan error) error {
 	}()
 	go func() {
 		defer wg.Done()
-		fe.set(r.ackLoop(hard, acks))
+		fe.set(r.ackLoop(hard, acks, tracker))
 	}()
 	wg.Wait()
 	if fe.err != nil {
@@ -107,10 +127,82 @@ func (r *Relay) pipeline(ctx context.Context, lost <-chan error) error {
 	return nil
 }
 
-func (r *Relay) readLoop(ctx context.Context, out chan<- []Event, after Position) error {
+type liveBatch struct {
+	events []Event
+	err    error
+}
+
+// readLoop hands the publisher live batches from the source and, between
+// them, chunks of running replays (see replay.go for why this order is
+// reproducible after a crash).
+func (r *Relay) readLoop(ctx context.Context, out chan<- batch, after Position, tracker *ackTracker) error {
 	last := after
+	rp := &replayer{r: r, tracker: tracker}
+	if err := rp.resume(ctx, out, last); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		r.m.Errors.WithLabelValues("replay").Inc()
+		return err
+	}
+	// The source is read ahead by one batch so that a replay can proceed
+	// while Next waits for live events.
+	fetchCtx, stopFetch := context.WithCancel(ctx)
+	live := make(chan liveBatch)
+	go func() {
+		defer close(live)
+		for {
+			events, err := r.source.Next(fetchCtx, r.cfg.BatchSize)
+			select {
+			case live <- liveBatch{events, err}:
+			case <-fetchCtx.Done():
+				return
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	defer func() {
+		stopFetch()
+		for range live {
+		}
+	}()
+	nextReplay := time.Now()
 	for {
-		events, err := r.source.Next(ctx, r.cfg.BatchSize)
+		var lb liveBatch
+		if !time.Now().Before(nextReplay) {
+			did, err := rp.step(ctx, out, last)
+			if ctx.Err() != nil {
+				return nil
+			}
+			if err != nil {
+				r.m.Errors.WithLabelValues("replay").Inc()
+				return err
+			}
+			if !did {
+				nextReplay = time.Now().Add(r.cfg.ReplayInterval)
+				continue
+			}
+			// Alternate: one live batch, if one is ready, between chunks.
+			select {
+			case lb = <-live:
+			default:
+				continue
+			}
+		} else {
+			wait := time.NewTimer(time.Until(nextReplay))
+			select {
+			case lb = <-live:
+				wait.Stop()
+			case <-wait.C:
+				continue
+			case <-ctx.Done():
+				wait.Stop()
+				return nil
+			}
+		}
+		events, err := lb.events, lb.err
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -130,27 +222,48 @@ func (r *Relay) readLoop(ctx context.Context, out chan<- []Event, after Position
 		if len(kept) == 0 {
 			continue
 		}
+		tracker.sent.Add(1)
 		select {
-		case out <- kept:
+		case out <- batch{events: kept}:
 		case <-ctx.Done():
 			return nil
 		}
 	}
 }
 
-func (r *Relay) publishLoop(ctx context.Context, in <-chan []Event, out chan<- ack, state []byte) error {
-	for events := range in {
+func (r *Relay) publishLoop(ctx context.Context, in <-chan batch, out chan<- ack, state []byte) error {
+	for b := range in {
+		events := b.events
 		a := ack{
-			ids:     make([]int64, 0, len(events)),
-			through: events[len(events)-1].Position,
-			state:   state,
-			byTopic: map[string]int{},
+			ids:       make([]int64, 0, len(events)),
+			published: make([]int64, 0, len(events)),
+			through:   events[len(events)-1].Position,
+			state:     state,
+			byTopic:   map[string]int{},
+			replay:    b.replay,
+		}
+		var replayHeader Header
+		if b.replay != nil {
+			a.through = b.replay.after
+			replayHeader = Header{Key: HeaderReplay, Value: []byte(strconv.FormatInt(b.replay.request, 10))}
 		}
 		msgs := make([]Message, 0, len(events))
 		routed := make([]Event, 0, len(events))
 		for _, e := range events {
-			a.ids = append(a.ids, e.ID)
 			msg, err := Route(e, r.cfg.MaxMessageBytes)
+			if b.replay != nil {
+				// An archived event was published once; one that no
+				// longer routes (a lower size limit) is skipped.
+				if err != nil {
+					r.log.Warn("replay skips an event that no longer routes", "request", b.replay.request, "event_id", e.EventID, "err", err)
+					continue
+				}
+				msg.Headers = append(msg.Headers, replayHeader)
+				msgs = append(msgs, msg)
+				routed = append(routed, e)
+				continue
+			}
+			a.ids = append(a.ids, e.ID)
 			if err != nil {
 				var re *RouteError
 				errors.As(err, &re)
@@ -171,17 +284,26 @@ func (r *Relay) publishLoop(ctx context.Context, in <-chan []Event, out chan<- a
 			now := time.Now()
 			var worst time.Duration
 			for i, e := range routed {
+				if b.replay != nil {
+					if ferr, failed := res.Failed[i]; failed {
+						r.log.Warn("replay skips an event the sink refuses", "request", b.replay.request, "event_id", e.EventID, "err", ferr)
+					} else {
+						b.replay.sent++
+					}
+					continue
+				}
 				if ferr, failed := res.Failed[i]; failed {
 					a.dead = append(a.dead, deadLetter{event: e, reason: ReasonSinkRejected, err: ferr})
 					continue
 				}
 				a.count++
+				a.published = append(a.published, e.ID)
 				a.byTopic[e.Topic]++
 				lat := now.Sub(e.CreatedAt)
 				r.m.Latency.Observe(lat.Seconds())
 				worst = max(worst, lat)
 			}
-			if worst > r.maxLatency {
+			if worst > r.maxLatency && b.replay == nil {
 				r.maxLatency = worst
 				r.m.LatencyMax.Set(worst.Seconds())
 			}
@@ -201,7 +323,7 @@ func (r *Relay) publishLoop(ctx context.Context, in <-chan []Event, out chan<- a
 }
 
 // ackLoop commits acknowledgements in order, merging those that queue up.
-func (r *Relay) ackLoop(ctx context.Context, in <-chan ack) error {
+func (r *Relay) ackLoop(ctx context.Context, in <-chan ack, tracker *ackTracker) error {
 	for a := range in {
 		merged := []ack{a}
 	more:
@@ -220,14 +342,21 @@ func (r *Relay) ackLoop(ctx context.Context, in <-chan ack) error {
 			r.m.Errors.WithLabelValues("ack").Inc()
 			return err
 		}
+		tracker.ackedBatches(len(merged))
 		last := merged[len(merged)-1]
-		if err := r.source.Acked(ctx, last.through); err != nil {
-			r.m.Errors.WithLabelValues("source").Inc()
-			return fmt.Errorf("confirming to the source: %w", err)
+		if !last.through.IsZero() {
+			if err := r.source.Acked(ctx, last.through); err != nil {
+				r.m.Errors.WithLabelValues("source").Inc()
+				return fmt.Errorf("confirming to the source: %w", err)
+			}
 		}
 		for _, m := range merged {
 			for topic, n := range m.byTopic {
 				r.m.Published.WithLabelValues(topic).Add(float64(n))
+			}
+			r.published.Add(int64(m.count))
+			if m.replay != nil {
+				r.m.Replayed.Add(float64(m.replay.sent))
 			}
 		}
 		r.m.LastPublished.SetToCurrentTime()
@@ -235,19 +364,30 @@ func (r *Relay) ackLoop(ctx context.Context, in <-chan ack) error {
 	return nil
 }
 
-// commitAcks deletes the published rows, records dead letters and saves the
-// checkpoint, all in one transaction.
+// commitAcks deletes (or archives) the published rows, records dead
+// letters, advances replay cursors and saves the checkpoint, all in one
+// transaction.
 func (r *Relay) commitAcks(ctx context.Context, acks []ack) error {
-	var ids []int64
+	var ids, archived []int64
 	var published int
 	for _, a := range acks {
 		ids = append(ids, a.ids...)
+		archived = append(archived, a.published...)
 		published += a.count
 	}
 	last := acks[len(acks)-1]
 	err := pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
 		b := &pgx.Batch{}
-		b.Queue(r.deleteSQL, ids)
+		if r.cfg.Retain > 0 {
+			b.Queue(r.replay.archive, ids, archived)
+		} else {
+			b.Queue(r.deleteSQL, ids)
+		}
+		for _, a := range acks {
+			if a.replay != nil {
+				b.Queue(r.replay.ack, a.replay.request, a.replay.through, a.replay.sent)
+			}
+		}
 		for _, a := range acks {
 			for _, d := range a.dead {
 				e := d.event
@@ -286,10 +426,26 @@ func (r *Relay) commitAcks(ctx context.Context, acks []ack) error {
 func (r *Relay) sampleBacklog(ctx context.Context) {
 	t := time.NewTicker(r.cfg.BacklogInterval)
 	defer t.Stop()
+	var rate float64
+	lastCount, lastAt := r.published.Load(), time.Now()
+	// Each sample weighs so that the rate reflects about the last minute.
+	weight := min(1, r.cfg.BacklogInterval.Seconds()/60)
 	for {
 		var n int64
 		if err := r.pool.QueryRow(ctx, r.backlogSQL).Scan(&n); err == nil {
 			r.m.Backlog.Set(float64(n))
+			count, now := r.published.Load(), time.Now()
+			if dt := now.Sub(lastAt).Seconds(); dt > 0 && count >= lastCount {
+				sample := float64(count-lastCount) / dt
+				if rate == 0 {
+					rate = sample
+				} else {
+					rate += weight * (sample - rate)
+				}
+			}
+			lastCount, lastAt = count, now
+			r.m.PublishRate.Set(rate)
+			r.m.DrainETA.Set(drainETA(n, rate))
 		}
 		select {
 		case <-ctx.Done():
@@ -297,4 +453,16 @@ func (r *Relay) sampleBacklog(ctx context.Context) {
 		case <-t.C:
 		}
 	}
+}
+
+// drainETA is the seconds a backlog of n rows takes at rate events/s: 0
+// when empty, -1 when nothing is being published.
+func drainETA(n int64, rate float64) float64 {
+	switch {
+	case n == 0:
+		return 0
+	case rate < 0.001:
+		return -1
+	}
+	return float64(n) / rate
 }

@@ -43,8 +43,19 @@ type Config struct {
 	// BacklogInterval is how often the backlog gauge is sampled (default
 	// 5s).
 	BacklogInterval time.Duration
-	Logger          *slog.Logger
-	Metrics         *Metrics
+	// Retain keeps published events in the archive table for this long, for
+	// replay; 0 deletes them when they are acknowledged.
+	Retain time.Duration
+	// PruneInterval is how often archived events older than Retain are
+	// deleted (default 1m), PruneBatch how many per statement (default
+	// 10000).
+	PruneInterval time.Duration
+	PruneBatch    int
+	// ReplayInterval is how often the leader looks for replay requests
+	// while none runs (default 1s).
+	ReplayInterval time.Duration
+	Logger         *slog.Logger
+	Metrics        *Metrics
 }
 
 // WithDefaults returns c with unset fields filled in.
@@ -70,6 +81,15 @@ func (c Config) WithDefaults() Config {
 	if c.BacklogInterval <= 0 {
 		c.BacklogInterval = 5 * time.Second
 	}
+	if c.PruneInterval <= 0 {
+		c.PruneInterval = time.Minute
+	}
+	if c.PruneBatch <= 0 {
+		c.PruneBatch = 10_000
+	}
+	if c.ReplayInterval <= 0 {
+		c.ReplayInterval = time.Second
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -83,6 +103,9 @@ func (c Config) WithDefaults() Config {
 func (c Config) Validate() error {
 	if err := migrations.ValidateSchema(c.Schema); err != nil {
 		return err
+	}
+	if c.Retain < 0 {
+		return fmt.Errorf("retention %v is negative", c.Retain)
 	}
 	if c.BatchSize > 100_000 {
 		return fmt.Errorf("batch size %d is above the limit of 100000", c.BatchSize)
@@ -119,6 +142,9 @@ type Relay struct {
 	lastErr atomic.Pointer[error]
 
 	deleteSQL, deadSQL, checkpointSQL, loadSQL, backlogSQL string
+	replay                                                 replaySQL
+	// published counts acknowledged live events, for the drain rate.
+	published atomic.Int64
 }
 
 // New returns a Relay; Run starts it.
@@ -142,6 +168,7 @@ ON CONFLICT (name) DO UPDATE SET position_major = $2, position_minor = $3, sink_
     ELSE greatest(n, (SELECT reltuples::bigint FROM pg_class WHERE oid = '` + ident("events") + `'::regclass)) END
 FROM (SELECT count(*) AS n FROM (SELECT 1 FROM ` + ident("events") + ` LIMIT 100001) AS l) AS b`,
 	}
+	r.replay = newReplaySQL(ident)
 	r.role.Store(RoleStarting)
 	return r, nil
 }

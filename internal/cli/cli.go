@@ -49,6 +49,10 @@ func commands() *command {
 			runCommand(),
 			logCommand(),
 			benchCommand(),
+			replayCommand(),
+			statusCommand(),
+			topicsCommand(),
+			groupsCommand(),
 		},
 	}
 }

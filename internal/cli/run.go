@@ -47,6 +47,8 @@ type runFlags struct {
 	heartbeat       time.Duration
 	logFormat       string
 	logLevel        string
+	retain          time.Duration
+	pruneInterval   time.Duration
 }
 
 func (f *runFlags) register(fs *flag.FlagSet) {
@@ -66,6 +68,8 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.slot, "slot", "", "cdc reader: replication slot name (default relay_<schema>)")
 	fs.StringVar(&f.publication, "publication", "", "cdc reader: publication name (default relay_<schema>)")
 	fs.DurationVar(&f.heartbeat, "heartbeat-interval", 10*time.Second, "cdc reader: how often a WAL message lets the slot advance while the outbox is idle")
+	fs.DurationVar(&f.retain, "retain", 0, "keep published events this long in <schema>.events_archive for relay replay (0 deletes them once published)")
+	fs.DurationVar(&f.pruneInterval, "prune-interval", time.Minute, "with --retain: how often archived events older than the retention are deleted")
 	fs.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 }
@@ -82,6 +86,10 @@ func (f *runFlags) validate() error {
 		return usagef("--batch-size %d: must be 1..100000", f.batchSize)
 	case f.partitions < 1 || f.partitions > 10_000:
 		return usagef("--partitions %d: must be 1..10000", f.partitions)
+	case f.retain < 0:
+		return usagef("--retain must not be negative")
+	case f.pruneInterval <= 0:
+		return usagef("--prune-interval must be positive")
 	case f.pollInterval <= 0:
 		return usagef("--poll-interval must be positive")
 	case f.maxMessageBytes < 1:
@@ -164,6 +172,8 @@ func (f *runFlags) serve(ctx context.Context, log *slog.Logger) error {
 		BatchSize:       f.batchSize,
 		MaxMessageBytes: f.maxMessageBytes,
 		ShutdownTimeout: f.shutdownTimeout,
+		Retain:          f.retain,
+		PruneInterval:   f.pruneInterval,
 		Logger:          log,
 		Metrics:         metrics,
 	}, source, sink)

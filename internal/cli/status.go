@@ -1,0 +1,298 @@
+package cli
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/outboxrelay/relay/relay"
+)
+
+func statusCommand() *command {
+	return &command{name: "status", summary: "show the relay's state: leader, position, backlog, slot lag, replays", run: status}
+}
+
+// statusReport is what `relay status` prints; its JSON form is for
+// scripts.
+type statusReport struct {
+	Schema string `json:"schema"`
+	// LeaderRunning: some relay holds the outbox's leader lock.
+	LeaderRunning bool `json:"leader_running"`
+	// Daemon is what the daemon at --http-addr says, when it answers.
+	Daemon      *daemonStatus         `json:"daemon,omitempty"`
+	Checkpoints []checkpointStatus    `json:"checkpoints"`
+	Backlog     backlogStatus         `json:"backlog"`
+	DeadLetters int64                 `json:"dead_letters"`
+	LastPublish *time.Time            `json:"last_publish,omitempty"`
+	Archive     archiveStatus         `json:"archive"`
+	Slots       []slotStatus          `json:"slots"`
+	Replays     []relay.ReplayRequest `json:"replays"`
+}
+
+type daemonStatus struct {
+	Addr  string `json:"addr"`
+	Role  string `json:"role"`
+	Ready bool   `json:"ready"`
+	// PublishRate and DrainSeconds come from its metrics.
+	PublishRate  *float64 `json:"publish_rate_events_per_second,omitempty"`
+	DrainSeconds *float64 `json:"backlog_drain_seconds,omitempty"`
+}
+
+type checkpointStatus struct {
+	Name      string    `json:"name"`
+	Source    string    `json:"source"`
+	Position  string    `json:"position"`
+	Published int64     `json:"published"`
+	UpdatedAt time.Time `json:"updated_at"`
+}
+
+type backlogStatus struct {
+	Rows int64 `json:"rows"`
+	// OldestAgeSeconds is the age of the oldest unpublished row (0 when
+	// there is none).
+	OldestAgeSeconds float64 `json:"oldest_age_seconds"`
+}
+
+type archiveStatus struct {
+	Rows   int64      `json:"rows"`
+	Oldest *time.Time `json:"oldest_published_at,omitempty"`
+}
+
+type slotStatus struct {
+	Name          string `json:"name"`
+	Active        bool   `json:"active"`
+	LagBytes      *int64 `json:"lag_bytes"`
+	RetainedBytes *int64 `json:"retained_wal_bytes"`
+}
+
+func status(ctx context.Context, stdio IO, args []string) error {
+	var db dbFlags
+	fs := flagSet("relay status", stdio)
+	db.register(fs)
+	httpAddr := fs.String("http-addr", "127.0.0.1:9464", "the daemon's HTTP address, asked for its role and drain estimate (empty skips)")
+	asJSON := fs.Bool("json", false, "print JSON")
+	if err := parse(fs, args, stdio, false); err != nil {
+		return err
+	}
+	conn, _, err := db.connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	rep, err := collectStatus(ctx, conn, db.schema)
+	if err != nil {
+		return err
+	}
+	if *httpAddr != "" {
+		rep.Daemon = askDaemon(ctx, *httpAddr)
+	}
+	if *asJSON {
+		return writeJSON(stdio.Stdout, rep)
+	}
+	printStatus(stdio.Stdout, rep)
+	return nil
+}
+
+func collectStatus(ctx context.Context, conn *pgx.Conn, schema string) (*statusReport, error) {
+	id := func(name string) string { return pgx.Identifier{schema, name}.Sanitize() }
+	rep := &statusReport{Schema: schema, Checkpoints: []checkpointStatus{}, Slots: []slotStatus{}}
+	err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted
+    AND objsubid = 1 AND ((classid::bigint << 32) | objid::bigint) = $1)`, relay.LeaderLockKey(schema)).Scan(&rep.LeaderRunning)
+	if err != nil {
+		return nil, fmt.Errorf("reading the leader lock: %w", err)
+	}
+	rows, err := conn.Query(ctx, `SELECT name, source, position_major, position_minor, published, updated_at FROM `+id("checkpoints")+` ORDER BY name`)
+	if err != nil {
+		return nil, fmt.Errorf("reading checkpoints (is the schema migrated?): %w", err)
+	}
+	for rows.Next() {
+		var c checkpointStatus
+		var major, minor int64
+		if err := rows.Scan(&c.Name, &c.Source, &major, &minor, &c.Published, &c.UpdatedAt); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		c.Position = relay.Position{Major: uint64(major), Minor: uint64(minor)}.String()
+		rep.Checkpoints = append(rep.Checkpoints, c)
+		if rep.LastPublish == nil || c.UpdatedAt.After(*rep.LastPublish) {
+			t := c.UpdatedAt
+			rep.LastPublish = &t
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	err = conn.QueryRow(ctx, `SELECT (SELECT count(*) FROM `+id("events")+`),
+    coalesce((SELECT extract(epoch FROM now() - created_at)::float8 FROM `+id("events")+` ORDER BY id LIMIT 1), 0),
+    (SELECT count(*) FROM `+id("dead_letters")+`),
+    (SELECT count(*) FROM `+id("events_archive")+`),
+    (SELECT min(published_at) FROM `+id("events_archive")+`)`).Scan(
+		&rep.Backlog.Rows, &rep.Backlog.OldestAgeSeconds, &rep.DeadLetters, &rep.Archive.Rows, &rep.Archive.Oldest)
+	if err != nil {
+		return nil, fmt.Errorf("reading the outbox: %w", err)
+	}
+	rows, err = conn.Query(ctx, `SELECT s.slot_name, s.active,
+    CASE WHEN pg_is_in_recovery() THEN NULL ELSE pg_wal_lsn_diff(pg_current_wal_lsn(), s.confirmed_flush_lsn)::bigint END,
+    CASE WHEN pg_is_in_recovery() THEN NULL ELSE pg_wal_lsn_diff(pg_current_wal_lsn(), s.restart_lsn)::bigint END
+FROM pg_replication_slots AS s JOIN `+id("cdc_slots")+` AS c ON c.slot_name = s.slot_name ORDER BY 1`)
+	if err != nil {
+		return nil, fmt.Errorf("reading replication slots: %w", err)
+	}
+	for rows.Next() {
+		var s slotStatus
+		if err := rows.Scan(&s.Name, &s.Active, &s.LagBytes, &s.RetainedBytes); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		rep.Slots = append(rep.Slots, s)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	if rep.Replays, err = relay.ListReplays(ctx, conn, schema, 10); err != nil {
+		return nil, fmt.Errorf("reading replay requests: %w", err)
+	}
+	if rep.Replays == nil {
+		rep.Replays = []relay.ReplayRequest{}
+	}
+	return rep, nil
+}
+
+// askDaemon reads the role from /readyz and the drain estimate from
+// /metrics; nil when the daemon does not answer.
+func askDaemon(ctx context.Context, addr string) *daemonStatus {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	get := func(path string) (*http.Response, error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+path, nil)
+		if err != nil {
+			return nil, err
+		}
+		return http.DefaultClient.Do(req)
+	}
+	resp, err := get("/readyz")
+	if err != nil {
+		return nil
+	}
+	var ready struct {
+		Role  string `json:"role"`
+		Ready bool   `json:"ready"`
+	}
+	err = json.NewDecoder(resp.Body).Decode(&ready)
+	resp.Body.Close()
+	if err != nil {
+		return nil
+	}
+	d := &daemonStatus{Addr: addr, Role: ready.Role, Ready: ready.Ready}
+	if resp, err := get("/metrics"); err == nil {
+		vals := scrapeGauges(resp.Body, "relay_publish_rate_events_per_second", "relay_backlog_drain_seconds")
+		resp.Body.Close()
+		if v, ok := vals["relay_publish_rate_events_per_second"]; ok {
+			d.PublishRate = &v
+		}
+		if v, ok := vals["relay_backlog_drain_seconds"]; ok {
+			d.DrainSeconds = &v
+		}
+	}
+	return d
+}
+
+// scrapeGauges reads unlabelled samples of the named metrics from the
+// Prometheus text format.
+func scrapeGauges(r io.Reader, names ...string) map[string]float64 {
+	want := map[string]bool{}
+	for _, n := range names {
+		want[n] = true
+	}
+	out := map[string]float64{}
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		name, value, ok := strings.Cut(sc.Text(), " ")
+		if !ok || !want[name] {
+			continue
+		}
+		if v, err := strconv.ParseFloat(strings.TrimSpace(value), 64); err == nil {
+			out[name] = v
+		}
+	}
+	return out
+}
+
+func printStatus(w io.Writer, rep *statusReport) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	leader := "none (no relay holds the leader lock)"
+	if rep.LeaderRunning {
+		leader = "running"
+	}
+	fmt.Fprintf(tw, "schema\t%s\n", rep.Schema)
+	fmt.Fprintf(tw, "leader\t%s\n", leader)
+	if d := rep.Daemon; d != nil {
+		fmt.Fprintf(tw, "daemon at %s\trole %s, ready %v\n", d.Addr, d.Role, d.Ready)
+	}
+	for _, c := range rep.Checkpoints {
+		fmt.Fprintf(tw, "checkpoint %s\tsource %s, position %s, %d published, saved %s\n", c.Name, orDash(c.Source), c.Position, c.Published, c.UpdatedAt.Format(time.RFC3339))
+	}
+	fmt.Fprintf(tw, "backlog\t%d rows", rep.Backlog.Rows)
+	if rep.Backlog.Rows > 0 {
+		fmt.Fprintf(tw, ", oldest %s old", (time.Duration(rep.Backlog.OldestAgeSeconds * float64(time.Second))).Round(time.Millisecond))
+	}
+	if d := rep.Daemon; d != nil && d.DrainSeconds != nil && d.PublishRate != nil {
+		switch {
+		case *d.DrainSeconds < 0:
+			fmt.Fprint(tw, ", drain time unknown (nothing published recently)")
+		case rep.Backlog.Rows > 0:
+			fmt.Fprintf(tw, ", drains in about %s at %.0f events/s", (time.Duration(*d.DrainSeconds) * time.Second).Round(time.Second), *d.PublishRate)
+		}
+	}
+	fmt.Fprintln(tw)
+	if rep.LastPublish != nil {
+		fmt.Fprintf(tw, "last publish\t%s (%s ago)\n", rep.LastPublish.Format(time.RFC3339), time.Since(*rep.LastPublish).Round(time.Second))
+	}
+	fmt.Fprintf(tw, "dead letters\t%d\n", rep.DeadLetters)
+	fmt.Fprintf(tw, "archive\t%d events", rep.Archive.Rows)
+	if rep.Archive.Oldest != nil {
+		fmt.Fprintf(tw, ", oldest published %s", rep.Archive.Oldest.Format(time.RFC3339))
+	}
+	fmt.Fprintln(tw)
+	for _, s := range rep.Slots {
+		fmt.Fprintf(tw, "slot %s\tactive %v, lag %s bytes, retained WAL %s bytes\n", s.Name, s.Active, intOrDash(s.LagBytes), intOrDash(s.RetainedBytes))
+	}
+	tw.Flush()
+	if len(rep.Replays) == 0 {
+		return
+	}
+	fmt.Fprintln(w, "\nreplays:")
+	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tSTATUS\tDONE\tTOTAL\tCREATED\tFILTER\tERROR")
+	for _, q := range rep.Replays {
+		filter, _ := json.Marshal(q.Filter)
+		fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%s\t%s\t%s\n", q.ID, q.Status, q.Done, intOrDash(q.Total), q.CreatedAt.Format(time.RFC3339), filter, q.Error)
+	}
+	tw.Flush()
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func intOrDash(p *int64) string {
+	if p == nil {
+		return "-"
+	}
+	return strconv.FormatInt(*p, 10)
+}

@@ -1,0 +1,84 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"text/tabwriter"
+	"time"
+
+	"github.com/outboxrelay/relay/internal/broker"
+)
+
+func topicsCommand() *command {
+	return &command{name: "topics", summary: "list the embedded broker's topics (read-only, safe while the daemon runs)", run: topics}
+}
+
+type topicJSON struct {
+	Name              string          `json:"name"`
+	Partitions        []partitionJSON `json:"partitions"`
+	RetentionMs       int64           `json:"retention_ms"`
+	RetentionBytes    int64           `json:"retention_bytes"`
+	CleanupPolicy     string          `json:"cleanup_policy"`
+	SegmentBytes      int64           `json:"segment_bytes"`
+	MaxMessageBytes   int32           `json:"max_message_bytes"`
+	DeleteRetentionMs int64           `json:"delete_retention_ms"`
+}
+
+type partitionJSON struct {
+	Partition   int32 `json:"partition"`
+	StartOffset int64 `json:"start_offset"`
+	EndOffset   int64 `json:"end_offset"`
+	Bytes       int64 `json:"bytes"`
+	Segments    int   `json:"segments"`
+}
+
+func topics(ctx context.Context, stdio IO, args []string) error {
+	fs := flagSet("relay topics", stdio)
+	dataDir := fs.String("data-dir", "relay-data", "embedded broker data directory")
+	asJSON := fs.Bool("json", false, "print JSON")
+	if err := parse(fs, args, stdio, false); err != nil {
+		return err
+	}
+	ins, err := broker.Inspect(ctx, *dataDir)
+	if err != nil {
+		return err
+	}
+	out := make([]topicJSON, 0, len(ins.Topics))
+	for _, t := range ins.Topics {
+		tj := topicJSON{Name: t.Name, RetentionMs: t.Config.RetentionMs, RetentionBytes: t.Config.RetentionBytes,
+			CleanupPolicy: string(t.Config.CleanupPolicy), SegmentBytes: t.Config.SegmentBytes,
+			MaxMessageBytes: t.Config.MaxMessageBytes, DeleteRetentionMs: t.Config.DeleteRetentionMs, Partitions: []partitionJSON{}}
+		for _, p := range t.Partitions {
+			tj.Partitions = append(tj.Partitions, partitionJSON{Partition: p.Partition, StartOffset: p.LogStartOffset,
+				EndOffset: p.LogEndOffset, Bytes: p.Bytes, Segments: p.Segments})
+		}
+		out = append(out, tj)
+	}
+	if *asJSON {
+		return writeJSON(stdio.Stdout, out)
+	}
+	if len(out) == 0 {
+		fmt.Fprintln(stdio.Stdout, "no topics")
+		return nil
+	}
+	tw := tabwriter.NewWriter(stdio.Stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "TOPIC\tPARTITION\tSTART\tEND\tRECORDS\tBYTES\tSEGMENTS\tRETENTION\tCLEANUP\t")
+	for _, t := range out {
+		for _, p := range t.Partitions {
+			fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t\n", t.Name, p.Partition, p.StartOffset, p.EndOffset,
+				p.EndOffset-p.StartOffset, p.Bytes, p.Segments, retention(t.RetentionMs, t.RetentionBytes), t.CleanupPolicy)
+		}
+	}
+	return tw.Flush()
+}
+
+func retention(ms, bytes int64) string {
+	s := "forever"
+	if ms >= 0 {
+		s = (time.Duration(ms) * time.Millisecond).String()
+	}
+	if bytes >= 0 {
+		s += fmt.Sprintf(" or %d bytes", bytes)
+	}
+	return s
+}

@@ -1,0 +1,2 @@
+DROP TABLE {{schema}}.replay_requests;
+DROP TABLE {{schema}}.events_archive;
