@@ -108,9 +108,11 @@ func TestKillDuringAppend(t *testing.T) {
 			n++
 			if n == 300+round*97 {
 				_ = cmd.Process.Signal(syscall.SIGKILL)
-				break
 			}
 		}
+		// Lines still in the pipe were acknowledged before the kill too:
+		// the scan above reads them all, so the last ack per partition is
+		// really the child's last one.
 		_ = cmd.Wait()
 		if n < 300 {
 			t.Fatalf("child acknowledged only %d batches", n)

@@ -2,6 +2,7 @@ package protocol
 
 import (
 	"context"
+	"encoding/binary"
 	"time"
 
 	"github.com/outboxrelay/relay/internal/broker"
@@ -166,4 +167,96 @@ func waitAny(ctx context.Context, chs []<-chan struct{}, wait time.Duration) boo
 	case <-ctx.Done():
 	}
 	return false
+}
+
+// appendFetchResponse encodes resp as its AppendTo would, except that the
+// record batches are not copied: it returns the encoding as pieces of dst
+// (by offset) interleaved with the partitions' RecordBatches, for one
+// vectored write. ok is false for a response this encoder does not cover
+// (aborted transactions, tagged fields, or versions this server does not
+// offer); callers then use AppendTo.
+func appendFetchResponse(dst []byte, resp *kmsg.FetchResponse) (out []byte, pieces []fetchPiece, ok bool) {
+	v := resp.Version
+	if v < 4 || v > 12 || len(resp.Brokers) > 0 || resp.UnknownTags.Len() > 0 {
+		return dst, nil, false
+	}
+	flexible := v >= 12
+	appendLen := func(dst []byte, n int) []byte {
+		if flexible {
+			return binary.AppendUvarint(dst, uint64(n)+1)
+		}
+		return binary.BigEndian.AppendUint32(dst, uint32(n))
+	}
+	start := len(dst)
+	dst = binary.BigEndian.AppendUint32(dst, uint32(resp.ThrottleMillis))
+	if v >= 7 {
+		dst = binary.BigEndian.AppendUint16(dst, uint16(resp.ErrorCode))
+		dst = binary.BigEndian.AppendUint32(dst, uint32(resp.SessionID))
+	}
+	dst = appendLen(dst, len(resp.Topics))
+	for i := range resp.Topics {
+		t := &resp.Topics[i]
+		if t.UnknownTags.Len() > 0 {
+			return dst[:start], nil, false
+		}
+		if flexible {
+			dst = binary.AppendUvarint(dst, uint64(len(t.Topic))+1)
+		} else {
+			dst = binary.BigEndian.AppendUint16(dst, uint16(len(t.Topic)))
+		}
+		dst = append(dst, t.Topic...)
+		dst = appendLen(dst, len(t.Partitions))
+		for j := range t.Partitions {
+			p := &t.Partitions[j]
+			if p.AbortedTransactions != nil || p.UnknownTags.Len() > 0 ||
+				p.DivergingEpoch.Epoch != -1 || p.DivergingEpoch.EndOffset != -1 || p.DivergingEpoch.UnknownTags.Len() > 0 ||
+				p.CurrentLeader.LeaderID != -1 || p.CurrentLeader.LeaderEpoch != -1 || p.CurrentLeader.UnknownTags.Len() > 0 ||
+				p.SnapshotID.EndOffset != -1 || p.SnapshotID.Epoch != -1 || p.SnapshotID.UnknownTags.Len() > 0 {
+				return dst[:start], nil, false
+			}
+			dst = binary.BigEndian.AppendUint32(dst, uint32(p.Partition))
+			dst = binary.BigEndian.AppendUint16(dst, uint16(p.ErrorCode))
+			dst = binary.BigEndian.AppendUint64(dst, uint64(p.HighWatermark))
+			dst = binary.BigEndian.AppendUint64(dst, uint64(p.LastStableOffset))
+			if v >= 5 {
+				dst = binary.BigEndian.AppendUint64(dst, uint64(p.LogStartOffset))
+			}
+			// Null aborted transactions.
+			if flexible {
+				dst = append(dst, 0)
+			} else {
+				dst = binary.BigEndian.AppendUint32(dst, 0xffffffff)
+			}
+			if v >= 11 {
+				dst = binary.BigEndian.AppendUint32(dst, uint32(p.PreferredReadReplica))
+			}
+			switch {
+			case p.RecordBatches == nil && flexible:
+				dst = append(dst, 0)
+			case p.RecordBatches == nil:
+				dst = binary.BigEndian.AppendUint32(dst, 0xffffffff)
+			default:
+				dst = appendLen(dst, len(p.RecordBatches))
+				if len(p.RecordBatches) > 0 {
+					pieces = append(pieces, fetchPiece{end: len(dst), batches: p.RecordBatches})
+				}
+			}
+			if flexible {
+				dst = append(dst, 0) // no partition tags
+			}
+		}
+		if flexible {
+			dst = append(dst, 0) // no topic tags
+		}
+	}
+	if flexible {
+		dst = append(dst, 0) // no response tags
+	}
+	return dst, pieces, true
+}
+
+// fetchPiece says that batches follow the encoding up to offset end.
+type fetchPiece struct {
+	end     int
+	batches []byte
 }

@@ -218,16 +218,45 @@ func decodeRequest(frame []byte) request {
 }
 
 // write sends one response frame: size, correlation id, an empty tag
-// section for flexible responses other than ApiVersions, then the body.
+// section for flexible responses other than ApiVersions, then the body. A
+// fetch response's record batches go out by one vectored write straight
+// from the buffers they were read into, without another copy.
 func (c *conn) write(corr int32, resp kmsg.Response) error {
 	buf := append(c.out[:0], 0, 0, 0, 0, 0, 0, 0, 0)
 	if resp.IsFlexible() && resp.Key() != kmsg.ApiVersions.Int16() {
 		buf = append(buf, 0)
 	}
-	buf = resp.AppendTo(buf)
-	binary.BigEndian.PutUint32(buf[0:4], uint32(len(buf)-4))
+	var (
+		pieces []fetchPiece
+		ok     bool
+	)
+	if fr, isFetch := resp.(*kmsg.FetchResponse); isFetch {
+		buf, pieces, ok = appendFetchResponse(buf, fr)
+	}
+	if !ok {
+		buf = resp.AppendTo(buf)
+	}
+	size := len(buf) - 4
+	for _, p := range pieces {
+		size += len(p.batches)
+	}
+	binary.BigEndian.PutUint32(buf[0:4], uint32(size))
 	binary.BigEndian.PutUint32(buf[4:8], uint32(corr))
-	_, err := c.nc.Write(buf)
+	var err error
+	if len(pieces) == 0 {
+		_, err = c.nc.Write(buf)
+	} else {
+		vec := make(net.Buffers, 0, 2*len(pieces)+1)
+		at := 0
+		for _, p := range pieces {
+			vec = append(vec, buf[at:p.end], p.batches)
+			at = p.end
+		}
+		if at < len(buf) {
+			vec = append(vec, buf[at:])
+		}
+		_, err = vec.WriteTo(c.nc)
+	}
 	if cap(buf) <= 4<<20 {
 		c.out = buf
 	} else {
