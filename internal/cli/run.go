@@ -20,6 +20,7 @@ import (
 	"github.com/outboxrelay/relay/internal/broker"
 	"github.com/outboxrelay/relay/internal/pgconfig"
 	"github.com/outboxrelay/relay/internal/sink/embedded"
+	"github.com/outboxrelay/relay/internal/sink/kafka"
 	"github.com/outboxrelay/relay/poller"
 	"github.com/outboxrelay/relay/relay"
 )
@@ -32,6 +33,7 @@ type runFlags struct {
 	db              dbFlags
 	source          string
 	sink            string
+	kafka           kafkaSinkFlags
 	dataDir         string
 	httpAddr        string
 	batchSize       int
@@ -54,7 +56,8 @@ type runFlags struct {
 func (f *runFlags) register(fs *flag.FlagSet) {
 	f.db.register(fs)
 	fs.StringVar(&f.source, "source", "poll", "outbox reader: poll (SQL) or cdc (logical replication)")
-	fs.StringVar(&f.sink, "sink", "embedded", "destination: embedded (the built-in broker)")
+	fs.StringVar(&f.sink, "sink", "embedded", "destination: embedded (the built-in broker) or kafka (Apache Kafka, see --kafka-brokers)")
+	f.kafka.register(fs)
 	fs.StringVar(&f.dataDir, "data-dir", "relay-data", "embedded broker data directory")
 	fs.StringVar(&f.httpAddr, "http-addr", "127.0.0.1:9464", "address for /metrics, /healthz and /readyz (empty disables)")
 	fs.IntVar(&f.batchSize, "batch-size", 1000, "most events read and published at once")
@@ -78,8 +81,8 @@ func (f *runFlags) validate() error {
 	switch {
 	case f.source != "poll" && f.source != "cdc":
 		return usagef("--source %q: must be poll or cdc", f.source)
-	case f.sink != "embedded":
-		return usagef("--sink %q: must be embedded", f.sink)
+	case f.sink != "embedded" && f.sink != "kafka":
+		return usagef("--sink %q: must be embedded or kafka", f.sink)
 	case f.dataDir == "" && f.sink == "embedded":
 		return usagef("--data-dir is required with --sink embedded")
 	case f.batchSize < 1 || f.batchSize > 100_000:
@@ -152,17 +155,25 @@ func (f *runFlags) serve(ctx context.Context, log *slog.Logger) error {
 		sync = broker.SyncIntervalUnsafe
 	}
 	var onOpen func(*broker.Broker) func()
-	if f.kafkaAddr != "" {
+	if f.kafkaAddr != "" && f.sink == "embedded" {
 		kl := &kafkaListener{addr: f.kafkaAddr, advertised: f.kafkaAdvertised, log: log}
 		metrics.Registry.MustRegister(kl)
 		onOpen = kl.attach
 	}
-	sink, err := embedded.New(embedded.Config{
+	var sink relay.Sink
+	if f.sink == "kafka" {
+		cfg, err := f.kafka.config(log)
+		if err != nil {
+			return err
+		}
+		if sink, err = kafka.New(cfg); err != nil {
+			return err
+		}
+	} else if sink, err = embedded.New(embedded.Config{
 		Broker: broker.Options{Dir: f.dataDir, Sync: sync, DefaultPartitions: int32(f.partitions), Logger: log},
 		OnOpen: onOpen,
 		Logger: log,
-	})
-	if err != nil {
+	}); err != nil {
 		return err
 	}
 	r, err := relay.New(relay.Config{
