@@ -2,10 +2,12 @@ package protocol
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -80,7 +82,10 @@ var benchPayloads = []benchPayload{
 // BenchmarkProduceConsume measures kgo's produce rate (idempotent,
 // acks=all, snappy: the defaults) and consume rate against this server
 // and, with the same clients, options and records, against franz-go's
-// kfake cluster. clients=N splits the work over N kgo clients (producers
+// kfake cluster. fetch-raw reads the same log with bare Fetch requests
+// through kgo, counting records from the batch headers instead of
+// decompressing and decoding them: the rate a server can serve when the
+// consumer's own decoding is not what limits it. clients=N splits the work over N kgo clients (producers
 // each send b.N/N records; consumers each read their share of the
 // partitions), so that one client's own CPU does not cap both servers.
 //
@@ -98,6 +103,10 @@ func BenchmarkProduceConsume(b *testing.B) {
 					b.Run("consume/"+name, func(b *testing.B) {
 						addr := target.start(b, "bench")
 						benchConsume(b, addr, payload.records(size), size, clients)
+					})
+					b.Run("fetch-raw/"+name, func(b *testing.B) {
+						addr := target.start(b, "bench")
+						benchFetchRaw(b, addr, payload.records(size), size, clients)
 					})
 				}
 			}
@@ -238,4 +247,89 @@ func listEnds(b *testing.B, cl *kgo.Client, topic string) map[int32]int64 {
 		}
 	}
 	return ends
+}
+
+// benchFetchRaw reads every partition to its end with Fetch requests sent
+// through kgo's Request, splitting partitions over clients like
+// benchConsume, and counts records from the batch headers.
+func benchFetchRaw(b *testing.B, addr string, record func(int) *kgo.Record, size, clients int) {
+	prods := newProducers(b, addr, clients)
+	produceAll(b, prods, record, b.N)
+	closeAll(prods)
+	cls := make([]*kgo.Client, clients)
+	for i := range cls {
+		cls[i] = newKgo(b, addr)
+		defer cls[i].Close()
+	}
+	ends := listEnds(b, cls[0], "bench")
+	mreq := kmsg.NewPtrMetadataRequest()
+	mt := kmsg.NewMetadataRequestTopic()
+	mt.Topic = kmsg.StringPtr("bench")
+	mreq.Topics = append(mreq.Topics, mt)
+	mresp, err := mreq.RequestWith(context.Background(), cls[0])
+	if err != nil || len(mresp.Topics) != 1 {
+		b.Fatalf("metadata: %v", err)
+	}
+	topicID := mresp.Topics[0].TopicID // Fetch v13+ names topics by id
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	b.SetBytes(int64(size))
+	b.ResetTimer()
+	start := time.Now()
+	var wg sync.WaitGroup
+	var total atomic.Int64
+	for c, cl := range cls {
+		wg.Go(func() {
+			next := map[int32]int64{}
+			for p := int32(c); p < benchPartitions; p += int32(clients) {
+				next[p] = 0
+			}
+			for len(next) > 0 {
+				req := kmsg.NewPtrFetchRequest()
+				req.MaxWaitMillis, req.MinBytes, req.MaxBytes = 500, 1, 50<<20
+				rt := kmsg.NewFetchRequestTopic()
+				rt.Topic, rt.TopicID = "bench", topicID
+				for p, off := range next {
+					rp := kmsg.NewFetchRequestTopicPartition()
+					rp.Partition, rp.FetchOffset, rp.PartitionMaxBytes = p, off, 1<<20
+					rt.Partitions = append(rt.Partitions, rp)
+				}
+				req.Topics = append(req.Topics, rt)
+				resp, err := req.RequestWith(ctx, cl)
+				if err != nil {
+					b.Errorf("fetch: %v", err)
+					return
+				}
+				for _, t := range resp.Topics {
+					for _, p := range t.Partitions {
+						if err := kerr.ErrorForCode(p.ErrorCode); err != nil {
+							b.Errorf("fetch %d: %v", p.Partition, err)
+							return
+						}
+						for data := p.RecordBatches; len(data) >= 61; {
+							n := int(binary.BigEndian.Uint32(data[8:])) + 12
+							if n > len(data) {
+								break
+							}
+							base := int64(binary.BigEndian.Uint64(data))
+							last := base + int64(binary.BigEndian.Uint32(data[23:]))
+							if last >= next[p.Partition] {
+								total.Add(int64(binary.BigEndian.Uint32(data[57:])))
+								next[p.Partition] = last + 1
+							}
+							data = data[n:]
+						}
+						if next[p.Partition] >= ends[p.Partition] {
+							delete(next, p.Partition)
+						}
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if total.Load() != int64(b.N) {
+		b.Fatalf("fetched %d records, produced %d", total.Load(), b.N)
+	}
+	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "records/s")
 }
