@@ -57,7 +57,7 @@ func newRelayEnv(t *testing.T) *relayEnv {
 func (e *relayEnv) start(extra ...string) *e2e.Proc {
 	e.t.Helper()
 	args := []string{"run", "--source", "cdc", "--database-url", e.url, "--data-dir", e.dataDir, "--http-addr", e.addr,
-		"--slot", e.slot, "--heartbeat-interval", "200ms", "--log-level", "debug"}
+		"--slot", e.slot, "--heartbeat-interval", "200ms", "--log-level", "debug", "--kafka-addr", ""}
 	return e2e.Start(e.t, e.bin, nil, append(args, extra...)...)
 }
 

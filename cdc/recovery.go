@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -126,6 +127,7 @@ ON CONFLICT (slot_name) DO UPDATE SET consistent_lsn = NULL, snapshot = NULL, cr
 	if err != nil {
 		return marker{}, fmt.Errorf("cdc: importing the snapshot of slot %q: %w", name, err)
 	}
+	snapshot = normalizeSnapshot(snapshot)
 	if _, err := conn.Exec(ctx, "UPDATE "+s.slotsTbl+" SET consistent_lsn = $2::text::pg_lsn, snapshot = $3::text::pg_snapshot WHERE slot_name = $1",
 		name, lsn.String(), snapshot); err != nil {
 		return marker{}, fmt.Errorf("cdc: recording the slot creation: %w", err)
@@ -266,6 +268,7 @@ func (r *reader) queueTableRow(ctx context.Context, e relay.Event, txid string, 
 	if s.open != nil && txid != r.tableTxid {
 		s.open.closed = true
 		s.open = nil
+		s.notifyLocked()
 	}
 	s.pushLocked(e)
 	r.skipBelow = e.Position
@@ -318,4 +321,22 @@ func (r *reader) recoverSlot(ctx context.Context) error {
 	s.mu.Unlock()
 	r.marker, r.skipBelow, r.tableTxid, r.tableID = mk, from, "", 0
 	return nil
+}
+
+// normalizeSnapshot rewrites a snapshot whose xmin is above its xmax,
+// which the snapshot of a new logical slot can be and which pg_snapshot's
+// input refuses. Such a snapshot shows exactly the transactions below
+// xmin (every one below xmin is finished and visible; nothing between is
+// in progress), which "xmin:xmin:" says in a form Postgres accepts.
+func normalizeSnapshot(snap string) string {
+	parts := strings.SplitN(snap, ":", 3)
+	if len(parts) != 3 {
+		return snap
+	}
+	xmin, err1 := strconv.ParseUint(parts[0], 10, 64)
+	xmax, err2 := strconv.ParseUint(parts[1], 10, 64)
+	if err1 != nil || err2 != nil || xmin <= xmax {
+		return snap
+	}
+	return parts[0] + ":" + parts[0] + ":"
 }

@@ -86,10 +86,15 @@ func TestRowsBeforeTheSlotComeFromTheTable(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Creating the slot waits for the open transaction.
+	committed := make(chan struct{})
 	go func() {
+		defer close(committed)
 		time.Sleep(500 * time.Millisecond)
 		tx.Commit(ctx)
 	}()
+	// The event may arrive before Commit returns: wait for it before the
+	// deferred Close touches the connection.
+	defer func() { <-committed }()
 	src := f.start(t, relay.Position{})
 	c := newCore(t, f.url, src, relay.Position{})
 	insertN(t, f.url, 12, 5)

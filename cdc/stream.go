@@ -120,6 +120,14 @@ func (r *reader) session(ctx context.Context, backoff *time.Duration) error {
 	if !st.exists || st.lost() {
 		return errSlotLost
 	}
+	// A slot whose creation was not recorded whole (a re-creation that
+	// failed half way) cannot say which rows to read from the table:
+	// replace it rather than stream from it.
+	if mk, err := s.readMarker(ctx, pool); err != nil {
+		return err
+	} else if !mk.exists || mk.creating() {
+		return errSlotLost
+	}
 	if err := st.usable(s.cfg.SlotName, s.database); err != nil {
 		if errors.Is(err, ErrSlotMismatch) {
 			return &permanentError{err}
@@ -183,21 +191,39 @@ func awaitRelease(ctx context.Context, pool *pgxpool.Pool, slot string, pid int3
 func (r *reader) stream(ctx context.Context, conn *pgconn.PgConn) error {
 	s := r.s
 	st := &statusSender{conn: conn, interval: s.cfg.StatusInterval}
+	// Waits for messages are bounded by a read deadline on the socket,
+	// renewed when it passes, rather than by a context per message: a
+	// context makes pgconn watch it with a goroutine and reset the
+	// deadline on every message, which cost more than decoding at
+	// hundreds of thousands of messages a second. Messages already
+	// buffered are read without touching the socket.
+	netConn := conn.Conn()
+	defer netConn.SetReadDeadline(time.Time{})
+	wait := min(receiveTimeout, s.cfg.StatusInterval)
+	var deadline time.Time
 	for {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
 		if err := r.waitForRoom(ctx, st); err != nil {
 			return err
 		}
 		if err := st.send(ctx, s, false); err != nil {
 			return err
 		}
-		rctx, cancel := context.WithTimeout(ctx, min(receiveTimeout, s.cfg.StatusInterval))
-		raw, err := conn.ReceiveMessage(rctx)
-		cancel()
+		if now := time.Now(); now.After(deadline) {
+			deadline = now.Add(wait)
+			if err := netConn.SetReadDeadline(deadline); err != nil {
+				return fmt.Errorf("cdc: setting the replication stream's read deadline: %w", err)
+			}
+		}
+		raw, err := conn.ReceiveMessage(context.Background())
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			if pgconn.Timeout(err) {
+			if pgconn.Timeout(err) && !conn.IsClosed() {
+				deadline = time.Time{}
 				continue
 			}
 			return fmt.Errorf("cdc: receiving from the replication stream: %w", err)
@@ -313,8 +339,17 @@ func (s *Source) pushLocked(e relay.Event) {
 	}
 	s.open.events = append(s.open.events, e)
 	s.queued++
-	s.notifyLocked()
+	// A transaction still arriving can be taken only in pieces of Next's
+	// max, or when the queue is full; waking Next for every event would
+	// cost a wake-up per event. The commit wakes it for the rest.
+	if len(s.open.events)%wakeEvery == 0 || s.queued >= s.cfg.QueueSize {
+		s.notifyLocked()
+	}
 }
+
+// wakeEvery is how many events of a transaction still arriving are queued
+// between two wake-ups of a waiting Next.
+const wakeEvery = 128
 
 // waitForRoom blocks while the queue is full, still sending status
 // updates so the server keeps the connection.

@@ -1,0 +1,344 @@
+package cdc_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"os"
+	"os/exec"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/outboxrelay/relay/internal/e2e"
+	"github.com/outboxrelay/relay/internal/pgtest"
+	"github.com/outboxrelay/relay/internal/testbin"
+	"github.com/outboxrelay/relay/migrations"
+)
+
+// benchEvents is the backlog size of BenchmarkDrainVsRecvlogical
+// (CDC_BENCH_EVENTS, default 1,000,000).
+func benchEvents() int {
+	if v, err := strconv.Atoi(os.Getenv("CDC_BENCH_EVENTS")); err == nil && v > 0 {
+		return v
+	}
+	return 1_000_000
+}
+
+// benchEnv is a migrated database for the real binary, with the relay's
+// slot and publication created and the outbox empty.
+type benchEnv struct {
+	url, bin, dataDir, addr, slot string
+	conn                          *pgx.Conn
+}
+
+func newBenchEnv(b *testing.B) *benchEnv {
+	b.Helper()
+	url := pgtest.NewDatabase(b)
+	conn := pgtest.Connect(b, url)
+	ctx := context.Background()
+	m, err := migrations.New(migrations.DefaultSchema)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := m.Up(ctx, conn, false); err != nil {
+		b.Fatal(err)
+	}
+	e := &benchEnv{url: url, bin: testbin.Relay(b), dataDir: e2e.DataDir(b), addr: e2e.FreeAddr(b),
+		slot: "slot_" + conn.Config().Database, conn: conn}
+	// A first run creates the slot and the publication on the empty
+	// outbox; it stops once the slot's table read is recorded done.
+	p := e.start(b)
+	deadline := time.Now().Add(time.Minute)
+	for {
+		var done bool
+		conn.QueryRow(ctx, "SELECT consistent_lsn IS NOT NULL AND snapshot IS NULL FROM outbox.cdc_slots WHERE slot_name = $1", e.slot).Scan(&done)
+		if done {
+			break
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("the relay did not create its slot:\n%s", p.Output())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	e.stop(b, p)
+	return e
+}
+
+func (e *benchEnv) start(b *testing.B, extra ...string) *e2e.Proc {
+	args := []string{"run", "--source", "cdc", "--database-url", e.url, "--data-dir", e.dataDir, "--http-addr", e.addr,
+		"--slot", e.slot, "--kafka-addr", "", "--fsync", "always", "--log-level", "warn"}
+	return e2e.Start(b, e.bin, nil, append(args, extra...)...)
+}
+
+func (e *benchEnv) stop(b *testing.B, p *e2e.Proc) {
+	p.Signal(syscall.SIGTERM)
+	if code := p.Wait(time.Minute); code != 0 {
+		b.Fatalf("relay exited %d:\n%s", code, p.Output())
+	}
+}
+
+func (e *benchEnv) published(b *testing.B) int64 {
+	n, err := published(context.Background(), e.conn)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return n
+}
+
+func (e *benchEnv) walLSN(b *testing.B) string {
+	var lsn string
+	if err := e.conn.QueryRow(context.Background(), "SELECT pg_current_wal_lsn()::text").Scan(&lsn); err != nil {
+		b.Fatal(err)
+	}
+	return lsn
+}
+
+// BenchmarkDrainVsRecvlogical drains a backlog of 1,000,000 outbox events
+// (200-byte payloads, 1,000-event transactions) with the real binary
+// (--source cdc, embedded log, fsync before every acknowledgement) and,
+// in the same run, decodes the same WAL range with pg_recvlogical and
+// pgoutput into /dev/null from a second slot created at the same point.
+// It reports both rates and their ratio. Run it alone:
+//
+//	go test -run '^$' -bench BenchmarkDrainVsRecvlogical -benchtime 1x ./cdc/
+func BenchmarkDrainVsRecvlogical(b *testing.B) {
+	recv, err := exec.LookPath("pg_recvlogical")
+	if err != nil {
+		b.Fatalf("pg_recvlogical is needed for the comparison: %v", err)
+	}
+	n := benchEvents()
+	e := newBenchEnv(b)
+	ctx := context.Background()
+	recvSlot := "recv_" + e.conn.Config().Database
+	if _, err := e.conn.Exec(ctx, "SELECT pg_create_logical_replication_slot($1, 'pgoutput')", recvSlot); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		e.conn.Exec(context.Background(), "SELECT pg_drop_replication_slot($1)", recvSlot)
+	})
+
+	wroteStart := time.Now()
+	for done := 0; done < n; done += 1000 {
+		if _, err := e.conn.Exec(ctx, `INSERT INTO outbox.events (topic, key, payload)
+SELECT 'bench', 'key-' || (g % 1000), convert_to(repeat('x', 200), 'UTF8') FROM generate_series(1, $1::int) AS g`, min(1000, n-done)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	end := e.walLSN(b)
+	b.Logf("wrote %d events in %d transactions in %v; WAL end %s", n, (n+999)/1000, time.Since(wroteStart).Round(time.Millisecond), end)
+	b.ResetTimer()
+
+	for i := 0; i < b.N; i++ {
+		if i > 0 {
+			b.Log("the backlog is drained after the first iteration; use -benchtime 1x")
+			break
+		}
+		// pg_recvlogical: pgoutput, protocol 1, the relay's publication,
+		// to /dev/null, stopping at the WAL end of the backlog.
+		began := time.Now()
+		cmd := exec.Command(recv, "-d", e.url, "--slot", recvSlot, "--start", "--no-loop",
+			"-o", "proto_version=1", "-o", "publication_names=relay_outbox", "-f", "/dev/null", "--endpos", end)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			b.Fatalf("pg_recvlogical: %v\n%s", err, out)
+		}
+		recvTook := time.Since(began)
+
+		// The relay: from process start until the checkpoint counts all.
+		began = time.Now()
+		p := e.start(b)
+		var first time.Time
+		var firstN int64
+		for {
+			got := e.published(b)
+			if got > 0 && first.IsZero() {
+				first, firstN = time.Now(), got
+			}
+			if got >= int64(n) {
+				break
+			}
+			if p.Exited() {
+				b.Fatalf("relay exited:\n%s", p.Output())
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		relayTook := time.Since(began)
+		steady := float64(int64(n)-firstN) / time.Since(first).Seconds()
+		e.stop(b, p)
+
+		recvRate := float64(n) / recvTook.Seconds()
+		relayRate := float64(n) / relayTook.Seconds()
+		b.ReportMetric(relayRate, "relay-events/s")
+		b.ReportMetric(recvRate, "recvlogical-events/s")
+		b.ReportMetric(relayRate/recvRate*100, "%-of-recvlogical")
+		b.Logf("pg_recvlogical: %d events in %v = %.0f events/s", n, recvTook.Round(time.Millisecond), recvRate)
+		b.Logf("relay (process start to last acknowledgement): %d events in %v = %.0f events/s (%.0f%% of pg_recvlogical); after the first acknowledgement %.0f events/s",
+			n, relayTook.Round(time.Millisecond), relayRate, relayRate/recvRate*100, steady)
+	}
+}
+
+// BenchmarkLiveLatency writes 10,000 events/s (4 writers, 25-event
+// transactions every 10 ms each) for 20 seconds while the real binary
+// streams them, and reports commit-to-durable-acknowledgement latency:
+// from the relay's relay_publish_latency_seconds histogram (created_at, the
+// writing transaction's start, to the log's fsync) and from probes (a
+// one-event transaction committed, then the time until the relay deleted
+// its row, which it does in the acknowledgement that follows the fsync).
+//
+//	go test -run '^$' -bench BenchmarkLiveLatency -benchtime 1x ./cdc/
+func BenchmarkLiveLatency(b *testing.B) {
+	e := newBenchEnv(b)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	p := e.start(b)
+	defer e.stop(b, p)
+	const (
+		writers  = 4
+		perTx    = 25
+		interval = 10 * time.Millisecond
+		runFor   = 20 * time.Second
+	)
+	b.ResetTimer()
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	written := 0
+	stopAt := time.Now().Add(runFor)
+	for w := 0; w < writers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			conn, err := pgx.Connect(ctx, e.url)
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			defer conn.Close(context.Background())
+			t := time.NewTicker(interval)
+			defer t.Stop()
+			for time.Now().Before(stopAt) {
+				<-t.C
+				if _, err := conn.Exec(ctx, `INSERT INTO outbox.events (topic, key, payload)
+SELECT 'bench', 'key-' || (g % 1000), convert_to(repeat('x', 200), 'UTF8') FROM generate_series(1, $1::int) AS g`, perTx); err != nil {
+					b.Error(err)
+					return
+				}
+				mu.Lock()
+				written += perTx
+				mu.Unlock()
+			}
+		}()
+	}
+	// Probes, one at a time: commit, then wait for the row to go.
+	var probes []time.Duration
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		conn, err := pgx.Connect(ctx, e.url)
+		if err != nil {
+			b.Error(err)
+			return
+		}
+		defer conn.Close(context.Background())
+		time.Sleep(2 * time.Second) // past the start
+		for time.Now().Before(stopAt) {
+			var id int64
+			if err := conn.QueryRow(ctx, `INSERT INTO outbox.events (topic, key, payload) VALUES ('probe', 'p', '\x00') RETURNING id`).Scan(&id); err != nil {
+				b.Error(err)
+				return
+			}
+			committed := time.Now()
+			for {
+				var left bool
+				if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM outbox.events WHERE id = $1)", id).Scan(&left); err != nil {
+					b.Error(err)
+					return
+				}
+				if !left {
+					break
+				}
+				time.Sleep(200 * time.Microsecond)
+			}
+			probes = append(probes, time.Since(committed))
+			time.Sleep(5 * time.Millisecond)
+		}
+	}()
+	wg.Wait()
+	took := runFor
+	e2e.WaitDrained(b, e.url, "outbox", time.Minute)
+	b.StopTimer()
+
+	resp, err := http.Get("http://" + e.addr + "/metrics")
+	if err != nil {
+		b.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	h50, h99, count := histogramQuantiles(b, string(body), "relay_publish_latency_seconds", 0.5, 0.99)
+	sort.Slice(probes, func(i, j int) bool { return probes[i] < probes[j] })
+	q := func(f float64) time.Duration {
+		if len(probes) == 0 {
+			return 0
+		}
+		return probes[min(len(probes)-1, int(math.Ceil(f*float64(len(probes))))-1)]
+	}
+	rate := float64(written) / took.Seconds()
+	b.ReportMetric(rate, "events/s")
+	b.ReportMetric(h50*1000, "hist-p50-ms")
+	b.ReportMetric(h99*1000, "hist-p99-ms")
+	b.ReportMetric(float64(q(0.5).Microseconds())/1000, "probe-p50-ms")
+	b.ReportMetric(float64(q(0.99).Microseconds())/1000, "probe-p99-ms")
+	b.Logf("%.0f events/s for %v: relay_publish_latency_seconds (created_at to fsync) over %.0f events p50 %.2f ms p99 %.2f ms; probes (commit to row deleted by the acknowledgement) n=%d p50 %v p99 %v max %v",
+		rate, took, count, h50*1000, h99*1000, len(probes), q(0.5), q(0.99), q(1))
+}
+
+// histogramQuantiles reads a Prometheus histogram from the text format and
+// interpolates quantiles within buckets, as histogram_quantile does.
+func histogramQuantiles(b *testing.B, body, name string, qs ...float64) (q50, q99 float64, count float64) {
+	type bucket struct{ le, n float64 }
+	var buckets []bucket
+	for _, line := range strings.Split(body, "\n") {
+		if !strings.HasPrefix(line, name+"_bucket{") {
+			continue
+		}
+		i := strings.Index(line, `le="`)
+		j := strings.Index(line[i+4:], `"`)
+		leS := line[i+4 : i+4+j]
+		le := math.Inf(1)
+		if leS != "+Inf" {
+			le, _ = strconv.ParseFloat(leS, 64)
+		}
+		var n float64
+		fmt.Sscan(line[strings.LastIndex(line, " ")+1:], &n)
+		buckets = append(buckets, bucket{le, n})
+	}
+	if len(buckets) == 0 {
+		b.Fatalf("no %s in /metrics", name)
+	}
+	count = buckets[len(buckets)-1].n
+	quant := func(q float64) float64 {
+		rank := q * count
+		prevLe, prevN := 0.0, 0.0
+		for _, bk := range buckets {
+			if bk.n >= rank {
+				if math.IsInf(bk.le, 1) {
+					return prevLe
+				}
+				if bk.n == prevN {
+					return bk.le
+				}
+				return prevLe + (bk.le-prevLe)*(rank-prevN)/(bk.n-prevN)
+			}
+			prevLe, prevN = bk.le, bk.n
+		}
+		return prevLe
+	}
+	return quant(qs[0]), quant(qs[1]), count
+}
