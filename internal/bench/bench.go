@@ -23,6 +23,8 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
+	"strings"
 	"time"
 )
 
@@ -31,7 +33,7 @@ type Config struct {
 	// DatabaseURL is a server to use; empty starts a throwaway one.
 	DatabaseURL  string
 	Source       string // poll or cdc
-	Sink         string // embedded
+	Sink         string // embedded or kafka
 	Events       int
 	Writers      int
 	Keys         int
@@ -90,8 +92,10 @@ func (c Config) Validate() error {
 	switch {
 	case c.Source != "poll" && c.Source != "cdc":
 		return fmt.Errorf("source %q: must be poll or cdc", c.Source)
-	case c.Sink != "embedded":
-		return fmt.Errorf("sink %q: must be embedded", c.Sink)
+	case c.Sink != "embedded" && c.Sink != "kafka":
+		return fmt.Errorf("sink %q: must be embedded or kafka", c.Sink)
+	case c.Sink == "kafka" && !slices.ContainsFunc(c.RelayArgs, func(a string) bool { return strings.HasPrefix(a, "--kafka-brokers") }):
+		return fmt.Errorf("--sink kafka needs the cluster: --relay-args '--kafka-brokers host:port --kafka-create-topics'")
 	case c.Rate < 0:
 		return fmt.Errorf("rate must not be negative")
 	case c.Backlog && c.Rate > 0:

@@ -150,7 +150,7 @@ func (e *env) startRelay(ctx context.Context) (*relayProc, error) {
 	}
 	defer logFile.Close()
 	args := append([]string{"run", "--database-url", e.url, "--data-dir", filepath.Join(e.dir, "data"),
-		"--source", e.cfg.Source, "--http-addr", addr, "--log-level", "warn"}, e.cfg.RelayArgs...)
+		"--source", e.cfg.Source, "--sink", e.cfg.Sink, "--kafka-addr", "", "--http-addr", addr, "--log-level", "warn"}, e.cfg.RelayArgs...)
 	cmd := exec.Command(e.cfg.RelayBinary, args...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	// Its own process group: a terminal's SIGINT reaches only the bench,

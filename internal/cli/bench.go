@@ -22,7 +22,7 @@ func runBench(ctx context.Context, stdio IO, args []string) error {
 	var cfg bench.Config
 	fs.StringVar(&cfg.DatabaseURL, "database-url", "", "PostgreSQL server to use (default: start a throwaway one from the local binaries)")
 	fs.StringVar(&cfg.Source, "source", "poll", "reader: poll or cdc")
-	fs.StringVar(&cfg.Sink, "sink", "embedded", "destination: embedded")
+	fs.StringVar(&cfg.Sink, "sink", "embedded", "destination: embedded, or kafka (give the cluster with --relay-args '--kafka-brokers host:port --kafka-create-topics')")
 	fs.IntVar(&cfg.Events, "events", 100_000, "events to write")
 	fs.IntVar(&cfg.Writers, "writers", 4, "concurrent writers")
 	fs.IntVar(&cfg.Keys, "keys", 1000, "distinct keys")

@@ -6,6 +6,7 @@ import (
 
 	"github.com/outboxrelay/relay/internal/bench"
 	"github.com/outboxrelay/relay/internal/pgtest"
+	"github.com/outboxrelay/relay/internal/sink/kafka/kafkatest"
 )
 
 // TestBenchRuns keeps `relay bench` from rotting: a few seconds of each
@@ -13,6 +14,7 @@ import (
 func TestBenchRuns(t *testing.T) {
 	t.Parallel()
 	admin := pgtest.Cluster(t).URL()
+	kafkaCluster := kafkatest.Start(t)
 	for _, tc := range []struct {
 		name string
 		args []string
@@ -21,6 +23,8 @@ func TestBenchRuns(t *testing.T) {
 		{"poll backlog", []string{"--source", "poll", "--backlog", "--events", "3000"}, true},
 		{"cdc backlog", []string{"--source", "cdc", "--backlog", "--events", "3000"}, true},
 		{"poll live", []string{"--source", "poll", "--events", "1000", "--rate", "2000", "--writers", "2"}, false},
+		{"kafka sink live", []string{"--sink", "kafka", "--relay-args", "--kafka-brokers " + kafkaCluster.Addrs()[0] + " --kafka-create-topics",
+			"--events", "1000", "--rate", "2000", "--writers", "2"}, false},
 	} {
 		r := relay(t, nil, append([]string{"bench", "--json", "--database-url", admin}, tc.args...)...)
 		if r.code != 0 {
