@@ -620,6 +620,13 @@ func validateProduced(batch []byte, cfg TopicConfig) (BatchHeader, error) {
 // start, high watermark] it fails with ErrOffsetOutOfRange. Fetch does not
 // wait; combine it with Wait or Watch.
 func (b *Broker) Fetch(ctx context.Context, topicName string, part int32, offset int64, maxBytes int) (FetchResult, error) {
+	return b.FetchInto(ctx, topicName, part, offset, maxBytes, nil)
+}
+
+// FetchInto is Fetch reading into buf's backing array when it is large
+// enough (into a new one otherwise), so that a caller can recycle its read
+// buffers: the result's Batches may alias buf.
+func (b *Broker) FetchInto(ctx context.Context, topicName string, part int32, offset int64, maxBytes int, buf []byte) (FetchResult, error) {
 	if err := ctx.Err(); err != nil {
 		return FetchResult{}, err
 	}
@@ -627,7 +634,7 @@ func (b *Broker) Fetch(ctx context.Context, topicName string, part int32, offset
 	if err != nil {
 		return FetchResult{}, err
 	}
-	return p.fetch(offset, maxBytes)
+	return p.fetch(offset, maxBytes, buf)
 }
 
 // Watch returns a channel closed the next time the partition's high

@@ -514,7 +514,7 @@ type FetchResult struct {
 	LogStartOffset int64
 }
 
-func (p *partition) fetch(offset int64, maxBytes int) (FetchResult, error) {
+func (p *partition) fetch(offset int64, maxBytes int, buf []byte) (FetchResult, error) {
 	for {
 		p.mu.Lock()
 		if p.closed {
@@ -547,7 +547,7 @@ func (p *partition) fetch(offset int64, maxBytes int) (FetchResult, error) {
 		}
 		p.pinLocked(s)
 		p.mu.Unlock()
-		data, err := readBatchesFrom(s.log, pos, limit, offset, maxBytes)
+		data, err := readBatchesFrom(s.log, pos, limit, offset, maxBytes, buf)
 		p.unpin(s)
 		if err != nil {
 			return res, storageErr("read segment", err)
@@ -562,8 +562,9 @@ func (p *partition) fetch(offset int64, maxBytes int) (FetchResult, error) {
 }
 
 // readBatchesFrom skips batches that end before offset, then reads whole
-// batches up to maxBytes (at least one) without passing limit.
-func readBatchesFrom(f File, pos, limit, offset int64, maxBytes int) ([]byte, error) {
+// batches up to maxBytes (at least one) without passing limit, into buf
+// when it has the capacity.
+func readBatchesFrom(f File, pos, limit, offset int64, maxBytes int, buf []byte) ([]byte, error) {
 	var hdr [BatchHeaderSize]byte
 	for pos < limit {
 		if _, err := f.ReadAt(hdr[:], pos); err != nil {
@@ -578,7 +579,11 @@ func readBatchesFrom(f File, pos, limit, offset int64, maxBytes int) ([]byte, er
 			if n < int64(h.Size()) {
 				n = int64(h.Size())
 			}
-			buf := make([]byte, n)
+			if int64(cap(buf)) >= n {
+				buf = buf[:n]
+			} else {
+				buf = make([]byte, n)
+			}
 			if _, err := f.ReadAt(buf, pos); err != nil {
 				return nil, err
 			}

@@ -3,6 +3,7 @@ package protocol
 import (
 	"context"
 	"encoding/binary"
+	"sync"
 	"time"
 
 	"github.com/outboxrelay/relay/internal/broker"
@@ -20,15 +21,19 @@ import (
 // sessions: every response carries session id 0, which tells clients to
 // send full requests. Transactions do not exist, so both isolation levels
 // read up to the high watermark.
-func (s *Server) handleFetch(ctx context.Context, req *kmsg.FetchRequest) kmsg.Response {
+//
+// The record batches are read into pooled buffers that the response
+// aliases; release returns them once the response is written.
+func (s *Server) handleFetch(ctx context.Context, req *kmsg.FetchRequest) (_ kmsg.Response, release func()) {
 	resp := req.ResponseKind().(*kmsg.FetchResponse)
+	var bufs readBuffers
 	if req.SessionID != 0 || req.SessionEpoch > 0 {
 		if req.SessionID != 0 {
 			resp.ErrorCode = kerr.FetchSessionIDNotFound.Code
 		} else {
 			resp.ErrorCode = kerr.InvalidFetchSessionEpoch.Code
 		}
-		return resp
+		return resp, nil
 	}
 	var deadline time.Time
 	if req.MaxWaitMillis > 0 {
@@ -36,16 +41,17 @@ func (s *Server) handleFetch(ctx context.Context, req *kmsg.FetchRequest) kmsg.R
 	}
 	for {
 		watches := s.fetchWatches(req, deadline)
-		bytes, stop := s.fillFetch(ctx, req, resp)
+		bufs.release()
+		bytes, stop := s.fillFetch(ctx, req, resp, &bufs)
 		if stop || bytes >= int(req.MinBytes) || len(watches) == 0 || ctx.Err() != nil {
-			return resp
+			return resp, bufs.release
 		}
 		wait := time.Until(deadline)
 		if wait <= 0 {
-			return resp
+			return resp, bufs.release
 		}
 		if !waitAny(ctx, watches, wait) {
-			return resp
+			return resp, bufs.release
 		}
 	}
 }
@@ -70,7 +76,7 @@ func (s *Server) fetchWatches(req *kmsg.FetchRequest, deadline time.Time) []<-ch
 
 // fillFetch (re)builds resp from the log and returns the bytes of record
 // batches in it, and whether a partition error calls for an answer now.
-func (s *Server) fillFetch(ctx context.Context, req *kmsg.FetchRequest, resp *kmsg.FetchResponse) (int, bool) {
+func (s *Server) fillFetch(ctx context.Context, req *kmsg.FetchRequest, resp *kmsg.FetchResponse, bufs *readBuffers) (int, bool) {
 	remaining := int(req.MaxBytes)
 	if req.Version < 3 || remaining <= 0 {
 		remaining = int(^uint32(0) >> 1)
@@ -107,7 +113,7 @@ func (s *Server) fillFetch(ctx context.Context, req *kmsg.FetchRequest, resp *km
 				t.Partitions = append(t.Partitions, p)
 				continue
 			}
-			res, err := s.b.Fetch(ctx, rt.Topic, rp.Partition, rp.FetchOffset, max(limit, 1))
+			res, err := bufs.fetch(ctx, s.b, rt.Topic, rp.Partition, rp.FetchOffset, max(limit, 1))
 			p.HighWatermark, p.LastStableOffset, p.LogStartOffset = res.HighWatermark, res.HighWatermark, res.LogStartOffset
 			if err != nil {
 				p.ErrorCode = broker.KafkaErrorCode(err)
@@ -259,4 +265,41 @@ func appendFetchResponse(dst []byte, resp *kmsg.FetchResponse) (out []byte, piec
 type fetchPiece struct {
 	end     int
 	batches []byte
+}
+
+// readBuffers are the pooled buffers one fetch response reads into.
+type readBuffers []*[]byte
+
+// readBufferPool holds *[]byte read buffers; one fits a partition's batches
+// at the 1 MiB max bytes most clients ask for.
+var readBufferPool = sync.Pool{New: func() any { b := make([]byte, 0, 1<<20); return &b }}
+
+// maxPooledReadBuffer keeps a rare huge read from pinning memory.
+const maxPooledReadBuffer = 8 << 20
+
+// fetch reads one partition into a pooled buffer held until release.
+func (rb *readBuffers) fetch(ctx context.Context, b *broker.Broker, topic string, part int32, offset int64, maxBytes int) (broker.FetchResult, error) {
+	buf := readBufferPool.Get().(*[]byte)
+	res, err := b.FetchInto(ctx, topic, part, offset, maxBytes, (*buf)[:0])
+	if len(res.Batches) == 0 {
+		readBufferPool.Put(buf)
+		return res, err
+	}
+	if cap(res.Batches) > cap(*buf) {
+		// Read into a new, bigger array: keep that one instead.
+		*buf = res.Batches[:0]
+	}
+	*rb = append(*rb, buf)
+	return res, err
+}
+
+// release returns the buffers to the pool; nothing may use them after.
+func (rb *readBuffers) release() {
+	for _, b := range *rb {
+		if cap(*b) <= maxPooledReadBuffer {
+			*b = (*b)[:0]
+			readBufferPool.Put(b)
+		}
+	}
+	*rb = (*rb)[:0]
 }

@@ -37,6 +37,9 @@ type reply struct {
 	corr int32
 	resp kmsg.Response
 	wait func()
+	// release, when set, runs once resp is written or dropped (it recycles
+	// buffers resp refers to).
+	release func()
 }
 
 // maxPendingReplies bounds the responses handled but not yet written.
@@ -104,10 +107,10 @@ func (s *Server) serveConn(ctx context.Context, nc net.Conn) {
 			return
 		}
 		resp := r.resp
-		var wait func()
+		var wait, release func()
 		if resp == nil {
 			var err error
-			resp, wait, err = s.handle(ctx, c, r)
+			resp, wait, release, err = s.handle(ctx, c, r)
 			if err != nil {
 				if ctx.Err() == nil {
 					s.log.Debug("closing kafka connection", "remote", nc.RemoteAddr().String(), "api", kmsg.NameForKey(r.key), "err", err)
@@ -118,7 +121,7 @@ func (s *Server) serveConn(ctx context.Context, nc net.Conn) {
 		if resp == nil && wait == nil {
 			continue
 		}
-		replies <- reply{corr: r.corr, resp: resp, wait: wait}
+		replies <- reply{corr: r.corr, resp: resp, wait: wait, release: release}
 	}
 }
 
@@ -130,12 +133,14 @@ func (c *conn) writeLoop(replies <-chan reply, cancel context.CancelFunc) {
 		if r.wait != nil {
 			r.wait()
 		}
-		if r.resp == nil || failed {
-			continue
+		if r.resp != nil && !failed {
+			if err := c.write(r.corr, r.resp); err != nil {
+				failed = true
+				cancel()
+			}
 		}
-		if err := c.write(r.corr, r.resp); err != nil {
-			failed = true
-			cancel()
+		if r.release != nil {
+			r.release()
 		}
 	}
 }
@@ -267,14 +272,19 @@ func (c *conn) write(corr int32, resp kmsg.Response) error {
 
 // handle answers one request; a nil response means none is sent (acks=0
 // Produce). A non-nil wait must run before the response is sent (see
-// handleProduce). An error closes the connection.
-func (s *Server) handle(ctx context.Context, c *conn, r request) (kmsg.Response, func(), error) {
-	if req, ok := r.req.(*kmsg.ProduceRequest); ok {
-		resp, wait := s.handleProduce(ctx, req)
-		return resp, wait, nil
+// handleProduce); a non-nil release runs after it was written (see
+// handleFetch). An error closes the connection.
+func (s *Server) handle(ctx context.Context, c *conn, r request) (resp kmsg.Response, wait, release func(), err error) {
+	switch req := r.req.(type) {
+	case *kmsg.ProduceRequest:
+		resp, wait = s.handleProduce(ctx, req)
+		return resp, wait, nil, nil
+	case *kmsg.FetchRequest:
+		resp, release = s.handleFetch(ctx, req)
+		return resp, nil, release, nil
 	}
-	resp, err := s.handleSync(ctx, c, r)
-	return resp, nil, err
+	resp, err = s.handleSync(ctx, c, r)
+	return resp, nil, nil, err
 }
 
 // handleSync answers requests whose response is complete when built.
@@ -284,8 +294,6 @@ func (s *Server) handleSync(ctx context.Context, c *conn, r request) (kmsg.Respo
 		return s.handleApiVersions(req), nil
 	case *kmsg.MetadataRequest:
 		return s.handleMetadata(c, req), nil
-	case *kmsg.FetchRequest:
-		return s.handleFetch(ctx, req), nil
 	case *kmsg.ListOffsetsRequest:
 		return s.handleListOffsets(req), nil
 	case *kmsg.InitProducerIDRequest:

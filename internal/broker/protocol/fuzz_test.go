@@ -111,12 +111,15 @@ func FuzzRequest(f *testing.F) {
 			defer cancel()
 			start := time.Now()
 			var (
-				wait func()
-				err  error
+				wait, release func()
+				err           error
 			)
-			resp, wait, err = fx.srv.handle(ctx, c, r)
+			resp, wait, release, err = fx.srv.handle(ctx, c, r)
 			if wait != nil {
 				wait()
+			}
+			if release != nil {
+				defer release()
 			}
 			if took := time.Since(start); took > 2*time.Second {
 				t.Fatalf("%s v%d took %v despite a 20ms context", kmsg.NameForKey(r.key), r.version, took)
