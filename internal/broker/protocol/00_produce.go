@@ -12,8 +12,8 @@ import (
 // handleProduce appends each partition's record batch as sent (compressed
 // batches are stored as they are) and returns the response together with
 // wait, which blocks until those appends are durable under the broker's
-// sync policy (fsyncs of the partitions overlap) and records any failure in
-// the response. The connection writes the response only after wait, so
+// sync policy and records any failure in the response; the fsyncs start
+// at once, overlapping each other and those of earlier requests. The connection writes the response only after wait, so
 // with acks=1 and acks=-1 alike a success means durable; meanwhile the next
 // request on the connection is already being written to the log. acks=0
 // gets no response, but wait still runs.
@@ -62,20 +62,15 @@ func (s *Server) handleProduce(ctx context.Context, req *kmsg.ProduceRequest) (k
 			setProduceError(w.p, err)
 		}
 	}
-	wait := func() {
-		switch len(waits) {
-		case 0:
-		case 1:
-			finish(waits[0])
-		default:
-			var wg sync.WaitGroup
-			for _, w := range waits[1:] {
-				wg.Go(func() { finish(w) })
-			}
-			finish(waits[0])
-			wg.Wait()
-		}
+	// The waits start now rather than when the writer reaches this
+	// response: the fsyncs of this request then overlap those of the
+	// requests before it (on other partitions) and queue up for the group
+	// commit on the same partitions, instead of running one after another.
+	var wg sync.WaitGroup
+	for _, w := range waits {
+		wg.Go(func() { finish(w) })
 	}
+	wait := wg.Wait
 	if req.Acks == 0 {
 		return nil, wait
 	}
