@@ -361,3 +361,45 @@ func TestProducerStateSurvivesReopen(t *testing.T) {
 		t.Fatalf("fenced producer: %v", err)
 	}
 }
+
+// TestAppendAsync checks that appends land in call order, that the high
+// watermark (what consumers see) stays behind until a wait made them
+// durable, and that waiting on the later append covers the earlier one.
+func TestAppendAsync(t *testing.T) {
+	t.Parallel()
+	b := openTest(t, t.TempDir(), nil)
+	mustCreate(t, b, "async", TopicConfig{})
+	ctx := context.Background()
+	first, waitFirst, err := b.AppendAsync(ctx, "async", 0, EncodeBatch(3, 0, 0, recs("a", 2)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, waitSecond, err := b.AppendAsync(ctx, "async", 0, EncodeBatch(3, 0, 2, recs("b", 3)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first.BaseOffset != 0 || second.BaseOffset != 2 {
+		t.Fatalf("offsets %d and %d, want 0 and 2", first.BaseOffset, second.BaseOffset)
+	}
+	if _, hw, _ := b.Offsets("async", 0); hw != 0 {
+		t.Fatalf("high watermark %d before any wait, want 0", hw)
+	}
+	if err := waitSecond(); err != nil {
+		t.Fatal(err)
+	}
+	if _, hw, _ := b.Offsets("async", 0); hw != 5 {
+		t.Fatalf("high watermark %d after the wait, want 5", hw)
+	}
+	if err := waitFirst(); err != nil {
+		t.Fatal(err)
+	}
+	if got := len(readAll(t, b, "async", 0)); got != 5 {
+		t.Fatalf("read %d records, want 5", got)
+	}
+	// A retried batch is a duplicate with its original offset, and its wait
+	// succeeds at once.
+	dup, waitDup, err := b.AppendAsync(ctx, "async", 0, EncodeBatch(3, 0, 0, recs("a", 2)))
+	if err != nil || !dup.Duplicate || dup.BaseOffset != 0 || waitDup() != nil {
+		t.Fatalf("retry: %+v %v", dup, err)
+	}
+}
