@@ -3,16 +3,19 @@ package kafka_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/outboxrelay/relay/internal/broker"
 	"github.com/outboxrelay/relay/internal/e2e"
@@ -518,4 +521,122 @@ SELECT 'parity', NULL, convert_to('keyless' || i, 'UTF8') FROM generate_series(0
 		t.Fatalf("%d distinct keys on %d partitions, want 10,000 on %d", len(keys), len(used), parts)
 	}
 	t.Logf("10,000 keys and 300 keyless events on the embedded broker's partitions; records per partition %v", used)
+}
+
+// TestE2EKafkaKilledInTheCommit kills the exactly-once relay while Kafka
+// holds its EndTxn(commit) request, six times under a steady write load.
+// Three times the cluster then completes the commit the dead relay asked
+// for (its outcome never reached the relay or Postgres); three times it
+// drops the request, leaving the transaction open with its events in the
+// log until the next relay's fencing aborts it. A read_committed reader must
+// see every event once; a read_uncommitted one sees the aborted copies,
+// which proves the kills landed inside transactions.
+func TestE2EKafkaKilledInTheCommit(t *testing.T) {
+	t.Parallel()
+	const txnID = "relay-e2e-commit"
+	k := newKafkaRelay(t, "poll", txnID, "--kafka-publish-timeout", "10s", "--kafka-dial-timeout", "3s")
+	ledger := e2e.NewLedger()
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+
+	// hold parks the next EndTxn(commit) of the relay's transactional id
+	// when armed, reports it on held, and on release lets the cluster
+	// commit it (complete) or close the connection without an answer.
+	kf := k.cluster.Kfake()
+	var (
+		mu       sync.Mutex
+		armed    bool
+		complete bool
+		held     = make(chan struct{}, 1)
+		release  = make(chan struct{})
+		resumed  = make(chan struct{}, 1)
+	)
+	kf.ControlKey(int16(kmsg.EndTxn), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		r := req.(*kmsg.EndTxnRequest)
+		mu.Lock()
+		mine := armed && r.Commit && r.TransactionalID == txnID
+		if mine {
+			armed = false
+		}
+		through := complete
+		rel := release
+		mu.Unlock()
+		if !mine {
+			return nil, nil, false
+		}
+		held <- struct{}{}
+		kf.SleepControl(func() { <-rel })
+		// The cluster loop handles requests one by one: the new relay's
+		// fencing comes after this request whatever it returns.
+		resumed <- struct{}{}
+		if through {
+			return nil, nil, false
+		}
+		kf.KeepControl()
+		return nil, errors.New("kafkatest: EndTxn dropped"), true
+	})
+
+	proc := k.start()
+	stopWriting := make(chan struct{})
+	writeDone := make(chan error, 1)
+	go func() {
+		for {
+			if err := e2e.Write(ctx, e2e.WriterConfig{URL: k.url, Schema: "outbox", Topic: "orders", Writers: 8,
+				Events: 400, Keys: 200, PerTx: 5, PayloadBytes: 120}, ledger); err != nil {
+				writeDone <- err
+				return
+			}
+			select {
+			case <-stopWriting:
+				writeDone <- nil
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}()
+
+	recovered := 0
+	for round := range 6 {
+		waitReady(t, proc, true, time.Minute)
+		mu.Lock()
+		armed, complete, release = true, round%2 == 0, make(chan struct{})
+		rel := release
+		mu.Unlock()
+		select {
+		case <-held:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("round %d: no commit reached the cluster in 30 s", round)
+		}
+		proc.Kill()
+		close(rel)
+		<-resumed
+		proc = k.start()
+		if round%2 == 0 {
+			// The next relay must learn of the commit from the markers.
+			waitReady(t, proc, true, time.Minute)
+			if strings.Contains(proc.Output(), logRecovered) {
+				recovered++
+			}
+		}
+	}
+	close(stopWriting)
+	if err := <-writeDone; err != nil {
+		t.Fatalf("writers: %v", err)
+	}
+	e2e.WaitDrained(t, k.url, "outbox", 2*time.Minute)
+	k.stop(proc)
+	committed := checkKafka(t, kafkatest.Read(t, k.cluster.Addrs(), "orders", true), ledger, e2eParts)
+	uncommitted := checkKafka(t, kafkatest.Read(t, k.cluster.Addrs(), "orders", false), ledger, e2eParts)
+	t.Logf("%d events; 6 kills inside EndTxn(commit), 3 completed after the kill (the next relay found them in the markers %d times), 3 dropped", len(ledger.Committed), recovered)
+	t.Logf("read_committed: %v", committed)
+	t.Logf("read_uncommitted: %v", uncommitted)
+	if committed.dups > 0 {
+		t.Errorf("%d duplicates for a read_committed reader", committed.dups)
+	}
+	if recovered != 3 {
+		t.Errorf("%d of 3 restarted relays found the commit their predecessor was killed in", recovered)
+	}
+	if uncommitted.dups == 0 {
+		t.Errorf("no aborted records in the log: the dropped commits left no open transaction")
+	}
 }
