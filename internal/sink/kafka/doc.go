@@ -54,8 +54,9 @@
 //     the batch size); lower Config.BatchMaxBytes.
 //
 // Ready sends a Metadata request and fails when no broker answers within a
-// few seconds; Start fails the same way, so an outage at start-up is an
-// error the core retries too.
+// few seconds, and fails until Start has finished (in exactly-once mode,
+// until the progress markers are read); Start fails when no broker
+// answers, so an outage at start-up is an error the core retries too.
 //
 // # At least once (the default)
 //

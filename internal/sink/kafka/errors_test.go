@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net"
+	"sync"
 	"testing"
 	"time"
 
@@ -292,5 +293,47 @@ func TestZombieFenced(t *testing.T) {
 		if n := seen[fmt.Sprintf("orders-%d", i)]; n != 1 {
 			t.Fatalf("orders-%d read %d times", i, n)
 		}
+	}
+}
+
+// TestNotReadyWhileRecovering: in the exactly-once mode Start reads the
+// progress markers after connecting; Ready fails until it has finished, so
+// a relay is not reported ready while it recovers.
+func TestNotReadyWhileRecovering(t *testing.T) {
+	t.Parallel()
+	c := kafkatest.Start(t)
+	kf := c.Kfake()
+	release := make(chan struct{})
+	var once sync.Once
+	held := make(chan struct{})
+	kf.ControlKey(int16(kmsg.Fetch), func(kmsg.Request) (kmsg.Response, error, bool) {
+		once.Do(func() {
+			close(held)
+			kf.SleepControl(func() { <-release })
+		})
+		return nil, nil, false
+	})
+	s := newSink(t, c.Addrs(), transactional("recovering"))
+	started := make(chan error, 1)
+	go func() { started <- s.Start(context.Background(), nil) }()
+	select {
+	case <-held:
+	case err := <-started:
+		t.Fatalf("Start returned %v without reading the progress topic", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("Start never read the progress topic")
+	}
+	if err := s.Ready(context.Background()); err == nil {
+		t.Fatal("Ready passed while Start was still recovering")
+	} else {
+		t.Logf("while recovering: %v", err)
+	}
+	close(release)
+	if err := <-started; err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(context.Background())
+	if err := s.Ready(context.Background()); err != nil {
+		t.Fatalf("Ready after Start: %v", err)
 	}
 }

@@ -45,6 +45,10 @@ type Sink struct {
 	// continue from (records still buffered or a transaction open); every
 	// later Publish refuses until the core restarts the sink.
 	broken error
+	// started is set once Start has finished (recovery included): Ready
+	// fails before, so a relay is not reported ready while it still reads
+	// the progress markers.
+	started bool
 	// topics caches what the cluster said about each topic this session.
 	topics map[string]topicInfo
 	// limits is the per-topic batch size cap handed to the client; read by
@@ -118,18 +122,17 @@ func (s *Sink) Start(ctx context.Context, saved []byte) error {
 	}
 	adm := kadm.NewClient(cl)
 	s.mu.Lock()
-	s.cl, s.adm, s.broken, s.topics, s.txn = cl, adm, nil, map[string]topicInfo{}, nil
+	s.cl, s.adm, s.broken, s.topics, s.txn, s.started = cl, adm, nil, map[string]topicInfo{}, nil, false
 	s.mu.Unlock()
-	if s.cfg.TransactionalID == "" {
-		return nil
-	}
-	st, err := s.recover(ctx, saved)
-	if err != nil {
-		s.Close(ctx)
-		return err
+	var st *txnState
+	if s.cfg.TransactionalID != "" {
+		if st, err = s.recover(ctx, saved); err != nil {
+			s.Close(ctx)
+			return err
+		}
 	}
 	s.mu.Lock()
-	s.txn = st
+	s.txn, s.started = st, true
 	s.mu.Unlock()
 	return nil
 }
@@ -440,6 +443,12 @@ func (s *Sink) Ready(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	s.mu.Lock()
+	started := s.started
+	s.mu.Unlock()
+	if !started {
+		return errors.New("kafka sink: starting")
+	}
 	ctx, cancel := context.WithTimeout(ctx, min(s.cfg.DialTimeout, 5*time.Second))
 	defer cancel()
 	if err := cl.Ping(ctx); err != nil {
@@ -453,7 +462,7 @@ func (s *Sink) Ready(ctx context.Context) error {
 func (s *Sink) Close(context.Context) error {
 	s.mu.Lock()
 	cl := s.cl
-	s.cl, s.adm = nil, nil
+	s.cl, s.adm, s.started = nil, nil, false
 	s.mu.Unlock()
 	if cl != nil {
 		cl.Close()
