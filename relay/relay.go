@@ -196,11 +196,17 @@ func (r *Relay) Run(ctx context.Context) error {
 	defer r.role.Store(RoleStopped)
 	pool, err := r.connectPool(ctx)
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil // stopped while connecting: a graceful stop
+		}
 		return err
 	}
 	r.pool = pool
 	defer pool.Close()
 	if err := r.checkSchema(ctx); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
 		return err
 	}
 	backoff := time.Duration(0)

@@ -1,0 +1,58 @@
+package cli_test
+
+import (
+	"net"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/outboxrelay/relay/internal/e2e"
+	"github.com/outboxrelay/relay/internal/testbin"
+)
+
+// TestSIGTERMWhileConnecting: a relay stopped before PostgreSQL answers
+// still stops cleanly, with exit 0.
+func TestSIGTERMWhileConnecting(t *testing.T) {
+	t.Parallel()
+	// A server that accepts connections and never says a word.
+	silent, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer silent.Close()
+	go func() {
+		for {
+			c, err := silent.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close()
+		}
+	}()
+	p := e2e.Start(t, testbin.Relay(t), nil, "run", "--database-url", "postgres://u@"+silent.Addr().String()+"/x",
+		"--http-addr", "", "--kafka-addr", "", "--data-dir", t.TempDir())
+	time.Sleep(time.Second)
+	p.Signal(syscall.SIGTERM)
+	if code := p.Wait(10 * time.Second); code != 0 {
+		t.Fatalf("exit %d after SIGTERM while connecting, want 0:\n%s", code, p.Output())
+	}
+}
+
+// TestRunRejectsBadFlags: bad flag values give one clear line and exit 2.
+func TestRunRejectsBadFlags(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{
+		{"--source", "kafka"},
+		{"--sink", "s3"},
+		{"--sink", "kafka"},
+		{"--batch-size", "0"},
+		{"--fsync", "never"},
+		{"--kafka-addr", "no-port"},
+		{"--log-level", "loud"},
+	} {
+		r := relay(t, nil, append([]string{"run"}, args...)...)
+		if r.code != 2 || r.stderr == "" {
+			t.Errorf("relay run %v: exit %d, stderr %q; want exit 2 and a message", args, r.code, r.stderr)
+		}
+	}
+}
