@@ -131,7 +131,14 @@ func (s *Source) Start(ctx context.Context, from relay.Position) error {
 	if err != nil {
 		return err
 	}
-	if !st.exists || st.lost() || !mk.exists || mk.creating() {
+	// A zero position means this reader has no acknowledged event: on a
+	// first start, or when the relay switches here from the polling reader.
+	// An existing slot may then hold inserts another reader already
+	// published (their rows are gone, their WAL is not), so it is
+	// recreated, and the rows still in the table, exactly the unpublished
+	// ones, are read from it.
+	stale := st.exists && from.IsZero()
+	if !st.exists || st.lost() || !mk.exists || mk.creating() || stale {
 		s.reportSlotLoss(st, mk, from)
 		if mk, err = s.createSlot(ctx, conn, st); err != nil {
 			return err
@@ -182,6 +189,8 @@ func (s *Source) reportSlotLoss(st slotState, mk marker, from relay.Position) {
 			"publication", s.cfg.PublicationName)
 	case mk.creating():
 		s.log.Warn("a previous slot creation did not finish; creating the slot again and publishing the unpublished outbox rows from the table")
+	case st.exists && from.IsZero():
+		s.log.Warn("the slot exists but no event was acknowledged through it (first start, or a switch from the polling reader); recreating it and publishing the unpublished outbox rows from the table")
 	case st.exists && !mk.exists:
 		s.log.Warn("the slot exists but the relay has no record of creating it, so it cannot tell which outbox rows are older than the slot; recreating it and publishing the unpublished outbox rows from the table")
 	case !from.IsZero():

@@ -344,3 +344,28 @@ func TestDeadLetters(t *testing.T) {
 		t.Fatal("dead letters were not logged")
 	}
 }
+// TestSwitchReaders runs the WAL reader, then the polling reader, then the
+// WAL reader again on one outbox and log: their positions are not
+// comparable, and nothing may be skipped or published twice on a switch.
+func TestSwitchReaders(t *testing.T) {
+	url, bin := migrated(t)
+	dataDir := e2e.DataDir(t)
+	ledger := e2e.NewLedger()
+	ctx := context.Background()
+	for i, source := range []string{"cdc", "poll", "cdc"} {
+		if err := e2e.Write(ctx, e2e.WriterConfig{URL: url, Schema: "outbox", Topic: "orders", Writers: 2,
+			Events: 2000, Keys: 50, PerTx: 10}, ledger); err != nil {
+			t.Fatal(err)
+		}
+		// The last --source wins.
+		relay := e2e.Start(t, bin, nil, runArgs(url, dataDir, e2e.FreeAddr(t), "--source", source)...)
+		e2e.WaitDrained(t, url, "outbox", time.Minute)
+		relay.Signal(syscall.SIGTERM)
+		if code := relay.Wait(30 * time.Second); code != 0 {
+			t.Fatalf("run %d (%s) exited %d", i, source, code)
+		}
+	}
+	if n := e2e.Check(t, e2e.ReadLog(t, dataDir, "orders"), ledger); n != 6000 {
+		t.Fatalf("%d records, want 6000", n)
+	}
+}
