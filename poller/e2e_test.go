@@ -344,6 +344,7 @@ func TestDeadLetters(t *testing.T) {
 		t.Fatal("dead letters were not logged")
 	}
 }
+
 // TestSwitchReaders runs the WAL reader, then the polling reader, then the
 // WAL reader again on one outbox and log: their positions are not
 // comparable, and nothing may be skipped or published twice on a switch.
