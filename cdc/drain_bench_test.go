@@ -87,7 +87,7 @@ func (e *benchEnv) stop(b *testing.B, p *e2e.Proc) {
 }
 
 func (e *benchEnv) published(b *testing.B) int64 {
-	n, err := published(context.Background(), e.conn)
+	n, err := e2e.Published(context.Background(), e.conn)
 	if err != nil {
 		b.Fatal(err)
 	}

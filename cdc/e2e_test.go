@@ -70,49 +70,6 @@ func (e *relayEnv) stop(p *e2e.Proc) {
 	}
 }
 
-// published is the number of events the checkpoint counts.
-func published(ctx context.Context, conn *pgx.Conn) (int64, error) {
-	var n int64
-	err := conn.QueryRow(ctx, "SELECT coalesce(sum(published), 0)::bigint FROM outbox.checkpoints").Scan(&n)
-	return n, err
-}
-
-func waitPublishedAtLeast(t *testing.T, url string, n int64, timeout time.Duration) {
-	t.Helper()
-	conn := pgtest.Connect(t, url)
-	deadline := time.Now().Add(timeout)
-	for {
-		got, err := published(context.Background(), conn)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got >= n {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d events published after %v, want at least %d", got, timeout, n)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-// holdAcks locks the checkpoint table for d and then runs then: the relay
-// keeps publishing into the log but cannot record it, so a kill in then
-// lands between the log's fsync and the Postgres acknowledgement.
-func holdAcks(t *testing.T, ctx context.Context, conn *pgx.Conn, d time.Duration, then func()) {
-	t.Helper()
-	tx, err := conn.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(ctx)
-	if _, err := tx.Exec(ctx, "LOCK TABLE outbox.checkpoints IN ACCESS EXCLUSIVE MODE"); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(d)
-	then()
-}
-
 // TestE2ECrashLoopExactlyOnce: 8 writers commit 100,000 events over 1,000
 // keys (one transaction in 25 rolls back) while the relay, reading the
 // WAL, is SIGKILLed at random moments at least 10 times, every third time
@@ -147,7 +104,7 @@ func TestE2ECrashLoopExactlyOnce(t *testing.T) {
 		case <-time.After(time.Duration(100+rng.IntN(600)) * time.Millisecond):
 		}
 		if kills%3 == 0 {
-			holdAcks(t, ctx, locker, time.Duration(100+rng.IntN(300))*time.Millisecond, relay.Kill)
+			e2e.HoldAcks(t, ctx, locker, time.Duration(100+rng.IntN(300))*time.Millisecond, relay.Kill)
 			held++
 		}
 		relay.Kill()
@@ -358,7 +315,7 @@ func TestE2EPostgresRestartMidStream(t *testing.T) {
 	}()
 	restarts := 0
 	for _, after := range []int64{3000, 12000} {
-		waitPublishedAtLeast(t, env.url, after, time.Minute)
+		e2e.WaitPublished(t, env.url, after, time.Minute)
 		if err := pgtest.Cluster(t).Restart(ctx, true); err != nil {
 			t.Fatal(err)
 		}
@@ -413,11 +370,11 @@ SELECT 'orders', k, convert_to(p, 'UTF8'), '{"test":"e2e"}' FROM unnest($1::text
 	}
 	relay := env.start()
 	write("before", 500)
-	waitPublishedAtLeast(t, env.url, 500, time.Minute)
+	e2e.WaitPublished(t, env.url, 500, time.Minute)
 	write("big", 100_000)
 	write("after", 500)
 	for _, at := range []int64{20_000, 60_000} {
-		waitPublishedAtLeast(t, env.url, 500+at, 2*time.Minute)
+		e2e.WaitPublished(t, env.url, 500+at, 2*time.Minute)
 		relay.Kill()
 		relay = env.start()
 	}
@@ -532,7 +489,7 @@ func TestE2ESlotDroppedUnderTheRelay(t *testing.T) {
 	admin := pgtest.Connect(t, env.url)
 	drops := 0
 	for _, after := range []int64{3000, 12000} {
-		waitPublishedAtLeast(t, env.url, after, time.Minute)
+		e2e.WaitPublished(t, env.url, after, time.Minute)
 		dropSlot(t, env.url, env.slot)
 		drops++
 		// Wait for the new slot before the next drop.

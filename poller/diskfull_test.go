@@ -23,7 +23,7 @@ func TestDiskFull(t *testing.T) {
 		}
 		t.Skip("mounting a tmpfs needs root")
 	}
-	url, bin := migrated(t)
+	url, bin := e2e.Migrated(t)
 	mnt := t.TempDir()
 	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", mnt).CombinedOutput(); err != nil {
 		t.Fatalf("mount tmpfs: %v: %s", err, out)
@@ -34,7 +34,7 @@ func TestDiskFull(t *testing.T) {
 	ctx := context.Background()
 
 	relay := e2e.Start(t, bin, nil, runArgs(url, dataDir, e2e.FreeAddr(t), "--partitions", "1")...)
-	waitRole(t, relay, "leader", 30*time.Second)
+	e2e.WaitRole(t, relay, "leader", 30*time.Second)
 	// About 6 MB of events into a 3 MB file system.
 	if err := e2e.Write(ctx, e2e.WriterConfig{URL: url, Schema: "outbox", Topic: "orders", Writers: 2,
 		Events: 12_000, Keys: 100, PerTx: 20, PayloadBytes: 500}, ledger); err != nil {

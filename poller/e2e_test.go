@@ -24,19 +24,6 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// migrated returns a fresh database with Relay's schema, migrated by the
-// real binary.
-func migrated(t *testing.T) (url, bin string) {
-	t.Helper()
-	url = pgtest.NewDatabase(t)
-	bin = testbin.Relay(t)
-	p := e2e.Start(t, bin, nil, "migrate", "up", "--database-url", url)
-	if code := p.Wait(time.Minute); code != 0 {
-		t.Fatalf("migrate up: exit %d: %s", code, p.Output())
-	}
-	return url, bin
-}
-
 func runArgs(url, dataDir, httpAddr string, extra ...string) []string {
 	return append([]string{"run", "--database-url", url, "--data-dir", dataDir, "--http-addr", httpAddr,
 		"--source", "poll", "--poll-interval", "200ms", "--log-level", "debug"}, extra...)
@@ -50,7 +37,7 @@ func runArgs(url, dataDir, httpAddr string, extra ...string) []string {
 // held back. The log must hold every committed event exactly once, each
 // key's events in commit order, and nothing rolled back.
 func TestCrashLoopExactlyOnce(t *testing.T) {
-	url, bin := migrated(t)
+	url, bin := e2e.Migrated(t)
 	dataDir := e2e.DataDir(t)
 	addr := e2e.FreeAddr(t)
 	ledger := e2e.NewLedger()
@@ -121,7 +108,7 @@ func TestCrashLoopExactlyOnce(t *testing.T) {
 			// Hold the acknowledgement back so the kill lands between the
 			// log's fsync and the Postgres commit: the restarted relay
 			// finds events in the log whose rows are still in the outbox.
-			blockAcks(t, ctx, locker, time.Duration(50+rng.IntN(250))*time.Millisecond, relay.Kill)
+			e2e.HoldAcks(t, ctx, locker, time.Duration(50+rng.IntN(250))*time.Millisecond, relay.Kill)
 		}
 		relay.Kill()
 		kills++
@@ -152,26 +139,11 @@ func TestCrashLoopExactlyOnce(t *testing.T) {
 		n, kills, skips, len(ledger.RolledBack))
 }
 
-// blockAcks locks the checkpoint table for d, runs then, and unlocks.
-func blockAcks(t *testing.T, ctx context.Context, conn *pgx.Conn, d time.Duration, then func()) {
-	t.Helper()
-	tx, err := conn.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(ctx)
-	if _, err := tx.Exec(ctx, "LOCK TABLE outbox.checkpoints IN ACCESS EXCLUSIVE MODE"); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(d)
-	then()
-}
-
 // TestSIGTERMDrainsAndExits stops the relay with SIGTERM in the middle of a
 // backlog: it exits 0 promptly, and a restart publishes the rest with
 // nothing lost or duplicated.
 func TestSIGTERMDrainsAndExits(t *testing.T) {
-	url, bin := migrated(t)
+	url, bin := e2e.Migrated(t)
 	dataDir := e2e.DataDir(t)
 	addr := e2e.FreeAddr(t)
 	ledger := e2e.NewLedger()
@@ -181,7 +153,7 @@ func TestSIGTERMDrainsAndExits(t *testing.T) {
 		t.Fatal(err)
 	}
 	relay := e2e.Start(t, bin, nil, runArgs(url, dataDir, addr, "--batch-size", "200")...)
-	waitPublished(t, url, 1)
+	e2e.WaitPublished(t, url, 1, time.Minute)
 	relay.Signal(syscall.SIGTERM)
 	start := time.Now()
 	if code := relay.Wait(30 * time.Second); code != 0 {
@@ -200,49 +172,30 @@ func TestSIGTERMDrainsAndExits(t *testing.T) {
 	e2e.Check(t, e2e.ReadLog(t, dataDir, "orders"), ledger)
 }
 
-// waitPublished waits until the checkpoint counts at least n events.
-func waitPublished(t *testing.T, url string, n int64) {
-	t.Helper()
-	conn := pgtest.Connect(t, url)
-	deadline := time.Now().Add(time.Minute)
-	for time.Now().Before(deadline) {
-		var got int64
-		err := conn.QueryRow(context.Background(), "SELECT coalesce(sum(published), 0) FROM outbox.checkpoints").Scan(&got)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got >= n {
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatalf("fewer than %d events published after a minute", n)
-}
-
 // TestLeaderTakeover runs two relays on one outbox and one data directory:
 // one leads, the other waits as standby and takes over within 5 s of the
 // leader's SIGKILL. Every event is in the log exactly once.
 func TestLeaderTakeover(t *testing.T) {
-	url, bin := migrated(t)
+	url, bin := e2e.Migrated(t)
 	dataDir := e2e.DataDir(t)
 	ledger := e2e.NewLedger()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 
 	a := e2e.Start(t, bin, nil, runArgs(url, dataDir, e2e.FreeAddr(t))...)
-	waitRole(t, a, "leader", 30*time.Second)
+	e2e.WaitRole(t, a, "leader", 30*time.Second)
 	b := e2e.Start(t, bin, nil, runArgs(url, dataDir, e2e.FreeAddr(t))...)
-	waitRole(t, b, "standby", 30*time.Second)
+	e2e.WaitRole(t, b, "standby", 30*time.Second)
 
 	writeDone := make(chan error, 1)
 	go func() {
 		writeDone <- e2e.Write(ctx, e2e.WriterConfig{URL: url, Schema: "outbox", Topic: "orders", Writers: 4,
 			Events: 20_000, Keys: 200, PerTx: 5}, ledger)
 	}()
-	waitPublished(t, url, 2000)
+	e2e.WaitPublished(t, url, 2000, time.Minute)
 	a.Kill()
 	killed := time.Now()
-	waitRole(t, b, "leader", 5*time.Second)
+	e2e.WaitRole(t, b, "leader", 5*time.Second)
 	took := time.Since(killed)
 	if err := <-writeDone; err != nil {
 		t.Fatal(err)
@@ -256,27 +209,11 @@ func TestLeaderTakeover(t *testing.T) {
 	t.Logf("standby took over %v after the leader's SIGKILL; %d events exactly once", took.Round(time.Millisecond), n)
 }
 
-func waitRole(t *testing.T, p *e2e.Proc, role string, timeout time.Duration) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	got := ""
-	for time.Now().Before(deadline) {
-		if got = p.Role(); got == role {
-			return
-		}
-		if p.Exited() {
-			t.Fatalf("relay exited while waiting for role %s:\n%s", role, p.Output())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatalf("role is %q after %v, want %s", got, timeout, role)
-}
-
 // TestDeadLetters: an invalid topic, an oversize payload and malformed
 // headers go to the dead-letter table with their errors; the events around
 // them are published in order.
 func TestDeadLetters(t *testing.T) {
-	url, bin := migrated(t)
+	url, bin := e2e.Migrated(t)
 	dataDir := e2e.DataDir(t)
 	conn := pgtest.Connect(t, url)
 	ctx := context.Background()
@@ -349,7 +286,7 @@ func TestDeadLetters(t *testing.T) {
 // WAL reader again on one outbox and log: their positions are not
 // comparable, and nothing may be skipped or published twice on a switch.
 func TestSwitchReaders(t *testing.T) {
-	url, bin := migrated(t)
+	url, bin := e2e.Migrated(t)
 	dataDir := e2e.DataDir(t)
 	ledger := e2e.NewLedger()
 	ctx := context.Background()

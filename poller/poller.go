@@ -114,6 +114,10 @@ type Poller struct {
 	cursor relay.Position
 	// backoff is the current delay while rows wait behind the horizon.
 	backoff time.Duration
+	// acked is signalled by Acked. The core's acknowledgement transaction
+	// holds the horizon while it runs and sends no notification when it
+	// commits, so its end is a reason to look again.
+	acked chan struct{}
 }
 
 var _ relay.Source = (*Poller)(nil)
@@ -134,6 +138,7 @@ FROM ` + table + ` AS e
 WHERE e.txid < pg_snapshot_xmin(pg_current_snapshot()) AND (e.txid, e.id) > ($1::text::xid8, $2)
 ORDER BY e.txid, e.id
 LIMIT $3`,
+		acked:   make(chan struct{}, 1),
 		pending: `SELECT EXISTS (SELECT 1 FROM ` + table + ` WHERE (txid, id) > ($1::text::xid8, $2))`,
 		channel: cfg.Schema + ".events",
 	}, nil
@@ -235,6 +240,15 @@ func (p *Poller) wait(ctx context.Context) error {
 	}
 	waitCtx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
+	if pending {
+		go func() {
+			select {
+			case <-p.acked:
+				cancel()
+			case <-waitCtx.Done():
+			}
+		}()
+	}
 	_, err := p.listen.WaitForNotification(waitCtx)
 	switch {
 	case err == nil:
@@ -248,8 +262,15 @@ func (p *Poller) wait(ctx context.Context) error {
 	}
 }
 
-// Acked is a no-op: the core deletes published rows itself.
-func (p *Poller) Acked(context.Context, relay.Position) error { return nil }
+// Acked wakes a wait for rows behind the horizon; the core deletes the
+// published rows itself.
+func (p *Poller) Acked(context.Context, relay.Position) error {
+	select {
+	case p.acked <- struct{}{}:
+	default:
+	}
+	return nil
+}
 
 // Close closes the poller's connections.
 func (p *Poller) Close(ctx context.Context) error {

@@ -95,7 +95,7 @@ func (k *kafkaRelay) start() *e2e.Proc {
 // ends it with SIGTERM and expects a clean exit.
 func (k *kafkaRelay) stop(p *e2e.Proc) {
 	k.t.Helper()
-	waitReady(k.t, p, true, time.Minute)
+	e2e.WaitReady(k.t, p, true, time.Minute)
 	p.Signal(syscall.SIGTERM)
 	if code := p.Wait(time.Minute); code != 0 {
 		k.t.Fatalf("relay exited %d after SIGTERM", code)
@@ -197,23 +197,6 @@ func (r kafkaResult) String() string {
 	return fmt.Sprintf("%d records, %d duplicate records of %d events %v%s", r.records, r.dups, len(r.dupIDs), ids, more)
 }
 
-// holdAcks locks the checkpoint table for d and then runs then: the relay
-// keeps publishing into Kafka but cannot record it, so a kill in then
-// lands between Kafka's acknowledgement (or commit) and Postgres's.
-func holdAcks(t *testing.T, ctx context.Context, conn *pgx.Conn, d time.Duration, then func()) {
-	t.Helper()
-	tx, err := conn.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback(ctx)
-	if _, err := tx.Exec(ctx, "LOCK TABLE outbox.checkpoints IN ACCESS EXCLUSIVE MODE"); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(d)
-	then()
-}
-
 // Log lines of the exactly-once mode's recovery.
 const (
 	logSkipped   = "skipped re-delivered events Kafka already committed"
@@ -286,7 +269,7 @@ func crashLoop(t *testing.T, source string, txn bool) {
 		case <-time.After(time.Duration(200+rng.IntN(800)) * time.Millisecond):
 		}
 		if kills%3 == 0 {
-			holdAcks(t, ctx, locker, time.Duration(100+rng.IntN(400))*time.Millisecond, proc.Kill)
+			e2e.HoldAcks(t, ctx, locker, time.Duration(100+rng.IntN(400))*time.Millisecond, proc.Kill)
 			held++
 		}
 		proc.Kill()
@@ -349,7 +332,7 @@ func outage(t *testing.T, txn bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	proc := k.start()
-	waitReady(t, proc, true, time.Minute)
+	e2e.WaitReady(t, proc, true, time.Minute)
 
 	// Writers run in rounds of 200 events until stopped: a steady load
 	// across the outage.
@@ -377,7 +360,7 @@ func outage(t *testing.T, txn bool) {
 	k.cluster.Stop()
 	down := time.Now()
 	before := ledger.Len()
-	waitReady(t, proc, false, 20*time.Second)
+	e2e.WaitReady(t, proc, false, 20*time.Second)
 	notReadyAfter := time.Since(down)
 
 	// The outbox keeps everything while Kafka is away: sample it, and
@@ -414,7 +397,7 @@ func outage(t *testing.T, txn bool) {
 	time.Sleep(outageFor - time.Since(down))
 	k.cluster.Restart()
 	up := time.Now()
-	waitReady(t, proc, true, time.Minute)
+	e2e.WaitReady(t, proc, true, time.Minute)
 	readyAfter := time.Since(up)
 
 	// Some more load after the outage, then drain.
@@ -431,26 +414,6 @@ func outage(t *testing.T, txn bool) {
 		len(ledger.Committed), written, outageFor, rows, notReadyAfter.Round(time.Millisecond), readyAfter.Round(time.Millisecond), drained.Round(time.Millisecond), res)
 	if txn && res.dups > 0 {
 		t.Errorf("%d duplicates for a read_committed reader in the transactional mode", res.dups)
-	}
-}
-
-// waitReady waits until /readyz says ready (or, with ready false, not
-// ready).
-func waitReady(t *testing.T, p *e2e.Proc, ready bool, timeout time.Duration) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		ok, role := p.Ready()
-		if ok == ready {
-			return
-		}
-		if p.Exited() {
-			t.Fatalf("relay exited while waiting for ready=%v:\n%s", ready, p.Output())
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("/readyz: ready=%v (role %q) after %v, want ready=%v", ok, role, timeout, ready)
-		}
-		time.Sleep(100 * time.Millisecond)
 	}
 }
 
@@ -597,7 +560,7 @@ func TestE2EKafkaKilledInTheCommit(t *testing.T) {
 
 	recovered := 0
 	for round := range 6 {
-		waitReady(t, proc, true, time.Minute)
+		e2e.WaitReady(t, proc, true, time.Minute)
 		mu.Lock()
 		armed, complete, release = true, round%2 == 0, make(chan struct{})
 		rel := release
@@ -613,7 +576,7 @@ func TestE2EKafkaKilledInTheCommit(t *testing.T) {
 		proc = k.start()
 		if round%2 == 0 {
 			// The next relay must learn of the commit from the markers.
-			waitReady(t, proc, true, time.Minute)
+			e2e.WaitReady(t, proc, true, time.Minute)
 			if strings.Contains(proc.Output(), logRecovered) {
 				recovered++
 			}
