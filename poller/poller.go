@@ -194,7 +194,9 @@ func (p *Poller) read(ctx context.Context, max int) ([]relay.Event, error) {
 	if err != nil {
 		return nil, fmt.Errorf("poller: reading events: %w", err)
 	}
-	events := make([]relay.Event, 0, max)
+	// Sized by what arrives, not by max: under a steady load most reads
+	// return a few rows, and a max-sized slice each time fed the GC.
+	var events []relay.Event
 	var txid string
 	for rows.Next() {
 		var e relay.Event

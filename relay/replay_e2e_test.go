@@ -426,9 +426,8 @@ func TestInspectionJSON(t *testing.T) {
 	}
 }
 
-// TestBacklogDrainAfterOutage stops the relay (SIGKILL) for 15 s while
-// writers keep committing (issue 8 asks for 60 s; 15 s keeps CI fast and
-// builds the same kind of backlog), checks that relay status reports the
+// TestBacklogDrainAfterOutage stops the relay (SIGKILL) for 60 s while
+// writers keep committing, checks that relay status reports the
 // backlog and its age during the outage, then restarts the relay: the
 // backlog drains with nothing lost or duplicated, and the drain estimate
 // is exported.
@@ -441,7 +440,7 @@ func TestBacklogDrainAfterOutage(t *testing.T) {
 	stopWriters := liveWriters(t, url, ledger)
 	time.Sleep(2 * time.Second)
 	proc.Kill()
-	time.Sleep(15 * time.Second)
+	time.Sleep(60 * time.Second)
 
 	out, code := runCLI(t, bin, "status", "--database-url", url, "--http-addr", addr, "--json")
 	var st struct {
@@ -454,7 +453,7 @@ func TestBacklogDrainAfterOutage(t *testing.T) {
 	if code != 0 || json.Unmarshal([]byte(out), &st) != nil {
 		t.Fatalf("status: exit %d: %s", code, out)
 	}
-	if st.LeaderRunning || st.Backlog.Rows == 0 || st.Backlog.OldestAgeSeconds < 10 {
+	if st.LeaderRunning || st.Backlog.Rows == 0 || st.Backlog.OldestAgeSeconds < 55 {
 		t.Fatalf("status during the outage: %s", out)
 	}
 	start := time.Now()
