@@ -236,8 +236,11 @@ SELECT 'bench', 'key-' || (g % 1000), convert_to(repeat('x', 200), 'UTF8') FROM 
 			}
 		}()
 	}
-	// Probes, one at a time: commit, then wait for the row to go.
+	// Probes, one at a time: commit, then wait for the row to go. A row
+	// still there after 3 s is counted as stuck (see the report of
+	// published rows left behind) and the next probe starts.
 	var probes []time.Duration
+	stuck := 0
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
@@ -255,25 +258,38 @@ SELECT 'bench', 'key-' || (g % 1000), convert_to(repeat('x', 200), 'UTF8') FROM 
 				return
 			}
 			committed := time.Now()
-			for {
+			for time.Since(committed) < 3*time.Second {
 				var left bool
 				if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM outbox.events WHERE id = $1)", id).Scan(&left); err != nil {
 					b.Error(err)
 					return
 				}
 				if !left {
+					probes = append(probes, time.Since(committed))
 					break
 				}
 				time.Sleep(200 * time.Microsecond)
 			}
-			probes = append(probes, time.Since(committed))
+			if time.Since(committed) >= 3*time.Second {
+				stuck++
+			}
 			time.Sleep(5 * time.Millisecond)
 		}
 	}()
 	wg.Wait()
 	took := runFor
-	e2e.WaitDrained(b, e.url, "outbox", time.Minute)
+	// Wait until the checkpoint counts every written event, then count
+	// the rows left in the outbox: published rows whose DELETE in the
+	// acknowledgement did not see them (see the package's known issues).
+	deadline := time.Now().Add(time.Minute)
+	for e.published(b) < int64(written+len(probes)+stuck) && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
 	b.StopTimer()
+	var left int
+	if err := e.conn.QueryRow(context.Background(), "SELECT count(*) FROM outbox.events").Scan(&left); err != nil {
+		b.Fatal(err)
+	}
 
 	resp, err := http.Get("http://" + e.addr + "/metrics")
 	if err != nil {
@@ -295,8 +311,9 @@ SELECT 'bench', 'key-' || (g % 1000), convert_to(repeat('x', 200), 'UTF8') FROM 
 	b.ReportMetric(h99*1000, "hist-p99-ms")
 	b.ReportMetric(float64(q(0.5).Microseconds())/1000, "probe-p50-ms")
 	b.ReportMetric(float64(q(0.99).Microseconds())/1000, "probe-p99-ms")
-	b.Logf("%.0f events/s for %v: relay_publish_latency_seconds (created_at to fsync) over %.0f events p50 %.2f ms p99 %.2f ms; probes (commit to row deleted by the acknowledgement) n=%d p50 %v p99 %v max %v",
-		rate, took, count, h50*1000, h99*1000, len(probes), q(0.5), q(0.99), q(1))
+	b.ReportMetric(float64(left), "rows-left")
+	b.Logf("%.0f events/s for %v: relay_publish_latency_seconds (created_at to fsync) over %.0f events p50 %.2f ms p99 %.2f ms; probes (commit to row deleted by the acknowledgement) n=%d p50 %v p99 %v max %v, %d probe rows never deleted; %d published rows left in the outbox",
+		rate, took, count, h50*1000, h99*1000, len(probes), q(0.5), q(0.99), q(1), stuck, left)
 }
 
 // histogramQuantiles reads a Prometheus histogram from the text format and
