@@ -377,12 +377,10 @@ func (r *Relay) commitAcks(ctx context.Context, acks []ack) error {
 	}
 	last := acks[len(acks)-1]
 	err := pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
-		b := &pgx.Batch{}
-		if r.cfg.Retain > 0 {
-			b.Queue(r.replay.archive, ids, archived)
-		} else {
-			b.Queue(r.deleteSQL, ids)
+		if err := r.removeRows(ctx, tx, ids, archived); err != nil {
+			return err
 		}
+		b := &pgx.Batch{}
 		for _, a := range acks {
 			if a.replay != nil {
 				b.Queue(r.replay.ack, a.replay.request, a.replay.through, a.replay.sent)
@@ -418,6 +416,75 @@ func (r *Relay) commitAcks(ctx context.Context, acks []ack) error {
 		}
 	}
 	return nil
+}
+
+// removeRows deletes (or archives) the acknowledged rows. The WAL reader
+// can deliver a transaction before the transaction is visible to other
+// sessions: PostgreSQL streams the commit record before it marks the
+// transaction committed in shared memory. A row not found yet is looked for
+// again in a fresh snapshot (each statement of a READ COMMITTED transaction
+// takes one) after a short wait, so that no published row stays in the
+// outbox, where a later read of the table would publish it again.
+func (r *Relay) removeRows(ctx context.Context, tx pgx.Tx, ids, archived []int64) error {
+	pending := ids
+	wait := time.Millisecond
+	for attempt := 0; ; attempt++ {
+		var rows pgx.Rows
+		var err error
+		if r.cfg.Retain > 0 {
+			rows, err = tx.Query(ctx, r.replay.archive, pending, keepOrder(archived, pending))
+		} else {
+			rows, err = tx.Query(ctx, r.deleteSQL, pending)
+		}
+		if err != nil {
+			return err
+		}
+		removed, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+		if err != nil {
+			return err
+		}
+		if len(removed) == len(pending) {
+			return nil
+		}
+		gone := make(map[int64]bool, len(removed))
+		for _, id := range removed {
+			gone[id] = true
+		}
+		var rest []int64
+		for _, id := range pending {
+			if !gone[id] {
+				rest = append(rest, id)
+			}
+		}
+		pending = rest
+		if attempt == 25 {
+			// About 2 s: not a visibility delay. Someone deleted them.
+			r.log.Warn("acknowledged rows were not in the outbox (deleted by someone else?)", "rows", len(pending), "ids", pending[:min(len(pending), 10)])
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 100*time.Millisecond)
+	}
+}
+
+// keepOrder returns the elements of ordered that are in subset, in
+// ordered's order.
+func keepOrder(ordered, subset []int64) []int64 {
+	in := make(map[int64]bool, len(subset))
+	for _, id := range subset {
+		in[id] = true
+	}
+	var out []int64
+	for _, id := range ordered {
+		if in[id] {
+			out = append(out, id)
+		}
+	}
+	return out
 }
 
 // sampleBacklog keeps the backlog gauge current while ctx lasts. It counts

@@ -255,11 +255,16 @@ func newReplaySQL(ident func(string) string) replaySQL {
 	return replaySQL{
 		// $1: every acknowledged row id; $2: the published ones in
 		// publication order, which the identity seq keeps.
-		archive: `WITH moved AS (DELETE FROM ` + events + ` WHERE id = ANY($1::bigint[]) RETURNING *)
-INSERT INTO ` + archive + ` (id, txid, event_id, topic, key, payload, headers, created_at)
-SELECT m.id, m.txid, m.event_id, m.topic, m.key, m.payload, m.headers, m.created_at
-FROM unnest($2::bigint[]) WITH ORDINALITY AS o(id, n) JOIN moved AS m ON m.id = o.id
-ORDER BY o.n`,
+		// Returns the ids it removed (archived or, dead letters, just
+		// deleted), so that the caller can tell which were not yet visible.
+		archive: `WITH moved AS (DELETE FROM ` + events + ` WHERE id = ANY($1::bigint[]) RETURNING *),
+kept AS (
+    INSERT INTO ` + archive + ` (id, txid, event_id, topic, key, payload, headers, created_at)
+    SELECT m.id, m.txid, m.event_id, m.topic, m.key, m.payload, m.headers, m.created_at
+    FROM unnest($2::bigint[]) WITH ORDINALITY AS o(id, n) JOIN moved AS m ON m.id = o.id
+    ORDER BY o.n
+    RETURNING 1)
+SELECT id FROM moved`,
 		prune: `DELETE FROM ` + archive + ` WHERE seq IN (
     SELECT seq FROM ` + archive + ` WHERE published_at < now() - $1::interval
       AND seq <= coalesce((SELECT min(cursor) FROM ` + requests + ` WHERE status = 'running' OR inflight_through IS NOT NULL), 9223372036854775807)
