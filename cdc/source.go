@@ -81,7 +81,10 @@ type txMark struct {
 	marker bool
 }
 
-var _ relay.Source = (*Source)(nil)
+var (
+	_ relay.Source   = (*Source)(nil)
+	_ relay.Resetter = (*Source)(nil)
+)
 
 // New returns a Source; it connects in Start.
 func New(cfg Config) (*Source, error) {
@@ -131,14 +134,7 @@ func (s *Source) Start(ctx context.Context, from relay.Position) error {
 	if err != nil {
 		return err
 	}
-	// A zero position means this reader has no acknowledged event: on a
-	// first start, or when the relay switches here from the polling reader.
-	// An existing slot may then hold inserts another reader already
-	// published (their rows are gone, their WAL is not), so it is
-	// recreated, and the rows still in the table, exactly the unpublished
-	// ones, are read from it.
-	stale := st.exists && from.IsZero()
-	if !st.exists || st.lost() || !mk.exists || mk.creating() || stale {
+	if !st.exists || st.lost() || !mk.exists || mk.creating() {
 		s.reportSlotLoss(st, mk, from)
 		if mk, err = s.createSlot(ctx, conn, st); err != nil {
 			return err
@@ -182,6 +178,33 @@ func (s *Source) Start(ctx context.Context, from relay.Position) error {
 
 // reportSlotLoss says loudly that the slot is gone, unless this is the
 // first start.
+// Reset drops the slot and its creation record, for the core to call when
+// the relay switches here from the polling reader: the slot may hold
+// inserts the other reader already published (their rows are gone, their
+// WAL is not). The next Start creates a new slot and reads the rows still
+// in the table, exactly the unpublished ones.
+func (s *Source) Reset(ctx context.Context) error {
+	conn, err := pgconfig.Connect(ctx, s.cfg.DatabaseURL)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	st, err := readSlot(ctx, conn, s.cfg.SlotName)
+	if err != nil {
+		return err
+	}
+	if st.exists {
+		if _, err := conn.Exec(ctx, "SELECT pg_drop_replication_slot($1)", s.cfg.SlotName); err != nil {
+			return fmt.Errorf("cdc: dropping the slot %q of an earlier run: %w", s.cfg.SlotName, err)
+		}
+		s.log.Warn("dropped the replication slot of an earlier WAL-reader run: another reader has published since", "slot", s.cfg.SlotName)
+	}
+	if _, err := conn.Exec(ctx, "DELETE FROM "+s.slotsTbl+" WHERE slot_name = $1", s.cfg.SlotName); err != nil {
+		return fmt.Errorf("cdc: %w", err)
+	}
+	return nil
+}
+
 func (s *Source) reportSlotLoss(st slotState, mk marker, from relay.Position) {
 	switch {
 	case st.lost():
@@ -189,8 +212,6 @@ func (s *Source) reportSlotLoss(st slotState, mk marker, from relay.Position) {
 			"publication", s.cfg.PublicationName)
 	case mk.creating():
 		s.log.Warn("a previous slot creation did not finish; creating the slot again and publishing the unpublished outbox rows from the table")
-	case st.exists && from.IsZero():
-		s.log.Warn("the slot exists but no event was acknowledged through it (first start, or a switch from the polling reader); recreating it and publishing the unpublished outbox rows from the table")
 	case st.exists && !mk.exists:
 		s.log.Warn("the slot exists but the relay has no record of creating it, so it cannot tell which outbox rows are older than the slot; recreating it and publishing the unpublished outbox rows from the table")
 	case !from.IsZero():

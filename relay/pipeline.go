@@ -76,6 +76,12 @@ func (r *Relay) pipeline(ctx context.Context, lost <-chan error) error {
 		return fmt.Errorf("starting the sink: %w", err)
 	}
 	defer r.sink.Close(context.WithoutCancel(ctx))
+	if rs, ok := r.source.(Resetter); ok && ck.switched {
+		if err := rs.Reset(hard); err != nil {
+			r.m.Errors.WithLabelValues("source").Inc()
+			return fmt.Errorf("resetting the source after a switch of readers: %w", err)
+		}
+	}
 	if err := r.source.Start(hard, ck.position); err != nil {
 		r.m.Errors.WithLabelValues("source").Inc()
 		return fmt.Errorf("starting the source: %w", err)

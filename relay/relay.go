@@ -337,6 +337,9 @@ func leaderKey(schema string) int64 {
 type checkpoint struct {
 	position Position
 	state    []byte
+	// switched is set when the position was written by another kind of
+	// reader: the source must drop whatever progress it keeps itself.
+	switched bool
 }
 
 func (r *Relay) loadCheckpoint(ctx context.Context) (checkpoint, error) {
@@ -354,7 +357,7 @@ func (r *Relay) loadCheckpoint(ctx context.Context) (checkpoint, error) {
 	if source != "" && source != r.cfg.SourceKind {
 		r.log.Warn("the checkpoint was written by another reader; starting from the oldest unpublished row",
 			"checkpoint_source", source, "source", r.cfg.SourceKind, "position", ck.position.String())
-		ck.position = Position{}
+		ck.position, ck.switched = Position{}, true
 	}
 	return ck, nil
 }

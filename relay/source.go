@@ -65,3 +65,11 @@ type Source interface {
 	// Close releases the source's connections.
 	Close(ctx context.Context) error
 }
+
+// Resetter is implemented by sources that keep progress of their own in
+// the database (the WAL reader's replication slot). The core calls Reset
+// before Start when the checkpoint was written by another kind of reader:
+// that progress no longer matches what was published.
+type Resetter interface {
+	Reset(ctx context.Context) error
+}
