@@ -430,7 +430,8 @@ func (r *Relay) commitAcks(ctx context.Context, acks []ack) error {
 // transaction committed in shared memory. A row not found yet is looked for
 // again in a fresh snapshot (each statement of a READ COMMITTED transaction
 // takes one) after a short wait, so that no published row stays in the
-// outbox, where a later read of the table would publish it again.
+// outbox, where a later read of the table would publish it again. Rows
+// still missing after about 130 ms were deleted by someone else.
 func (r *Relay) removeRows(ctx context.Context, tx pgx.Tx, ids, archived []int64) error {
 	pending := ids
 	wait := time.Millisecond
@@ -463,8 +464,9 @@ func (r *Relay) removeRows(ctx context.Context, tx pgx.Tx, ids, archived []int64
 			}
 		}
 		pending = rest
-		if attempt == 25 {
-			// About 2 s: not a visibility delay. Someone deleted them.
+		if attempt == 7 {
+			// About 130 ms: not a visibility delay (those last
+			// microseconds). Someone else deleted the rows.
 			r.log.Warn("acknowledged rows were not in the outbox (deleted by someone else?)", "rows", len(pending), "ids", pending[:min(len(pending), 10)])
 			return nil
 		}

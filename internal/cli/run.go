@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"strings"
 	"syscall"
 	"time"
@@ -136,6 +137,7 @@ func runRelay(ctx context.Context, stdio IO, args []string) error {
 	}
 	log := f.logger(stdio)
 	forceOnSecondSignal(ctx, log)
+	tuneGC(stdio)
 	return f.serve(ctx, log)
 }
 
@@ -238,6 +240,20 @@ func (f *runFlags) newSource(log *slog.Logger, metrics *relay.Metrics) (relay.So
 		}, slotLag(func(_, retained int64) int64 { return retained })),
 	)
 	return src, nil
+}
+
+// tuneGC trades memory the relay barely uses for CPU it needs: profiles
+// of a backlog drain spent about a third of the relay's CPU allocating and
+// collecting. The collector runs at 400% heap growth instead of 100%,
+// under a soft 192 MiB limit that keeps the heap bounded. GOGC and
+// GOMEMLIMIT, when set, win.
+func tuneGC(stdio IO) {
+	if stdio.Getenv("GOGC") == "" {
+		debug.SetGCPercent(400)
+	}
+	if stdio.Getenv("GOMEMLIMIT") == "" {
+		debug.SetMemoryLimit(192 << 20)
+	}
 }
 
 // forceOnSecondSignal exits at once on the second SIGINT or SIGTERM; the
