@@ -91,27 +91,14 @@ func TestE2ECrashLoopExactlyOnce(t *testing.T) {
 	}()
 
 	locker := pgtest.Connect(t, env.url)
-	rng := rand.New(rand.NewPCG(3, 4))
-	kills, held, skips := 0, 0, 0
-	writing := true
-	for writing || kills < 10 {
-		select {
-		case err := <-writeDone:
-			if err != nil {
-				t.Fatalf("writers: %v", err)
-			}
-			writing = false
-		case <-time.After(time.Duration(100+rng.IntN(600)) * time.Millisecond):
-		}
-		if kills%3 == 0 {
-			e2e.HoldAcks(t, ctx, locker, time.Duration(100+rng.IntN(300))*time.Millisecond, relay.Kill)
-			held++
-		}
-		relay.Kill()
-		kills++
-		skips += strings.Count(relay.Output(), "skipped re-delivered events")
-		relay = env.start()
-	}
+	skips := 0
+	relay, kills, held := e2e.KillLoop{
+		Locker: locker, Rand: rand.New(rand.NewPCG(3, 4)), MinKills: 10,
+		Every:   [2]time.Duration{100 * time.Millisecond, 700 * time.Millisecond},
+		Hold:    [2]time.Duration{100 * time.Millisecond, 400 * time.Millisecond},
+		Restart: func() *e2e.Proc { return env.start() },
+		Killed:  func(p *e2e.Proc) { skips += strings.Count(p.Output(), "skipped re-delivered events") },
+	}.Run(t, ctx, relay, writeDone)
 	e2e.WaitDrained(t, env.url, "outbox", 2*time.Minute)
 	env.stop(relay)
 	skips += strings.Count(relay.Output(), "skipped re-delivered events")

@@ -92,29 +92,14 @@ func TestCrashLoopExactlyOnce(t *testing.T) {
 	}()
 
 	locker := pgtest.Connect(t, url)
-	rng := rand.New(rand.NewPCG(1, 2))
-	kills, skips := 0, 0
-	writing := true
-	for writing || kills < 10 {
-		select {
-		case err := <-writeDone:
-			if err != nil {
-				t.Fatalf("writers: %v", err)
-			}
-			writing = false
-		case <-time.After(time.Duration(30+rng.IntN(400)) * time.Millisecond):
-		}
-		if kills%3 == 0 {
-			// Hold the acknowledgement back so the kill lands between the
-			// log's fsync and the Postgres commit: the restarted relay
-			// finds events in the log whose rows are still in the outbox.
-			e2e.HoldAcks(t, ctx, locker, time.Duration(50+rng.IntN(250))*time.Millisecond, relay.Kill)
-		}
-		relay.Kill()
-		kills++
-		skips += strings.Count(relay.Output(), "skipped re-delivered events")
-		relay = e2e.Start(t, bin, nil, runArgs(url, dataDir, addr)...)
-	}
+	skips := 0
+	relay, kills, _ := e2e.KillLoop{
+		Locker: locker, Rand: rand.New(rand.NewPCG(1, 2)), MinKills: 10,
+		Every:   [2]time.Duration{30 * time.Millisecond, 430 * time.Millisecond},
+		Hold:    [2]time.Duration{50 * time.Millisecond, 300 * time.Millisecond},
+		Restart: func() *e2e.Proc { return e2e.Start(t, bin, nil, runArgs(url, dataDir, addr)...) },
+		Killed:  func(p *e2e.Proc) { skips += strings.Count(p.Output(), "skipped re-delivered events") },
+	}.Run(t, ctx, relay, writeDone)
 	if err := <-longDone; err != nil {
 		t.Fatal(err)
 	}

@@ -251,32 +251,19 @@ func crashLoop(t *testing.T, source string, txn bool) {
 	if txn {
 		seed += 100
 	}
-	rng := rand.New(rand.NewPCG(seed, 7))
-	kills, held, skips, recovered := 0, 0, 0, 0
+	skips, recovered := 0, 0
 	count := func(p *e2e.Proc) {
 		out := p.Output()
 		skips += strings.Count(out, logSkipped)
 		recovered += strings.Count(out, logRecovered)
 	}
-	writing := true
-	for writing || kills < 10 {
-		select {
-		case err := <-writeDone:
-			if err != nil {
-				t.Fatalf("writers: %v", err)
-			}
-			writing = false
-		case <-time.After(time.Duration(200+rng.IntN(800)) * time.Millisecond):
-		}
-		if kills%3 == 0 {
-			e2e.HoldAcks(t, ctx, locker, time.Duration(100+rng.IntN(400))*time.Millisecond, proc.Kill)
-			held++
-		}
-		proc.Kill()
-		kills++
-		count(proc)
-		proc = k.start()
-	}
+	proc, kills, held := e2e.KillLoop{
+		Locker: locker, Rand: rand.New(rand.NewPCG(seed, 7)), MinKills: 10,
+		Every:   [2]time.Duration{200 * time.Millisecond, 1000 * time.Millisecond},
+		Hold:    [2]time.Duration{100 * time.Millisecond, 500 * time.Millisecond},
+		Restart: k.start,
+		Killed:  count,
+	}.Run(t, ctx, proc, writeDone)
 	written := time.Since(began)
 	e2e.WaitDrained(t, k.url, "outbox", 2*time.Minute)
 	drained := time.Since(began)
