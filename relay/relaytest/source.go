@@ -95,30 +95,15 @@ func (e *sourceEnv) commit(topic string, kv ...string) {
 }
 
 // collect reads until n events arrived (dropping those at or before the
-// last position, as the core does) or the timeout passes, then acknowledges
-// them like the core: delete the rows, then Acked.
+// last position, as the core does), acknowledges them like the core
+// (delete the rows, then Acked), and fails the test if the timeout passes
+// first.
 func (e *sourceEnv) collect(n int, timeout time.Duration) []relay.Event {
 	e.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	var out []relay.Event
-	for len(out) < n {
-		events, err := e.src.Next(ctx, 1000)
-		if err != nil {
-			if ctx.Err() != nil {
-				e.t.Fatalf("got %d of %d events before the timeout: %v", len(out), n, err)
-			}
-			e.t.Fatalf("Next: %v", err)
-		}
-		for _, ev := range events {
-			if !e.last.Less(ev.Position) {
-				continue
-			}
-			e.last = ev.Position
-			out = append(out, ev)
-		}
+	out := e.collectUpTo(n, timeout)
+	if len(out) < n {
+		e.t.Fatalf("got %d of %d events before the timeout", len(out), n)
 	}
-	e.ack(out)
 	return out
 }
 
@@ -252,7 +237,7 @@ func testLateCommit(t *testing.T, newSource NewSource) {
 	}
 }
 
-// collectUpTo is collect without failing on the timeout.
+// collectUpTo is collect that returns what arrived when the timeout passes.
 func (e *sourceEnv) collectUpTo(n int, timeout time.Duration) []relay.Event {
 	e.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
