@@ -8,8 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -74,26 +72,12 @@ func write(t *testing.T, url string, ledger *e2e.Ledger, events int) {
 }
 
 // liveWriters keeps writing small rounds of events until stop is called;
-// stop returns the first error.
+// stop fails the test if a writer failed.
 func liveWriters(t *testing.T, url string, ledger *e2e.Ledger) (stop func()) {
-	var done atomic.Bool
-	var wg sync.WaitGroup
-	var err error
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for !done.Load() {
-			if err = e2e.Write(context.Background(), e2e.WriterConfig{URL: url, Schema: "outbox", Topic: "orders", Writers: 2,
-				Events: 100, Keys: 100, PerTx: 5}, ledger); err != nil {
-				return
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-	}()
+	stopWriting := e2e.WriteSteadily(context.Background(), e2e.WriterConfig{URL: url, Schema: "outbox", Topic: "orders",
+		Writers: 2, Events: 100, Keys: 100, PerTx: 5}, ledger, 20*time.Millisecond)
 	return func() {
-		done.Store(true)
-		wg.Wait()
-		if err != nil {
+		if err := stopWriting(); err != nil {
 			t.Fatalf("live writers: %v", err)
 		}
 	}

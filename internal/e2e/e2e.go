@@ -458,18 +458,7 @@ func Check(t testing.TB, records []Record, ledger *Ledger) int {
 			lastSeq[p.Key] = p.Seq
 		}
 	}
-	missing := 0
-	for id := range ledger.Committed {
-		if seen[id] == 0 {
-			missing++
-			if missing <= 10 {
-				t.Errorf("committed event %s is missing from the log", id)
-			}
-		}
-	}
-	if missing > 0 || bad > 0 {
-		t.Fatalf("%d committed events missing, %d other violations, among %d records for %d committed events", missing, bad, len(records), len(ledger.Committed))
-	}
+	CheckCommitted(t, ledger, seen, bad, len(records), "the log")
 	return len(records)
 }
 
@@ -492,3 +481,48 @@ func DataDir(t testing.TB) string {
 func netListen() (net.Listener, error) { return net.Listen("tcp", "127.0.0.1:0") }
 
 func discardLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// WriteSteadily writes rounds of cfg.Events events, pausing between rounds,
+// until the returned stop is called; stop waits for the round in progress
+// and returns the writers' first error.
+func WriteSteadily(ctx context.Context, cfg WriterConfig, ledger *Ledger, pause time.Duration) (stop func() error) {
+	quit := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		for {
+			if err := Write(ctx, cfg, ledger); err != nil {
+				done <- err
+				return
+			}
+			select {
+			case <-quit:
+				done <- nil
+				return
+			case <-time.After(pause):
+			}
+		}
+	}()
+	return func() error {
+		close(quit)
+		return <-done
+	}
+}
+
+// CheckCommitted fails the test when an event of ledger is missing from
+// seen (event id to copies found in dest), or when violations were found.
+func CheckCommitted(t testing.TB, ledger *Ledger, seen map[string]int, violations, records int, dest string) {
+	t.Helper()
+	missing := 0
+	for id := range ledger.Committed {
+		if seen[id] == 0 {
+			missing++
+			if missing <= 10 {
+				t.Errorf("committed event %s is missing from %s", id, dest)
+			}
+		}
+	}
+	if missing > 0 || violations > 0 {
+		t.Fatalf("%d committed events missing, %d other violations, among %d records for %d committed events",
+			missing, violations, records, len(ledger.Committed))
+	}
+}

@@ -172,19 +172,7 @@ func checkKafka(t *testing.T, records []relaytest.Record, ledger *e2e.Ledger, pa
 			lastSeq[p.Key] = p.Seq
 		}
 	}
-	missing := 0
-	for id := range ledger.Committed {
-		if seen[id] == 0 {
-			missing++
-			if missing <= 10 {
-				t.Errorf("committed event %s is missing from Kafka", id)
-			}
-		}
-	}
-	if missing > 0 || bad > 0 {
-		t.Fatalf("%d committed events missing, %d other violations, among %d records for %d committed events",
-			missing, bad, len(records), len(ledger.Committed))
-	}
+	e2e.CheckCommitted(t, ledger, seen, bad, len(records), "Kafka")
 	return res
 }
 
@@ -323,25 +311,10 @@ func outage(t *testing.T, txn bool) {
 
 	// Writers run in rounds of 200 events until stopped: a steady load
 	// across the outage.
-	stopWriting := make(chan struct{})
-	writeDone := make(chan error, 1)
-	go func() {
-		for {
-			if err := e2e.Write(ctx, e2e.WriterConfig{URL: k.url, Schema: "outbox", Topic: "orders", Writers: 8,
-				Events: 200, Keys: 200, PerTx: 5, PayloadBytes: 120}, ledger); err != nil {
-				writeDone <- err
-				return
-			}
-			select {
-			case <-stopWriting:
-				writeDone <- nil
-				return
-			case <-time.After(300 * time.Millisecond):
-			}
-		}
-	}()
+	stopWriting := e2e.WriteSteadily(ctx, e2e.WriterConfig{URL: k.url, Schema: "outbox", Topic: "orders", Writers: 8,
+		Events: 200, Keys: 200, PerTx: 5, PayloadBytes: 120}, ledger, 300*time.Millisecond)
 	conn := pgtest.Connect(t, k.url)
-	waitAcked(t, conn, 2000, time.Minute)
+	e2e.WaitPublished(t, k.url, 2000, time.Minute)
 
 	const outageFor = 30 * time.Second
 	k.cluster.Stop()
@@ -389,8 +362,7 @@ func outage(t *testing.T, txn bool) {
 
 	// Some more load after the outage, then drain.
 	time.Sleep(2 * time.Second)
-	close(stopWriting)
-	if err := <-writeDone; err != nil {
+	if err := stopWriting(); err != nil {
 		t.Fatalf("writers: %v", err)
 	}
 	e2e.WaitDrained(t, k.url, "outbox", 2*time.Minute)
@@ -401,25 +373,6 @@ func outage(t *testing.T, txn bool) {
 		len(ledger.Committed), written, outageFor, rows, notReadyAfter.Round(time.Millisecond), readyAfter.Round(time.Millisecond), drained.Round(time.Millisecond), res)
 	if txn && res.dups > 0 {
 		t.Errorf("%d duplicates for a read_committed reader in the transactional mode", res.dups)
-	}
-}
-
-// waitAcked waits until the checkpoint counts at least n events.
-func waitAcked(t *testing.T, conn *pgx.Conn, n int64, timeout time.Duration) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		var got int64
-		if err := conn.QueryRow(context.Background(), "SELECT coalesce(sum(published), 0)::bigint FROM outbox.checkpoints").Scan(&got); err != nil {
-			t.Fatal(err)
-		}
-		if got >= n {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d events acknowledged after %v, want %d", got, timeout, n)
-		}
-		time.Sleep(50 * time.Millisecond)
 	}
 }
 
@@ -527,23 +480,8 @@ func TestE2EKafkaKilledInTheCommit(t *testing.T) {
 	})
 
 	proc := k.start()
-	stopWriting := make(chan struct{})
-	writeDone := make(chan error, 1)
-	go func() {
-		for {
-			if err := e2e.Write(ctx, e2e.WriterConfig{URL: k.url, Schema: "outbox", Topic: "orders", Writers: 8,
-				Events: 400, Keys: 200, PerTx: 5, PayloadBytes: 120}, ledger); err != nil {
-				writeDone <- err
-				return
-			}
-			select {
-			case <-stopWriting:
-				writeDone <- nil
-				return
-			case <-time.After(100 * time.Millisecond):
-			}
-		}
-	}()
+	stopWriting := e2e.WriteSteadily(ctx, e2e.WriterConfig{URL: k.url, Schema: "outbox", Topic: "orders", Writers: 8,
+		Events: 400, Keys: 200, PerTx: 5, PayloadBytes: 120}, ledger, 100*time.Millisecond)
 
 	recovered := 0
 	for round := range 6 {
@@ -569,8 +507,7 @@ func TestE2EKafkaKilledInTheCommit(t *testing.T) {
 			}
 		}
 	}
-	close(stopWriting)
-	if err := <-writeDone; err != nil {
+	if err := stopWriting(); err != nil {
 		t.Fatalf("writers: %v", err)
 	}
 	e2e.WaitDrained(t, k.url, "outbox", 2*time.Minute)
