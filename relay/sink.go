@@ -23,6 +23,18 @@ type Message struct {
 	Timestamp time.Time
 }
 
+// EventID returns the relay-event-id header's value, nil without one. The
+// core appends its headers after the row's own, so the last header with
+// that name is the relay's.
+func (m Message) EventID() []byte {
+	for i := len(m.Headers) - 1; i >= 0; i-- {
+		if m.Headers[i].Key == HeaderEventID {
+			return m.Headers[i].Value
+		}
+	}
+	return nil
+}
+
 // Record headers the core adds to every message, after the event's own.
 const (
 	// HeaderEventID carries the outbox row's event id, so any consumer can

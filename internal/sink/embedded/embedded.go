@@ -407,14 +407,7 @@ func partitionKey(m relay.Message) []byte {
 	if m.Key != nil {
 		return m.Key
 	}
-	// The core appends its headers after the row's own, so the last one
-	// with this name is the relay's.
-	for i := len(m.Headers) - 1; i >= 0; i-- {
-		if m.Headers[i].Key == relay.HeaderEventID {
-			return m.Headers[i].Value
-		}
-	}
-	return nil
+	return m.EventID()
 }
 
 // topicConfig returns a topic's settings, creating the topic on first use.

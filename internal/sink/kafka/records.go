@@ -43,15 +43,6 @@ func eventID(hs []kgo.RecordHeader) []byte {
 	return nil
 }
 
-func messageEventID(m relay.Message) []byte {
-	for i := len(m.Headers) - 1; i >= 0; i-- {
-		if m.Headers[i].Key == relay.HeaderEventID {
-			return m.Headers[i].Value
-		}
-	}
-	return nil
-}
-
 func toRecord(m relay.Message) *kgo.Record {
 	r := &kgo.Record{Topic: m.Topic, Key: m.Key, Value: m.Value, Timestamp: m.Timestamp}
 	if len(m.Headers) > 0 {

@@ -24,7 +24,7 @@ type digest [16]byte
 
 func digestOf(m relay.Message) digest {
 	h := sha256.New()
-	if id := messageEventID(m); id != nil {
+	if id := m.EventID(); id != nil {
 		h.Write([]byte{1})
 		h.Write(id)
 	} else {
