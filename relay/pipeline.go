@@ -40,10 +40,11 @@ type deadLetter struct {
 }
 
 // pipeline runs source -> sink -> acknowledgement until ctx ends (graceful)
-// or something fails. Three goroutines overlap the work: one reads the next
-// batch while another publishes the current one, and a third commits the
-// acknowledgements of earlier batches, several per transaction when they
-// queue up.
+// or something fails. Four goroutines overlap the work: one reads the next
+// batch while another hands the current one to the sink, a third waits for
+// the sink to make earlier batches durable (a PipelinedSink takes several
+// before the first is), and a fourth commits the acknowledgements of
+// durable batches, several per transaction when they queue up.
 func (r *Relay) pipeline(ctx context.Context, lost <-chan error) error {
 	// hard ends all work: on failure, on a lost lock, or when a graceful
 	// stop overruns ShutdownTimeout.
@@ -108,10 +109,11 @@ func (r *Relay) pipeline(ctx context.Context, lost <-chan error) error {
 		go r.pruneArchive(read)
 	}
 	batches := make(chan batch, 2)
+	flights := make(chan flight, maxInFlight-1)
 	acks := make(chan ack, 8)
 	tracker := newAckTracker()
 	var wg sync.WaitGroup
-	wg.Add(3)
+	wg.Add(4)
 	go func() {
 		defer wg.Done()
 		defer close(batches)
@@ -119,8 +121,13 @@ func (r *Relay) pipeline(ctx context.Context, lost <-chan error) error {
 	}()
 	go func() {
 		defer wg.Done()
+		defer close(flights)
+		fe.set(r.publishLoop(hard, batches, flights))
+	}()
+	go func() {
+		defer wg.Done()
 		defer close(acks)
-		fe.set(r.publishLoop(hard, batches, acks, ck.state))
+		fe.set(r.durableLoop(hard, flights, acks, ck.state))
 	}()
 	go func() {
 		defer wg.Done()
@@ -237,24 +244,42 @@ func (r *Relay) readLoop(ctx context.Context, out chan<- batch, after Position, 
 	}
 }
 
-func (r *Relay) publishLoop(ctx context.Context, in <-chan batch, out chan<- ack, state []byte) error {
+// flight is a batch the sink took and may not have made durable yet.
+type flight struct {
+	a      ack
+	routed []Event
+	replay *replayChunk
+	// wait returns the sink's result once the batch is durable; nil when
+	// nothing was published (every event went to the dead letters).
+	wait func() (PublishResult, error)
+}
+
+// maxInFlight is how many batches may be written to a PipelinedSink and
+// not yet durable.
+const maxInFlight = 4
+
+// publishLoop routes each batch and hands it to the sink; durableLoop
+// waits for the sink to make it durable.
+func (r *Relay) publishLoop(ctx context.Context, in <-chan batch, out chan<- flight) error {
 	for b := range in {
 		events := b.events
-		a := ack{
-			ids:       make([]int64, 0, len(events)),
-			published: make([]int64, 0, len(events)),
-			through:   events[len(events)-1].Position,
-			state:     state,
-			byTopic:   map[string]int{},
-			replay:    b.replay,
+		f := flight{
+			a: ack{
+				ids:       make([]int64, 0, len(events)),
+				published: make([]int64, 0, len(events)),
+				through:   events[len(events)-1].Position,
+				byTopic:   map[string]int{},
+				replay:    b.replay,
+			},
+			routed: make([]Event, 0, len(events)),
+			replay: b.replay,
 		}
 		var replayHeader Header
 		if b.replay != nil {
-			a.through = b.replay.after
+			f.a.through = b.replay.after
 			replayHeader = Header{Key: HeaderReplay, Value: []byte(strconv.FormatInt(b.replay.request, 10))}
 		}
 		msgs := make([]Message, 0, len(events))
-		routed := make([]Event, 0, len(events))
 		for _, e := range events {
 			msg, err := Route(e, r.cfg.MaxMessageBytes)
 			if b.replay != nil {
@@ -266,59 +291,71 @@ func (r *Relay) publishLoop(ctx context.Context, in <-chan batch, out chan<- ack
 				}
 				msg.Headers = append(msg.Headers, replayHeader)
 				msgs = append(msgs, msg)
-				routed = append(routed, e)
+				f.routed = append(f.routed, e)
 				continue
 			}
-			a.ids = append(a.ids, e.ID)
+			f.a.ids = append(f.a.ids, e.ID)
 			if err != nil {
 				var re *RouteError
 				errors.As(err, &re)
-				a.dead = append(a.dead, deadLetter{event: e, reason: re.Reason, err: err})
+				f.a.dead = append(f.a.dead, deadLetter{event: e, reason: re.Reason, err: err})
 				continue
 			}
 			msgs = append(msgs, msg)
-			routed = append(routed, e)
+			f.routed = append(f.routed, e)
 		}
 		if len(msgs) > 0 {
-			res, err := r.sink.Publish(ctx, msgs)
+			wait, err := r.startPublish(ctx, msgs)
 			if err != nil {
 				if ctx.Err() == nil {
 					r.m.Errors.WithLabelValues("sink").Inc()
 				}
 				return fmt.Errorf("publishing: %w", err)
 			}
-			now := time.Now()
-			var worst time.Duration
-			for i, e := range routed {
-				if b.replay != nil {
-					if ferr, failed := res.Failed[i]; failed {
-						r.log.Warn("replay skips an event the sink refuses", "request", b.replay.request, "event_id", e.EventID, "err", ferr)
-					} else {
-						b.replay.sent++
-					}
-					continue
-				}
-				if ferr, failed := res.Failed[i]; failed {
-					a.dead = append(a.dead, deadLetter{event: e, reason: ReasonSinkRejected, err: ferr})
-					continue
-				}
-				a.count++
-				a.published = append(a.published, e.ID)
-				a.byTopic[e.Topic]++
-				lat := now.Sub(e.CreatedAt)
-				r.m.Latency.Observe(lat.Seconds())
-				worst = max(worst, lat)
-			}
-			if worst > r.maxLatency && b.replay == nil {
-				r.maxLatency = worst
-				r.m.LatencyMax.Set(worst.Seconds())
-			}
+			f.wait = wait
 			r.m.BatchSize.Observe(float64(len(msgs)))
+		}
+		select {
+		case out <- f:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+// startPublish hands msgs to the sink: without waiting for durability when
+// the sink can pipeline, else with Publish.
+func (r *Relay) startPublish(ctx context.Context, msgs []Message) (func() (PublishResult, error), error) {
+	if ps, ok := r.sink.(PipelinedSink); ok {
+		return ps.PublishAsync(ctx, msgs)
+	}
+	res, err := r.sink.Publish(ctx, msgs)
+	if err != nil {
+		return nil, err
+	}
+	return func() (PublishResult, error) { return res, nil }, nil
+}
+
+// durableLoop waits, in order, for each batch in flight to be durable,
+// completes its acknowledgement and passes it on.
+func (r *Relay) durableLoop(ctx context.Context, in <-chan flight, out chan<- ack, state []byte) error {
+	for f := range in {
+		a := f.a
+		if f.wait != nil {
+			res, err := f.wait()
+			if err != nil {
+				if ctx.Err() == nil {
+					r.m.Errors.WithLabelValues("sink").Inc()
+				}
+				return fmt.Errorf("publishing: %w", err)
+			}
+			r.settle(&a, f.routed, res)
 			if res.State != nil {
 				state = res.State
-				a.state = state
 			}
 		}
+		a.state = state
 		select {
 		case out <- a:
 		case <-ctx.Done():
@@ -326,6 +363,37 @@ func (r *Relay) publishLoop(ctx context.Context, in <-chan batch, out chan<- ack
 		}
 	}
 	return nil
+}
+
+// settle records in a the sink's verdict on each published event, and the
+// latency of those now durable.
+func (r *Relay) settle(a *ack, routed []Event, res PublishResult) {
+	now := time.Now()
+	var worst time.Duration
+	for i, e := range routed {
+		if a.replay != nil {
+			if ferr, failed := res.Failed[i]; failed {
+				r.log.Warn("replay skips an event the sink refuses", "request", a.replay.request, "event_id", e.EventID, "err", ferr)
+			} else {
+				a.replay.sent++
+			}
+			continue
+		}
+		if ferr, failed := res.Failed[i]; failed {
+			a.dead = append(a.dead, deadLetter{event: e, reason: ReasonSinkRejected, err: ferr})
+			continue
+		}
+		a.count++
+		a.published = append(a.published, e.ID)
+		a.byTopic[e.Topic]++
+		lat := now.Sub(e.CreatedAt)
+		r.m.Latency.Observe(lat.Seconds())
+		worst = max(worst, lat)
+	}
+	if worst > r.maxLatency && a.replay == nil {
+		r.maxLatency = worst
+		r.m.LatencyMax.Set(worst.Seconds())
+	}
 }
 
 // ackLoop commits acknowledgements in order, merging those that queue up.

@@ -80,3 +80,18 @@ type Sink interface {
 	// Close flushes and releases the sink.
 	Close(ctx context.Context) error
 }
+
+// A PipelinedSink can take a batch before the previous one is durable. The
+// core then keeps a few batches in flight: it encodes and writes the next
+// batch while the previous one's fsync (or broker round trip) runs, and one
+// fsync can cover several batches.
+type PipelinedSink interface {
+	Sink
+	// PublishAsync writes msgs behind every earlier batch, keeping their
+	// order within each partition, and returns without waiting for them to
+	// be durable. Its wait returns what Publish would have, once they are.
+	// The core calls the waits in the order of the PublishAsync calls,
+	// acknowledges nothing before its wait returned nil, and after any
+	// error restarts the sink with Start and the last saved state.
+	PublishAsync(ctx context.Context, msgs []Message) (wait func() (PublishResult, error), err error)
+}

@@ -63,11 +63,11 @@ func (e *env) backlog(ctx context.Context) (Result, error) {
 	if err != nil {
 		return res, err
 	}
-	log.Info("draining with the relay")
 	p, err := e.startRelay(ctx)
 	if err != nil {
 		return res, err
 	}
+	log.Info("draining with the relay", "http", p.addr)
 	n, err := e.waitPublished(ctx, before+written)
 	res.Elapsed = time.Since(p.started)
 	res.Published = n - before
@@ -187,7 +187,7 @@ func (e *env) live(ctx context.Context) (Result, error) {
 		return res, err
 	}
 	defer p.stop()
-	e.cfg.Logger.Info("writing while the relay runs", "events", e.cfg.Events, "rate", e.cfg.Rate, "writers", e.cfg.Writers)
+	e.cfg.Logger.Info("writing while the relay runs", "events", e.cfg.Events, "rate", e.cfg.Rate, "writers", e.cfg.Writers, "http", p.addr)
 	start := time.Now()
 	written, took, err := e.fill(ctx, e.cfg.Events, e.cfg.Rate)
 	res.Written = written

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"runtime/pprof"
 	"strings"
 	"syscall"
 	"time"
@@ -52,6 +53,7 @@ type runFlags struct {
 	logLevel        string
 	retain          time.Duration
 	pruneInterval   time.Duration
+	cpuProfile      string
 }
 
 func (f *runFlags) register(fs *flag.FlagSet) {
@@ -76,6 +78,7 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.pruneInterval, "prune-interval", time.Minute, "with --retain: how often archived events older than the retention are deleted")
 	fs.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	fs.StringVar(&f.cpuProfile, "cpu-profile", "", "write a CPU profile of the whole run to this file (for go tool pprof)")
 }
 
 func (f *runFlags) validate() error {
@@ -138,7 +141,30 @@ func runRelay(ctx context.Context, stdio IO, args []string) error {
 	log := f.logger(stdio)
 	forceOnSecondSignal(ctx, log)
 	tuneGC(stdio)
+	if f.cpuProfile != "" {
+		stop, err := startCPUProfile(f.cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
 	return f.serve(ctx, log)
+}
+
+// startCPUProfile profiles the process until the returned stop is called.
+func startCPUProfile(path string) (stop func(), err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("--cpu-profile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("--cpu-profile: %w", err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}, nil
 }
 
 // serve builds the daemon from validated flags and runs it until ctx ends.

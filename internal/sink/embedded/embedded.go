@@ -82,7 +82,7 @@ type Sink struct {
 	failure error
 }
 
-var _ relay.Sink = (*Sink)(nil)
+var _ relay.PipelinedSink = (*Sink)(nil)
 
 type tp struct {
 	topic     string
@@ -252,14 +252,29 @@ type group struct {
 	firstSeq int64
 }
 
-// Publish appends msgs, one batch (or more, when large) per partition, the
-// partitions in parallel, and returns when all are fsynced.
+// Publish appends msgs, one batch (or more, when large) per partition, and
+// returns when all are fsynced.
 func (s *Sink) Publish(ctx context.Context, msgs []relay.Message) (relay.PublishResult, error) {
+	wait, err := s.PublishAsync(ctx, msgs)
+	if err != nil {
+		return relay.PublishResult{}, err
+	}
+	return wait()
+}
+
+// PublishAsync writes msgs to the log, one batch (or more, when large) per
+// partition, behind everything written before, and returns without waiting
+// for the fsync; wait waits for it. So the core can encode and write the
+// next batch while this one's fsync runs, and one fsync covers several
+// batches. The sequence counters advance at once: a later error fails the
+// pipeline, and the restart (Start with the acknowledged state) rewinds
+// them.
+func (s *Sink) PublishAsync(ctx context.Context, msgs []relay.Message) (wait func() (relay.PublishResult, error), err error) {
 	s.mu.Lock()
 	b := s.b
 	s.mu.Unlock()
 	if b == nil {
-		return relay.PublishResult{}, errors.New("embedded sink: Publish before Start")
+		return nil, errors.New("embedded sink: Publish before Start")
 	}
 	res := relay.PublishResult{Failed: map[int]error{}}
 	groups := map[tp]*group{}
@@ -271,7 +286,7 @@ func (s *Sink) Publish(ctx context.Context, msgs []relay.Message) (relay.Publish
 				res.Failed[i] = err
 				continue
 			}
-			return res, fmt.Errorf("embedded sink: topic %s: %w", m.Topic, err)
+			return nil, fmt.Errorf("embedded sink: topic %s: %w", m.Topic, err)
 		}
 		// Refusals are decided here, before sequence numbers are given
 		// out, so a refused message never leaves a gap in the sequence.
@@ -294,46 +309,45 @@ func (s *Sink) Publish(ctx context.Context, msgs []relay.Message) (relay.Publish
 	next := s.st.clone()
 	for _, g := range order {
 		if err := s.learn(b, g.key, &next); err != nil {
-			return relay.PublishResult{}, err
+			return nil, err
 		}
 		g.firstSeq = next.next(g.key)
 		next.advance(g.key, len(g.indexes))
 	}
-
-	var (
-		wg   sync.WaitGroup
-		mu   sync.Mutex
-		errs []error
-	)
+	var waits []func() error
 	for _, g := range order {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := s.appendGroup(ctx, b, g, msgs, next); err != nil {
-				mu.Lock()
-				errs = append(errs, err)
-				mu.Unlock()
-			}
-		}()
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		s.setFailure(err)
-		return relay.PublishResult{}, err
-	}
-	s.setFailure(nil)
-	state, err := json.Marshal(next)
-	if err != nil {
-		return relay.PublishResult{}, err
+		if err := s.appendGroup(ctx, b, g, msgs, next, &waits); err != nil {
+			s.setFailure(err)
+			return nil, err
+		}
 	}
 	s.st = next
-	res.State = state
-	return res, nil
+	return func() (relay.PublishResult, error) {
+		var errs []error
+		for _, w := range waits {
+			if err := w(); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		if err := errors.Join(errs...); err != nil {
+			err = fmt.Errorf("embedded sink: making a batch durable: %w", err)
+			s.setFailure(err)
+			return relay.PublishResult{}, err
+		}
+		s.setFailure(nil)
+		state, err := json.Marshal(next)
+		if err != nil {
+			return relay.PublishResult{}, err
+		}
+		res.State = state
+		return res, nil
+	}, nil
 }
 
-// appendGroup appends one partition's messages, skipping those the broker
-// already holds, splitting batches that exceed the topic's size limit.
-func (s *Sink) appendGroup(ctx context.Context, b *broker.Broker, g *group, msgs []relay.Message, st state) error {
+// appendGroup writes one partition's messages, skipping those the broker
+// already holds, splitting batches that exceed the topic's size limit, and
+// adds what waits for their fsync to waits.
+func (s *Sink) appendGroup(ctx context.Context, b *broker.Broker, g *group, msgs []relay.Message, st state, waits *[]func() error) error {
 	seq := g.firstSeq
 	indexes := g.indexes
 	if last, ok := s.durable[g.key]; ok {
@@ -355,9 +369,10 @@ func (s *Sink) appendGroup(ctx context.Context, b *broker.Broker, g *group, msgs
 			records[j] = toRecord(msgs[i])
 		}
 		batch := broker.EncodeBatch(st.ProducerID, st.Epoch, wireSeq(seq), records)
-		_, err := b.Append(ctx, g.key.topic, g.key.partition, batch)
+		_, wait, err := b.AppendAsync(ctx, g.key.topic, g.key.partition, batch)
 		switch {
 		case err == nil:
+			*waits = append(*waits, wait)
 			return nil
 		case errors.Is(err, broker.ErrMessageTooLarge) && len(idx) > 1:
 			half := len(idx) / 2
