@@ -52,6 +52,8 @@ type reader struct {
 	rels    map[uint32]*relation
 	txMajor uint64
 	txIndex uint64
+	// txCommitted is the commit time of the transaction being received.
+	txCommitted time.Time
 }
 
 func (r *reader) run(ctx context.Context) {
@@ -280,7 +282,7 @@ func (r *reader) handle(data []byte) error {
 		}
 		r.rels[m.RelationID] = rel
 	case *pglogrepl.BeginMessage:
-		r.txMajor, r.txIndex = uint64(m.FinalLSN), 0
+		r.txMajor, r.txIndex, r.txCommitted = uint64(m.FinalLSN), 0, m.CommitTime
 		s.mu.Lock()
 		s.inTx = true
 		s.mu.Unlock()
@@ -302,6 +304,7 @@ func (r *reader) handle(data []byte) error {
 			return &permanentError{err}
 		}
 		e.Position = pos
+		e.CommittedAt = r.txCommitted
 		s.mu.Lock()
 		s.pushLocked(e)
 		s.mu.Unlock()

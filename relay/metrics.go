@@ -13,6 +13,8 @@ type Metrics struct {
 	Published     *prometheus.CounterVec
 	Latency       prometheus.Histogram
 	LatencyMax    prometheus.Gauge
+	CommitLatency prometheus.Histogram
+	CommitMax     prometheus.Gauge
 	BatchSize     prometheus.Histogram
 	Backlog       prometheus.Gauge
 	DeadLetters   *prometheus.CounterVec
@@ -44,6 +46,15 @@ func NewMetrics() *Metrics {
 		LatencyMax: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "relay_publish_latency_max_seconds",
 			Help: "Largest publish latency observed since the process started.",
+		}),
+		CommitLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "relay_commit_latency_seconds",
+			Help:    "Time from the commit of an event's transaction to the sink's durable acknowledgement, for readers that know commit times (cdc).",
+			Buckets: prometheus.ExponentialBucketsRange(0.0001, 100, 60),
+		}),
+		CommitMax: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "relay_commit_latency_max_seconds",
+			Help: "Largest commit latency observed since the process started.",
 		}),
 		BatchSize: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "relay_batch_size_events",
@@ -87,7 +98,7 @@ func NewMetrics() *Metrics {
 			Help: "Archived events republished by replay requests.",
 		}),
 	}
-	m.Registry.MustRegister(m.Published, m.Latency, m.LatencyMax, m.BatchSize, m.Backlog, m.DeadLetters, m.Errors, m.Leader, m.LastPublished,
+	m.Registry.MustRegister(m.Published, m.Latency, m.LatencyMax, m.CommitLatency, m.CommitMax, m.BatchSize, m.Backlog, m.DeadLetters, m.Errors, m.Leader, m.LastPublished,
 		m.PublishRate, m.DrainETA, m.ArchivePruned, m.Replayed,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m

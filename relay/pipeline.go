@@ -369,7 +369,7 @@ func (r *Relay) durableLoop(ctx context.Context, in <-chan flight, out chan<- ac
 // latency of those now durable.
 func (r *Relay) settle(a *ack, routed []Event, res PublishResult) {
 	now := time.Now()
-	var worst time.Duration
+	var worst, worstCommit time.Duration
 	for i, e := range routed {
 		if a.replay != nil {
 			if ferr, failed := res.Failed[i]; failed {
@@ -389,19 +389,49 @@ func (r *Relay) settle(a *ack, routed []Event, res PublishResult) {
 		lat := now.Sub(e.CreatedAt)
 		r.m.Latency.Observe(lat.Seconds())
 		worst = max(worst, lat)
+		if !e.CommittedAt.IsZero() {
+			lat := now.Sub(e.CommittedAt)
+			r.m.CommitLatency.Observe(lat.Seconds())
+			worstCommit = max(worstCommit, lat)
+		}
 	}
-	if worst > r.maxLatency && a.replay == nil {
+	if worst > r.maxLatency {
 		r.maxLatency = worst
 		r.m.LatencyMax.Set(worst.Seconds())
 	}
+	if worstCommit > r.maxCommitLatency {
+		r.maxCommitLatency = worstCommit
+		r.m.CommitMax.Set(worstCommit.Seconds())
+	}
 }
 
-// ackLoop commits acknowledgements in order, merging those that queue up.
+// maxMerge is the most batches one acknowledgement transaction covers.
+const maxMerge = 64
+
+// ackLoop commits acknowledgements in order, merging those that arrive
+// within AckInterval of the previous commit.
 func (r *Relay) ackLoop(ctx context.Context, in <-chan ack, tracker *ackTracker) error {
+	var lastCommit time.Time
 	for a := range in {
 		merged := []ack{a}
+		if wait := time.Until(lastCommit.Add(r.cfg.AckInterval)); wait > 0 {
+			timer := time.NewTimer(wait)
+		collect:
+			for len(merged) < maxMerge {
+				select {
+				case next, ok := <-in:
+					if !ok {
+						break collect
+					}
+					merged = append(merged, next)
+				case <-timer.C:
+					break collect
+				}
+			}
+			timer.Stop()
+		}
 	more:
-		for len(merged) < 16 {
+		for len(merged) < maxMerge {
 			select {
 			case next, ok := <-in:
 				if !ok {
@@ -416,6 +446,7 @@ func (r *Relay) ackLoop(ctx context.Context, in <-chan ack, tracker *ackTracker)
 			r.m.Errors.WithLabelValues("ack").Inc()
 			return err
 		}
+		lastCommit = time.Now()
 		tracker.ackedBatches(len(merged))
 		last := merged[len(merged)-1]
 		if !last.through.IsZero() {

@@ -34,6 +34,14 @@ type Config struct {
 	// MaxMessageBytes bounds key, payload and headers of one event; larger
 	// events go to the dead letters (default 1 MiB, Kafka's default).
 	MaxMessageBytes int
+	// AckInterval is the shortest time between two acknowledgement
+	// transactions (default 10ms); batches made durable meanwhile are
+	// acknowledged together. Publication does not wait for it: it bounds
+	// how many Postgres transactions (and WAL flushes) the relay costs per
+	// second, at the price of published rows staying in the outbox that
+	// much longer, and a crash re-delivering them (the embedded sink skips
+	// what its log holds). Negative disables it.
+	AckInterval time.Duration
 	// ShutdownTimeout bounds how long a graceful stop may take to finish
 	// the in-flight batch before work is abandoned (default 30s).
 	ShutdownTimeout time.Duration
@@ -71,6 +79,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.MaxMessageBytes <= 0 {
 		c.MaxMessageBytes = 1 << 20
+	}
+	if c.AckInterval == 0 {
+		c.AckInterval = 10 * time.Millisecond
 	}
 	if c.ShutdownTimeout <= 0 {
 		c.ShutdownTimeout = 30 * time.Second
@@ -135,8 +146,9 @@ type Relay struct {
 
 	pool *pgxpool.Pool
 
-	// maxLatency is touched only by the publishing goroutine.
-	maxLatency time.Duration
+	// maxLatency and maxCommitLatency are touched only by the goroutine
+	// that waits for durability.
+	maxLatency, maxCommitLatency time.Duration
 
 	role    atomic.Value // Role
 	lastErr atomic.Pointer[error]

@@ -40,6 +40,10 @@ type Event struct {
 	// checks it; a malformed value sends the event to the dead letters.
 	Headers   []byte
 	CreatedAt time.Time
+	// CommittedAt is when the event's transaction committed, for sources
+	// that know it (the WAL reader, from the commit record); zero
+	// otherwise.
+	CommittedAt time.Time
 	// Position orders the event within its source.
 	Position Position
 }

@@ -11,9 +11,11 @@
 //     from the relay's start to the last durable acknowledgement.
 //   - live: writers insert while the relay runs, open loop at --rate events
 //     per second or as fast as they can (closed loop); the figures are the
-//     write and publish rates and the commit-to-durable-acknowledgement
-//     latency percentiles, read from the relay's own latency histogram
-//     (created_at, the INSERT in the writer's transaction, to fsync).
+//     write and publish rates and the latency percentiles to the durable
+//     acknowledgement (fsync), read from the relay's own histograms: from
+//     each transaction's commit (its commit record's time) with the WAL
+//     reader, from created_at (the INSERT, before the commit, so a longer
+//     span) with the polling reader, which cannot know commit times.
 //
 // The relay's peak RSS and CPU seconds come from /proc. The first SIGINT
 // stops the run and prints what was measured so far.
@@ -108,15 +110,17 @@ func (c Config) Validate() error {
 
 // Result is what a run measured. Zero values mean "not measured".
 type Result struct {
-	Source       string        `json:"source"`
-	Sink         string        `json:"sink"`
-	Mode         string        `json:"mode"`
-	Events       int           `json:"events"`
-	Written      int           `json:"written"`
-	Published    int           `json:"published"`
-	WriteRate    float64       `json:"written_per_second"`
-	PublishRate  float64       `json:"published_per_second"`
-	Elapsed      time.Duration `json:"elapsed_ns"`
+	Source      string        `json:"source"`
+	Sink        string        `json:"sink"`
+	Mode        string        `json:"mode"`
+	Events      int           `json:"events"`
+	Written     int           `json:"written"`
+	Published   int           `json:"published"`
+	WriteRate   float64       `json:"written_per_second"`
+	PublishRate float64       `json:"published_per_second"`
+	Elapsed     time.Duration `json:"elapsed_ns"`
+	// LatencyFrom says where latencies start: "commit" or "insert".
+	LatencyFrom  string        `json:"latency_from"`
 	LatencyP50   time.Duration `json:"latency_p50_ns"`
 	LatencyP90   time.Duration `json:"latency_p90_ns"`
 	LatencyP99   time.Duration `json:"latency_p99_ns"`

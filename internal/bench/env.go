@@ -230,28 +230,34 @@ func (p *relayProc) stop() {
 	}
 }
 
-// latency reads the relay's publish-latency histogram and max gauge.
-func (p *relayProc) latency() (p50, p90, p99, maxLatency time.Duration, err error) {
+// latency reads the relay's latency histogram and max gauge: from the
+// commit of each event's transaction where the reader knows commit times
+// (cdc), else from its created_at (the INSERT, before the commit).
+func (p *relayProc) latency() (from string, p50, p90, p99, maxLatency time.Duration, err error) {
 	c := http.Client{Timeout: 5 * time.Second}
 	resp, err := c.Get("http://" + p.addr + "/metrics")
 	if err != nil {
-		return 0, 0, 0, 0, err
+		return "", 0, 0, 0, 0, err
 	}
 	defer resp.Body.Close()
 	parser := expfmt.NewTextParser(model.UTF8Validation)
 	families, err := parser.TextToMetricFamilies(resp.Body)
 	if err != nil {
-		return 0, 0, 0, 0, err
+		return "", 0, 0, 0, 0, err
 	}
-	if f := families["relay_publish_latency_max_seconds"]; f != nil && len(f.Metric) > 0 {
+	from, hist, gauge := "commit", "relay_commit_latency_seconds", "relay_commit_latency_max_seconds"
+	if f := families[hist]; f == nil || len(f.Metric) == 0 || f.Metric[0].GetHistogram().GetSampleCount() == 0 {
+		from, hist, gauge = "insert", "relay_publish_latency_seconds", "relay_publish_latency_max_seconds"
+	}
+	if f := families[gauge]; f != nil && len(f.Metric) > 0 {
 		maxLatency = seconds(f.Metric[0].GetGauge().GetValue())
 	}
-	f := families["relay_publish_latency_seconds"]
+	f := families[hist]
 	if f == nil || len(f.Metric) == 0 {
-		return 0, 0, 0, maxLatency, errors.New("no latency histogram")
+		return "", 0, 0, 0, maxLatency, errors.New("no latency histogram")
 	}
 	h := f.Metric[0].GetHistogram()
-	return quantile(h, 0.5), quantile(h, 0.9), quantile(h, 0.99), maxLatency, nil
+	return from, quantile(h, 0.5), quantile(h, 0.9), quantile(h, 0.99), maxLatency, nil
 }
 
 func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }

@@ -17,7 +17,7 @@ func (e *env) result(mode string) Result {
 // stopped.
 func (r *Result) measureRelay(p *relayProc) {
 	r.RSSPeakBytes, r.CPUSeconds = p.usage()
-	r.LatencyP50, r.LatencyP90, r.LatencyP99, r.LatencyMax, _ = p.latency()
+	r.LatencyFrom, r.LatencyP50, r.LatencyP90, r.LatencyP99, r.LatencyMax, _ = p.latency()
 	// Interpolating inside a bucket can overshoot the largest value seen.
 	if r.LatencyMax > 0 {
 		r.LatencyP50 = min(r.LatencyP50, r.LatencyMax)

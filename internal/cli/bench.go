@@ -63,9 +63,9 @@ func printBench(w io.Writer, r bench.Result) {
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
 	ms := func(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d)/float64(time.Millisecond)) }
-	fmt.Fprintf(tw, "mode\tsource\tsink\tevents\twritten/s\tpublished/s\tp50\tp90\tp99\tmax\trelay RSS peak\trelay CPU\t\n")
-	fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%.0f\t%.0f\t%s\t%s\t%s\t%s\t%.1f MiB\t%.1f s\t\n",
-		r.Mode, r.Source, r.Sink, r.Published, r.WriteRate, r.PublishRate,
+	fmt.Fprintf(tw, "mode\tsource\tsink\tevents\twritten/s\tpublished/s\tlatency from\tp50\tp90\tp99\tmax\trelay RSS peak\trelay CPU\t\n")
+	fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%.0f\t%.0f\t%s\t%s\t%s\t%s\t%s\t%.1f MiB\t%.1f s\t\n",
+		r.Mode, r.Source, r.Sink, r.Published, r.WriteRate, r.PublishRate, r.LatencyFrom,
 		ms(r.LatencyP50), ms(r.LatencyP90), ms(r.LatencyP99), ms(r.LatencyMax),
 		float64(r.RSSPeakBytes)/(1<<20), r.CPUSeconds)
 	tw.Flush()
