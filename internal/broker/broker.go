@@ -218,6 +218,8 @@ type Broker struct {
 
 	metaMu sync.Mutex // serialises meta.json rewrites
 	groups *groupStore
+	// journal makes appends durable under SyncBeforeAck (journal.go).
+	journal *journal
 
 	stop chan struct{}
 	wg   sync.WaitGroup
@@ -245,6 +247,18 @@ func Open(ctx context.Context, opts Options) (*Broker, error) {
 		b.closeParts()
 		_ = lock.Close()
 		return nil, err
+	}
+	if b.opts.Sync == SyncBeforeAck {
+		j, err := openJournal(b.opts.FS, b.opts.Dir, b.opts.Logger, b.partitionFor)
+		if err != nil {
+			b.closeParts()
+			_ = lock.Close()
+			return nil, err
+		}
+		b.journal = j
+		for _, p := range b.allPartitions() {
+			p.set.journal = j
+		}
 	}
 	if b.opts.Sync == SyncIntervalUnsafe {
 		b.wg.Add(1)
@@ -320,6 +334,7 @@ func (b *Broker) openTopic(name string, cfg TopicConfig) (*topic, error) {
 		now:            b.opts.Now,
 		logger:         b.opts.Logger,
 		cfg:            cfg,
+		journal:        b.journal,
 	}
 	t := &topic{name: name, cfg: cfg}
 	for i := int32(0); i < cfg.Partitions; i++ {
@@ -333,6 +348,17 @@ func (b *Broker) openTopic(name string, cfg TopicConfig) (*topic, error) {
 		t.parts = append(t.parts, p)
 	}
 	return t, nil
+}
+
+// partitionFor returns an open partition, nil when there is none.
+func (b *Broker) partitionFor(topicName string, part int32) *partition {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	t := b.topics[topicName]
+	if t == nil || part < 0 || int(part) >= len(t.parts) {
+		return nil
+	}
+	return t.parts[part]
 }
 
 func partitionDir(dataDir, topic string, p int32) string {
@@ -800,7 +826,11 @@ func (b *Broker) Close() error {
 	b.mu.Unlock()
 	close(b.stop)
 	b.wg.Wait()
-	errs := []error{b.closeParts()}
+	perr := b.closeParts()
+	errs := []error{perr}
+	if b.journal != nil {
+		errs = append(errs, b.journal.close(perr == nil))
+	}
 	if b.groups != nil {
 		errs = append(errs, b.groups.close())
 	}

@@ -20,6 +20,9 @@ type partitionSettings struct {
 	now            func() time.Time
 	logger         *slog.Logger
 	cfg            TopicConfig
+	// journal, under SyncBeforeAck, makes appends durable with one fsync
+	// for every partition (see journal.go); nil otherwise.
+	journal *journal
 }
 
 // partition is one ordered log: a list of segments, the last one active.
@@ -259,6 +262,14 @@ func (p *partition) write(batch []byte, h BatchHeader) (res AppendResult, target
 		}
 		return AppendResult{}, -1, 0, storageErr("write segment", err)
 	}
+	if j := p.set.journal; j != nil {
+		if err := j.add(p, batch, h.LastOffset()+1, active.size+int64(len(batch))); err != nil {
+			if terr := active.log.Truncate(active.size); terr != nil {
+				p.broken = terr
+			}
+			return AppendResult{}, -1, 0, err
+		}
+	}
 	pos := active.size
 	active.size += int64(len(batch))
 	if active.created == 0 {
@@ -356,6 +367,9 @@ func (p *partition) tick() uint64 {
 // itself if no one else has. Appenders queue on syncMu while one fsync runs;
 // the next one in line usually finds its data already covered.
 func (p *partition) waitDurable(target int64, gen int) error {
+	if j := p.set.journal; j != nil {
+		return p.waitJournal(j, target, gen)
+	}
 	p.syncMu.Lock()
 	defer p.syncMu.Unlock()
 	p.mu.Lock()
@@ -380,6 +394,138 @@ func (p *partition) waitDurable(target int64, gen int) error {
 			return err
 		}
 	}
+}
+
+// waitJournal is waitDurable when the journal makes appends durable: one
+// journal fsync covers every record written before it started.
+func (p *partition) waitJournal(j *journal, target int64, gen int) error {
+	for attempt := 0; ; attempt++ {
+		p.mu.Lock()
+		done, err := p.durableLocked(target, gen)
+		p.mu.Unlock()
+		if done {
+			return err
+		}
+		if attempt == 2 {
+			return storageErr("append", errors.New("the journal fsync did not cover the batch"))
+		}
+		if serr := j.sync(); serr != nil {
+			p.mu.Lock()
+			done, err := p.durableLocked(target, gen)
+			p.mu.Unlock()
+			if done {
+				return err
+			}
+			return serr
+		}
+	}
+}
+
+// durableLocked says whether a wait for target, written in generation gen,
+// is over, and how it ended.
+func (p *partition) durableLocked(target int64, gen int) (bool, error) {
+	if gen != p.gen {
+		if target <= p.resetPoints[gen] {
+			return true, nil
+		}
+		return true, storageErr("append", errors.New("rolled back after a failed fsync"))
+	}
+	if target <= p.durable {
+		return true, nil
+	}
+	if p.closed {
+		return true, ErrClosed
+	}
+	return false, nil
+}
+
+// markDurable records that a journal fsync covered e.
+func (p *partition) markDurable(e journalEntry) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	// A roll since the write fsynced the segment and moved durable past
+	// e.end; a rollback changed the generation.
+	if p.gen != e.gen || e.end <= p.durable {
+		return
+	}
+	p.durable, p.durablePos = e.end, e.endPos
+	if p.durable > p.hw {
+		p.hw, p.hwPos = p.durable, p.durablePos
+		p.notifyLocked()
+	}
+}
+
+// rollBack returns the partition to its durable state after a failed
+// journal fsync, unless that already happened (gen moved on).
+func (p *partition) rollBack(gen int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed || p.gen != gen {
+		return
+	}
+	if err := p.resetLocked(); err != nil {
+		p.set.logger.Error("rolling back after a failed journal fsync", "topic", p.topic, "partition", p.id, "err", err)
+	}
+}
+
+// syncSegment fsyncs the active segment, whatever the journal already made
+// durable: a journal checkpoint does this before deleting journal files.
+func (p *partition) syncSegment() error {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil
+	}
+	s := p.segs[len(p.segs)-1]
+	p.pinLocked(s)
+	p.mu.Unlock()
+	defer p.unpin(s)
+	if err := s.log.Sync(); err != nil {
+		return storageErr("fsync segment", err)
+	}
+	return nil
+}
+
+// replay appends a batch read back from the journal when it continues the
+// log; a batch the log holds already is skipped. Used while the broker
+// opens, before anything reads the partition.
+func (p *partition) replay(batch []byte) (bool, error) {
+	h, err := VerifyBatch(batch)
+	if err != nil {
+		p.set.logger.Error("skipping a damaged batch in the journal", "topic", p.topic, "partition", p.id, "err", err)
+		return false, nil
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	switch {
+	case h.LastOffset() < p.next:
+		return false, nil
+	case h.BaseOffset != p.next:
+		p.set.logger.Error("the journal holds a batch that does not continue the log", "topic", p.topic, "partition", p.id,
+			"batch_offset", h.BaseOffset, "log_end", p.next)
+		return false, nil
+	}
+	active := p.segs[len(p.segs)-1]
+	if p.needsRollLocked(active, h, p.set.now()) {
+		if err := p.rollLocked(); err != nil {
+			return false, err
+		}
+		active = p.segs[len(p.segs)-1]
+	}
+	if _, err := active.log.Write(batch); err != nil {
+		return false, storageErr("write segment", err)
+	}
+	pos := active.size
+	active.size += int64(len(batch))
+	if active.created == 0 {
+		active.created = p.set.now().UnixMilli()
+	}
+	active.noteBatch(h, pos, p.set.indexInterval)
+	p.producers.update(h)
+	p.next = h.LastOffset() + 1
+	p.durable, p.durablePos = p.next, active.size
+	p.hw, p.hwPos = p.next, active.size
+	return true, nil
 }
 
 // syncLocked fsyncs the active segment, dropping mu during the fsync so
@@ -435,6 +581,12 @@ func (p *partition) resetLocked() error {
 	if err := s.log.Truncate(p.durablePos); err != nil {
 		p.broken = err
 		return storageErr("truncate to durable position", err)
+	}
+	// The cut must be durable before other data takes those offsets: a
+	// crash must not bring back a rolled-back batch in their place.
+	if err := s.log.Sync(); err != nil {
+		p.broken = err
+		return storageErr("fsync truncated segment", err)
 	}
 	p.resetPoints = append(p.resetPoints, p.durable)
 	p.gen++

@@ -308,7 +308,7 @@ func (f *faultFS) OpenFile(name string, flag int, perm os.FileMode) (File, error
 	if err != nil {
 		return nil, err
 	}
-	return &faultFile{File: file, fs: f, log: strings.HasSuffix(name, logSuffix)}, nil
+	return &faultFile{File: file, fs: f, log: strings.HasSuffix(name, logSuffix) || strings.HasSuffix(name, journalSuffix)}, nil
 }
 
 func (f *faultFile) Write(p []byte) (int, error) {

@@ -1,0 +1,479 @@
+package broker
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+)
+
+// The journal is the broker's write-ahead log under SyncBeforeAck. Every
+// appended batch is written to its partition's segment and, in the same
+// order, to the journal; one fsync of the journal then makes the batches of
+// every partition durable at once, where each partition's segment would need
+// an fsync of its own (a write spread over eight partitions cost eight). The
+// segments are fsynced in the background, in a checkpoint each time the
+// journal file passes journalFileBytes, after which the journal files the
+// checkpoint covers are deleted. A clean Close fsyncs every segment and
+// deletes the journal.
+//
+// Opening the broker replays the journal into the partitions: a batch whose
+// offsets a partition's log already holds is skipped, one that continues
+// the log is appended (a machine crash lost it from the segment, which
+// recovery cut back to its last whole batch), and a gap is reported.
+//
+// File format: a 16-byte header (magic "RJNL", version 1, and the number
+// of bytes of the previous journal file that are valid, -1 for all), then
+// records: uint32 length and uint32 CRC-32C of the rest, then the topic
+// name (uint16 length, bytes), the partition (int32) and the batch as
+// stored, base offset included. A file ends at its first short or damaged
+// record. After a failed write or fsync the journal starts a new file whose
+// header bounds the old one at what was last made durable, so records
+// written but never acknowledged are not replayed.
+
+const (
+	journalDir       = "journal"
+	journalSuffix    = ".journal"
+	journalMagic     = "RJNL"
+	journalHeader    = 16
+	journalRecHeader = 8
+	// journalFileBytes is the size at which the journal starts a new file
+	// and checkpoints the segments the old ones cover.
+	journalFileBytes = 64 << 20
+)
+
+// journalEntry is a batch written since the last journal fsync; the fsync
+// makes its partition durable through end.
+type journalEntry struct {
+	p      *partition
+	end    int64 // partition offset after the batch
+	endPos int64 // position in the partition's active segment after it
+	gen    int   // the partition's generation when it was written
+}
+
+type journal struct {
+	fs     FS
+	dir    string
+	logger *slog.Logger
+
+	// syncMu serialises fsyncs so concurrent waiters share one.
+	syncMu sync.Mutex
+
+	mu      sync.Mutex
+	f       File
+	num     int64 // number of the current file
+	size    int64 // bytes in the current file
+	synced  int64 // bytes of the current file known durable
+	pending []journalEntry
+	// broken is set after a failed write, truncate or fsync: the next
+	// append starts a new file bounding this one at synced.
+	broken error
+	buf    []byte
+	// dirty are the partitions written since the last rotation; old lists
+	// the files (and their partitions) awaiting a checkpoint.
+	dirty map[*partition]struct{}
+	old   []oldJournal
+
+	ckpt chan struct{}
+	stop chan struct{}
+	wg   sync.WaitGroup
+}
+
+type oldJournal struct {
+	num   int64
+	parts map[*partition]struct{}
+}
+
+func journalName(dir string, num int64) string {
+	return filepath.Join(dir, fmt.Sprintf("%020d%s", num, journalSuffix))
+}
+
+// listJournals returns the journal file numbers in dir, ascending.
+func listJournals(fsys FS, dir string) ([]int64, error) {
+	entries, err := fsys.ReadDir(dir)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, nil
+		}
+		return nil, err
+	}
+	var nums []int64
+	for _, e := range entries {
+		name, ok := strings.CutSuffix(e.Name(), journalSuffix)
+		if !ok {
+			continue
+		}
+		n, err := strconv.ParseInt(name, 10, 64)
+		if err != nil {
+			continue
+		}
+		nums = append(nums, n)
+	}
+	sort.Slice(nums, func(i, j int) bool { return nums[i] < nums[j] })
+	return nums, nil
+}
+
+// openJournal replays the journal files in dataDir into the partitions
+// that lookup finds, makes the replayed partitions durable, deletes the
+// replayed files and starts a new one.
+func openJournal(fsys FS, dataDir string, logger *slog.Logger, lookup func(topic string, part int32) *partition) (*journal, error) {
+	dir := filepath.Join(dataDir, journalDir)
+	if err := fsys.MkdirAll(dir, 0o755); err != nil {
+		return nil, storageErr("create journal dir", err)
+	}
+	nums, err := listJournals(fsys, dir)
+	if err != nil {
+		return nil, storageErr("list journal", err)
+	}
+	replayed := map[*partition]struct{}{}
+	for i, num := range nums {
+		limit := int64(-1)
+		if i+1 < len(nums) {
+			limit = readJournalBound(fsys, journalName(dir, nums[i+1]))
+		}
+		if err := replayJournal(fsys, journalName(dir, num), limit, logger, lookup, replayed); err != nil {
+			return nil, err
+		}
+	}
+	for p := range replayed {
+		if err := p.syncSegment(); err != nil {
+			return nil, err
+		}
+	}
+	j := &journal{fs: fsys, dir: dir, logger: logger, dirty: map[*partition]struct{}{},
+		ckpt: make(chan struct{}, 1), stop: make(chan struct{})}
+	next := int64(1)
+	if len(nums) > 0 {
+		next = nums[len(nums)-1] + 1
+	}
+	if err := j.startFile(next, -1); err != nil {
+		return nil, err
+	}
+	for _, num := range nums {
+		if err := fsys.Remove(journalName(dir, num)); err != nil {
+			return nil, storageErr("remove replayed journal", err)
+		}
+	}
+	if err := fsys.SyncDir(dir); err != nil {
+		return nil, storageErr("fsync journal dir", err)
+	}
+	j.wg.Add(1)
+	go j.checkpointLoop()
+	return j, nil
+}
+
+// readJournalBound reads the bound a journal file's header puts on the
+// previous file: -1 (none) when the header is missing or damaged.
+func readJournalBound(fsys FS, path string) int64 {
+	f, err := fsys.OpenFile(path, os.O_RDONLY, 0)
+	if err != nil {
+		return -1
+	}
+	defer f.Close()
+	var hdr [journalHeader]byte
+	if _, err := f.ReadAt(hdr[:], 0); err != nil || string(hdr[:4]) != journalMagic {
+		return -1
+	}
+	return int64(binary.BigEndian.Uint64(hdr[8:]))
+}
+
+func replayJournal(fsys FS, path string, limit int64, logger *slog.Logger, lookup func(string, int32) *partition, replayed map[*partition]struct{}) error {
+	f, err := fsys.OpenFile(path, os.O_RDONLY, 0)
+	if err != nil {
+		return storageErr("open journal", err)
+	}
+	defer f.Close()
+	size, err := fileSize(f)
+	if err != nil {
+		return storageErr("stat journal", err)
+	}
+	if limit >= 0 && limit < size {
+		size = limit
+	}
+	var hdr [journalHeader]byte
+	if size < journalHeader {
+		return nil
+	}
+	if _, err := f.ReadAt(hdr[:], 0); err != nil {
+		return storageErr("read journal", err)
+	}
+	if string(hdr[:4]) != journalMagic {
+		return fmt.Errorf("%w: %s is not a journal file", ErrCorruptBatch, path)
+	}
+	pos := int64(journalHeader)
+	var buf []byte
+	records, appended := 0, 0
+	for pos+journalRecHeader <= size {
+		var rh [journalRecHeader]byte
+		if _, err := f.ReadAt(rh[:], pos); err != nil {
+			return storageErr("read journal", err)
+		}
+		n := int64(binary.BigEndian.Uint32(rh[:4]))
+		if n < 6+BatchHeaderSize || pos+journalRecHeader+n > size {
+			break
+		}
+		if int64(cap(buf)) < n {
+			buf = make([]byte, n)
+		}
+		rec := buf[:n]
+		if _, err := f.ReadAt(rec, pos+journalRecHeader); err != nil {
+			return storageErr("read journal", err)
+		}
+		if crc32.Checksum(rec, castagnoli) != binary.BigEndian.Uint32(rh[4:]) {
+			break
+		}
+		tlen := int(binary.BigEndian.Uint16(rec))
+		if 2+tlen+4 > len(rec) {
+			break
+		}
+		topicName := string(rec[2 : 2+tlen])
+		part := int32(binary.BigEndian.Uint32(rec[2+tlen:]))
+		batch := rec[2+tlen+4:]
+		pos += journalRecHeader + n
+		records++
+		p := lookup(topicName, part)
+		if p == nil {
+			continue
+		}
+		did, err := p.replay(batch)
+		if err != nil {
+			return err
+		}
+		if did {
+			appended++
+			replayed[p] = struct{}{}
+		}
+	}
+	if pos < size {
+		logger.Warn("journal ends in a torn or damaged record; the rest was never acknowledged", "file", path, "valid_bytes", pos, "ignored_bytes", size-pos)
+	}
+	if appended > 0 {
+		logger.Warn("restored batches from the journal that the segments had lost", "file", path, "records", records, "restored", appended)
+	}
+	return nil
+}
+
+// startFile creates journal file num, whose header bounds the previous
+// file at prevValid bytes (-1: all of it).
+func (j *journal) startFile(num, prevValid int64) error {
+	path := journalName(j.dir, num)
+	f, err := j.fs.OpenFile(path, os.O_CREATE|os.O_TRUNC|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return storageErr("create journal", err)
+	}
+	var hdr [journalHeader]byte
+	copy(hdr[:], journalMagic)
+	binary.BigEndian.PutUint32(hdr[4:], 1)
+	binary.BigEndian.PutUint64(hdr[8:], uint64(prevValid))
+	if _, err := f.Write(hdr[:]); err != nil {
+		_ = f.Close()
+		_ = j.fs.Remove(path)
+		return storageErr("write journal header", err)
+	}
+	if err := f.Sync(); err != nil {
+		_ = f.Close()
+		_ = j.fs.Remove(path)
+		return storageErr("fsync journal", err)
+	}
+	if err := j.fs.SyncDir(j.dir); err != nil {
+		_ = f.Close()
+		_ = j.fs.Remove(path)
+		return storageErr("fsync journal dir", err)
+	}
+	j.f, j.num, j.size, j.synced, j.broken = f, num, journalHeader, journalHeader, nil
+	return nil
+}
+
+// add writes a batch p just appended (its offsets ending at end, its
+// segment at endPos). Called with p.mu held, so each partition's records
+// are in its log order.
+func (j *journal) add(p *partition, batch []byte, end, endPos int64) error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.broken != nil {
+		// The current file may hold records that were never made durable:
+		// the next file's header tells recovery to ignore them.
+		old := j.f
+		prevNum, prevValid := j.num, j.synced
+		if err := j.startFile(j.num+1, prevValid); err != nil {
+			return err
+		}
+		_ = old.Close()
+		j.old = append(j.old, oldJournal{num: prevNum, parts: j.dirty})
+		j.dirty = map[*partition]struct{}{}
+	}
+	n := 2 + len(p.topic) + 4 + len(batch)
+	buf := j.buf[:0]
+	buf = binary.BigEndian.AppendUint32(buf, uint32(n))
+	buf = binary.BigEndian.AppendUint32(buf, 0)
+	buf = binary.BigEndian.AppendUint16(buf, uint16(len(p.topic)))
+	buf = append(buf, p.topic...)
+	buf = binary.BigEndian.AppendUint32(buf, uint32(p.id))
+	buf = append(buf, batch...)
+	binary.BigEndian.PutUint32(buf[4:], crc32.Checksum(buf[journalRecHeader:], castagnoli))
+	if cap(buf) <= 4<<20 {
+		j.buf = buf
+	}
+	if _, err := j.f.Write(buf); err != nil {
+		if terr := j.f.Truncate(j.size); terr != nil {
+			j.broken = terr
+		}
+		return storageErr("write journal", err)
+	}
+	j.size += int64(len(buf))
+	j.pending = append(j.pending, journalEntry{p: p, end: end, endPos: endPos, gen: p.gen})
+	j.dirty[p] = struct{}{}
+	return nil
+}
+
+// sync makes every record written so far durable and advances the
+// partitions they belong to. After a failed fsync those partitions roll
+// back to their durable state, as after a failed segment fsync.
+func (j *journal) sync() error {
+	j.syncMu.Lock()
+	defer j.syncMu.Unlock()
+	j.mu.Lock()
+	if j.broken != nil {
+		err := j.broken
+		j.mu.Unlock()
+		return storageErr("journal", err)
+	}
+	if j.size == j.synced {
+		j.mu.Unlock()
+		return nil
+	}
+	f, upTo, entries := j.f, j.size, j.pending
+	j.pending = nil
+	j.mu.Unlock()
+
+	err := f.Sync()
+
+	j.mu.Lock()
+	if err != nil {
+		// Writes after upTo are in the pending list too: roll all back.
+		entries = append(entries, j.pending...)
+		j.pending = nil
+		j.broken = err
+	} else {
+		j.synced = upTo
+	}
+	rotate := err == nil && j.size >= journalFileBytes
+	if rotate {
+		// The old file is fsynced once more, under mu, so that the records
+		// written since upTo are durable before the new file starts.
+		if serr := j.f.Sync(); serr != nil {
+			entries = append(entries, j.pending...)
+			j.pending = nil
+			j.broken = serr
+			err = serr
+		} else {
+			entries = append(entries, j.pending...)
+			j.pending = nil
+			j.synced = j.size
+			old := j.f
+			if rerr := j.startFile(j.num+1, -1); rerr != nil {
+				// Stay on the old file; the next sync tries again.
+				j.logger.Warn("starting a new journal file failed", "err", rerr)
+			} else {
+				_ = old.Close()
+				j.old = append(j.old, oldJournal{num: j.num - 1, parts: j.dirty})
+				j.dirty = map[*partition]struct{}{}
+				select {
+				case j.ckpt <- struct{}{}:
+				default:
+				}
+			}
+		}
+	}
+	j.mu.Unlock()
+
+	if err != nil {
+		for _, e := range entries {
+			e.p.rollBack(e.gen)
+		}
+		return storageErr("fsync journal", err)
+	}
+	for _, e := range entries {
+		e.p.markDurable(e)
+	}
+	return nil
+}
+
+// checkpointLoop fsyncs the segments that rotated-out journal files cover,
+// then deletes those files.
+func (j *journal) checkpointLoop() {
+	defer j.wg.Done()
+	for {
+		select {
+		case <-j.stop:
+			return
+		case <-j.ckpt:
+		}
+		if err := j.checkpoint(); err != nil {
+			j.logger.Error("journal checkpoint failed; will retry at the next one", "err", err)
+		}
+	}
+}
+
+func (j *journal) checkpoint() error {
+	j.mu.Lock()
+	old := j.old
+	j.mu.Unlock()
+	if len(old) == 0 {
+		return nil
+	}
+	parts := map[*partition]struct{}{}
+	for _, o := range old {
+		for p := range o.parts {
+			parts[p] = struct{}{}
+		}
+	}
+	for p := range parts {
+		if err := p.syncSegment(); err != nil {
+			return err
+		}
+	}
+	for _, o := range old {
+		if err := j.fs.Remove(journalName(j.dir, o.num)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return storageErr("remove journal", err)
+		}
+	}
+	if err := j.fs.SyncDir(j.dir); err != nil {
+		return storageErr("fsync journal dir", err)
+	}
+	j.mu.Lock()
+	j.old = j.old[len(old):]
+	j.mu.Unlock()
+	return nil
+}
+
+// close stops the checkpointer. When clean (every partition closed with its
+// segments fsynced), the journal files are no longer needed and are
+// removed; otherwise they stay for the next open to replay.
+func (j *journal) close(clean bool) error {
+	close(j.stop)
+	j.wg.Wait()
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	err := j.f.Close()
+	if !clean {
+		return err
+	}
+	nums, lerr := listJournals(j.fs, j.dir)
+	if lerr != nil {
+		return errors.Join(err, storageErr("list journal", lerr))
+	}
+	for _, num := range nums {
+		if rerr := j.fs.Remove(journalName(j.dir, num)); rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
+			err = errors.Join(err, storageErr("remove journal", rerr))
+		}
+	}
+	return errors.Join(err, j.fs.SyncDir(j.dir))
+}

@@ -1,0 +1,172 @@
+package broker
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// powerLoss copies a live broker's data directory into a new one as a
+// machine crash would leave it: each partition's active segment loses what
+// was written since it was created, as none was fsynced since (no
+// checkpoint ran), while the journal keeps what its fsyncs covered. Older
+// segments were fsynced when they rolled.
+func powerLoss(t *testing.T, dir string) string {
+	t.Helper()
+	crashed := t.TempDir()
+	if out, err := exec.Command("cp", "-a", dir+"/.", crashed).CombinedOutput(); err != nil {
+		t.Fatalf("copy: %v: %s", err, out)
+	}
+	_ = os.Remove(filepath.Join(crashed, "LOCK"))
+	parts, err := filepath.Glob(filepath.Join(crashed, "topics", "*", "*"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, pdir := range parts {
+		bases, _, err := listSegmentBases(OSFS{}, pdir, false)
+		if err != nil || len(bases) == 0 {
+			t.Fatalf("segments of %s: %v %v", pdir, bases, err)
+		}
+		if err := os.Truncate(segmentName(pdir, bases[len(bases)-1], logSuffix), 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return crashed
+}
+
+func values(t *testing.T, b *Broker, topic string, part int32) []string {
+	t.Helper()
+	var vals []string
+	for _, r := range readAll(t, b, topic, part) {
+		vals = append(vals, string(r.Value))
+	}
+	return vals
+}
+
+func TestJournalRestoresWhatSegmentsLost(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	b := openTest(t, dir, nil)
+	mustCreate(t, b, "j", TopicConfig{Partitions: 4})
+	var wg sync.WaitGroup
+	for p := int32(0); p < 4; p++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 25; i++ {
+				batch := EncodeBatch(int64(10+p), 0, int32(i*3), recs(fmt.Sprintf("p%d-b%d", p, i), 3))
+				if _, err := b.Append(context.Background(), "j", p, batch); err != nil {
+					t.Errorf("append: %v", err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	want := map[int32][]string{}
+	for p := int32(0); p < 4; p++ {
+		want[p] = values(t, b, "j", p)
+		if len(want[p]) != 75 {
+			t.Fatalf("partition %d holds %d records before the crash, want 75", p, len(want[p]))
+		}
+	}
+
+	crashed := powerLoss(t, dir)
+	// A torn record at the journal's end: written, never acknowledged.
+	nums, err := listJournals(OSFS{}, filepath.Join(crashed, journalDir))
+	if err != nil || len(nums) != 1 {
+		t.Fatalf("journal files %v, %v", nums, err)
+	}
+	f, err := os.OpenFile(journalName(filepath.Join(crashed, journalDir), nums[0]), os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Write([]byte{0, 0, 1, 0, 9, 9, 9, 9, 1, 2, 3}); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+
+	r := openTest(t, crashed, nil)
+	for p := int32(0); p < 4; p++ {
+		if got := values(t, r, "j", p); strings.Join(got, ",") != strings.Join(want[p], ",") {
+			t.Fatalf("partition %d after the crash holds %v, want %v", p, got, want[p])
+		}
+		// Producer state came back too: the last batch is a duplicate.
+		res := mustAppend(t, r, "j", p, EncodeBatch(int64(10+p), 0, 24*3, recs(fmt.Sprintf("p%d-b24", p), 3)))
+		if !res.Duplicate || res.BaseOffset != 72 {
+			t.Fatalf("partition %d: retried last batch answered %+v, want a duplicate at 72", p, res)
+		}
+	}
+	// The replayed journal is gone; the segments hold everything now.
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if nums, _ := listJournals(OSFS{}, filepath.Join(crashed, journalDir)); len(nums) != 0 {
+		t.Fatalf("journal files left after a clean close: %v", nums)
+	}
+	again := openTest(t, crashed, nil)
+	if got := values(t, again, "j", 3); len(got) != 75 {
+		t.Fatalf("partition 3 holds %d records after reopening, want 75", len(got))
+	}
+}
+
+// After a failed journal fsync the batches written since the last good
+// fsync are rolled back and their offsets reused; a crash must not bring
+// the rolled-back batches back from the old journal file.
+func TestJournalBoundsFileAfterFailedFsync(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	ffs := &faultFS{}
+	b := openTest(t, dir, func(o *Options) { o.FS = ffs })
+	mustCreate(t, b, "f", TopicConfig{})
+	mustAppend(t, b, "f", 0, EncodeBatch(9, 0, 0, recs("a", 2)))
+	ffs.failSync.Store(true)
+	if _, err := b.Append(context.Background(), "f", 0, EncodeBatch(100, 0, 0, recs("x", 2))); err == nil {
+		t.Fatal("append acknowledged despite a failed fsync")
+	}
+	ffs.failSync.Store(false)
+	mustAppend(t, b, "f", 0, EncodeBatch(9, 0, 2, recs("b", 2)))
+	want := "a-v0,a-v1,b-v0,b-v1"
+	if got := strings.Join(values(t, b, "f", 0), ","); got != want {
+		t.Fatalf("log holds %s, want %s", got, want)
+	}
+	r := openTest(t, powerLoss(t, dir), nil)
+	if got := strings.Join(values(t, r, "f", 0), ","); got != want {
+		t.Fatalf("after the crash the log holds %s, want %s", got, want)
+	}
+}
+
+// A journal file past journalFileBytes is rotated and, once the segments
+// are fsynced, deleted.
+func TestJournalCheckpoint(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	b := openTest(t, dir, nil)
+	mustCreate(t, b, "c", TopicConfig{Partitions: 2})
+	big := make([]Record, 1)
+	big[0] = Record{Key: []byte("k"), Value: make([]byte, 512<<10)}
+	for i := 0; i < (journalFileBytes/(512<<10))+8; i++ {
+		mustAppend(t, b, "c", int32(i%2), EncodeBatch(-1, -1, -1, big))
+	}
+	jdir := filepath.Join(dir, journalDir)
+	deadline := 200
+	for ; deadline > 0; deadline-- {
+		nums, err := listJournals(OSFS{}, jdir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(nums) == 1 && nums[0] > 1 {
+			break
+		}
+		if deadline == 1 {
+			t.Fatalf("journal files %v: the full file was not checkpointed", nums)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
