@@ -54,6 +54,7 @@ type runFlags struct {
 	retain          time.Duration
 	pruneInterval   time.Duration
 	cpuProfile      string
+	ackInterval     time.Duration
 }
 
 func (f *runFlags) register(fs *flag.FlagSet) {
@@ -68,6 +69,7 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.partitions, "partitions", 8, "partition count of topics created on first use")
 	fs.IntVar(&f.maxMessageBytes, "max-message-bytes", 1<<20, "largest event (key + payload + headers); larger ones go to the dead letters")
 	fs.StringVar(&f.fsync, "fsync", "always", "embedded broker durability: always (fsync before acknowledging) or interval (unsafe: a machine crash can lose acknowledged events)")
+	fs.DurationVar(&f.ackInterval, "ack-interval", 10*time.Millisecond, "shortest time between two acknowledgement transactions (deleting published rows, saving the position); 0 commits each batch's at once")
 	fs.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 30*time.Second, "on SIGTERM, how long the in-flight batch may take to finish")
 	fs.StringVar(&f.kafkaAddr, "kafka-addr", "127.0.0.1:9092", "embedded broker: Kafka protocol listener address (empty disables)")
 	fs.StringVar(&f.kafkaAdvertised, "kafka-advertised-addr", "", "embedded broker: host:port Kafka clients are told to connect to (default: the address they reached)")
@@ -99,6 +101,8 @@ func (f *runFlags) validate() error {
 		return usagef("--prune-interval must be positive")
 	case f.pollInterval <= 0:
 		return usagef("--poll-interval must be positive")
+	case f.ackInterval < 0 || f.ackInterval > time.Minute:
+		return usagef("--ack-interval %v: must be 0..1m", f.ackInterval)
 	case f.maxMessageBytes < 1:
 		return usagef("--max-message-bytes must be positive")
 	case f.fsync != "always" && f.fsync != "interval":
@@ -149,6 +153,15 @@ func runRelay(ctx context.Context, stdio IO, args []string) error {
 		defer stop()
 	}
 	return f.serve(ctx, log)
+}
+
+// ackInterval maps the flag's 0 (no wait) to the Config's negative: a zero
+// Config field means the default.
+func ackInterval(d time.Duration) time.Duration {
+	if d == 0 {
+		return -1
+	}
+	return d
 }
 
 // startCPUProfile profiles the process until the returned stop is called.
@@ -211,6 +224,7 @@ func (f *runFlags) serve(ctx context.Context, log *slog.Logger) error {
 		BatchSize:       f.batchSize,
 		MaxMessageBytes: f.maxMessageBytes,
 		ShutdownTimeout: f.shutdownTimeout,
+		AckInterval:     ackInterval(f.ackInterval),
 		Retain:          f.retain,
 		PruneInterval:   f.pruneInterval,
 		Logger:          log,

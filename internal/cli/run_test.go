@@ -47,6 +47,7 @@ func TestRunRejectsBadFlags(t *testing.T) {
 		{"--sink", "kafka"},
 		{"--batch-size", "0"},
 		{"--fsync", "never"},
+		{"--ack-interval", "-1s"},
 		{"--kafka-addr", "no-port"},
 		{"--log-level", "loud"},
 	} {
