@@ -11,6 +11,7 @@
 //	DIR/LOCK                     flock held by the open Broker
 //	DIR/meta.json                topics and configs, producer id allocation
 //	DIR/groups/offsets.log       committed consumer group offsets
+//	DIR/journal/NNN.journal      write-ahead journal (SyncBeforeAck)
 //	DIR/topics/T/P/              one directory per partition P of topic T
 //	    00000000000000000000.log        segment: record batches
 //	    00000000000000000000.index      sparse offset index
@@ -69,6 +70,10 @@
 // file is fsynced. Under fsync-before-ack no acknowledged batch can be in
 // the cut part: an append is acknowledged only after the fsync that covered
 // it, and the high watermark (what consumers can read) follows the fsyncs.
+// Under SyncBeforeAck the fsync that acknowledged a batch may have been the
+// journal's, not the segment's: the journal is then replayed into the
+// partitions (see Durability), restoring whatever a power loss took from
+// the active segments.
 //
 // # Producer state (.snapshot)
 //
@@ -91,19 +96,37 @@
 //
 // # Durability and group commit
 //
-// With SyncBeforeAck (the default) Append writes under the partition lock,
-// then waits for an fsync that covers its bytes; one fsync runs at a time per
-// partition and every append written before it started is covered, so
-// concurrent appenders share fsyncs. A failed write is truncated away before
-// the error returns. A failed fsync rolls the partition back to its last
-// durable position (the kernel may have dropped the dirty pages), rebuilds
+// With SyncBeforeAck (the default) Append writes the batch to its segment
+// and, in the same order, to the broker-wide journal, under the partition
+// lock, then waits for a journal fsync that covers it. One journal fsync
+// runs at a time and covers every append written before it started, to any
+// partition: concurrent appenders share fsyncs, and a producer writing to
+// eight partitions pays one fsync, not eight. Segments are fsynced in a
+// checkpoint each time the journal file passes 64 MiB, after which the
+// journal files it covers are deleted; a segment is also fsynced when it
+// rolls and on close. A clean Close removes the journal. On open the
+// journal is replayed: a batch whose offsets the partition holds is
+// skipped, one that continues the log is appended, and the restored
+// partitions are fsynced before the replayed files are deleted.
+//
+// Journal files start with "RJNL", uint32 version (1) and int64 bound: the
+// number of valid bytes of the previous journal file (-1: all). Records
+// follow: uint32 length | uint32 CRC32C of the rest | uint16 topic length |
+// topic | int32 partition | the batch as stored. A file ends at its first
+// short or damaged record.
+//
+// A failed write is truncated away before the error returns. A failed fsync
+// rolls the partitions concerned back to their last durable position (the
+// kernel may have dropped the dirty pages), fsyncs the truncation, rebuilds
 // producer state from disk, and fails every append not yet covered; appends
-// resume once the disk works again. AppendAsync splits Append into the
-// write and a wait for the covering fsync, so a caller (the protocol
-// server, per connection) can write its next batch while the previous one
-// is being fsynced; its result may be acknowledged only once the wait
-// returned nil. SyncIntervalUnsafe acknowledges after the write and fsyncs
-// on an interval: a crash can lose acknowledged data.
+// resume once the disk works again, in a new journal file whose bound
+// excludes the records that were rolled back. AppendAsync splits Append into
+// the write and a wait for the covering fsync, so a caller (the protocol
+// server, per connection; the relay's sink, per batch) can write its next
+// batch while the previous one is being fsynced; its result may be
+// acknowledged only once the wait returned nil. SyncIntervalUnsafe
+// acknowledges after the write and fsyncs each partition on an interval,
+// without a journal: a crash can lose acknowledged data.
 //
 // # Consumer group offsets (groups/offsets.log)
 //
