@@ -374,13 +374,28 @@ func (r *recordReader) varint() int64 {
 	if r.err != nil {
 		return 0
 	}
-	v, n := binary.Varint(r.b)
+	v, n := varint(r.b)
 	if n <= 0 {
 		r.err = errShortRecord
 		return 0
 	}
 	r.b = r.b[n:]
 	return v
+}
+
+// varint is binary.Varint with the one- and two-byte values, which are
+// most fields of a record (timestamp and offset deltas, lengths, header
+// counts), decoded inline: walking a produced batch's records costs about
+// half as much.
+func varint(b []byte) (int64, int) {
+	if len(b) > 0 && b[0] < 0x80 {
+		return int64(b[0]>>1) ^ -int64(b[0]&1), 1
+	}
+	if len(b) > 1 && b[1] < 0x80 {
+		u := uint64(b[0]&0x7f) | uint64(b[1])<<7
+		return int64(u>>1) ^ -int64(u&1), 2
+	}
+	return binary.Varint(b)
 }
 
 func (r *recordReader) bytes() []byte {
@@ -514,7 +529,7 @@ func walkRecords(h BatchHeader, body []byte, needKeys bool) error {
 // walkRecord checks one record as decodeRecord does and returns its size,
 // offset delta and whether its key is null.
 func walkRecord(b []byte, h BatchHeader) (int, int64, bool, error) {
-	length, n := binary.Varint(b)
+	length, n := varint(b)
 	if n <= 0 || length < 0 || length > int64(len(b)-n) {
 		return 0, 0, false, errShortRecord
 	}
