@@ -2,6 +2,7 @@ package cdc
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -18,11 +19,39 @@ type relation struct {
 	outbox bool
 	names  []string
 	oids   []uint32
-	// Indexes into a tuple's columns.
-	id, eventID, topic, key, payload, headers, createdAt int
+	// at holds each field's index into a tuple's columns; field, the other
+	// way round, each column's field or -1 for a column the relay ignores.
+	at    [numFields]int
+	field []int8
+	// fast is true when every field has the type the migrations give it,
+	// so the fast decoder can read the inserts.
+	fast bool
 }
 
-var requiredColumns = []string{"id", "event_id", "topic", "key", "payload", "headers", "created_at"}
+// The outbox columns the relay reads, in the order of requiredColumns.
+const (
+	fieldID = iota
+	fieldEventID
+	fieldTopic
+	fieldKey
+	fieldPayload
+	fieldHeaders
+	fieldCreatedAt
+	numFields
+)
+
+var requiredColumns = [numFields]string{"id", "event_id", "topic", "key", "payload", "headers", "created_at"}
+
+// fastTypes are the column types the fast decoder reads, per field.
+var fastTypes = [numFields][]uint32{
+	fieldID:        {pgtype.Int8OID},
+	fieldEventID:   {pgtype.UUIDOID},
+	fieldTopic:     {pgtype.TextOID, pgtype.VarcharOID},
+	fieldKey:       {pgtype.TextOID, pgtype.VarcharOID},
+	fieldPayload:   {pgtype.ByteaOID},
+	fieldHeaders:   {pgtype.JSONBOID, pgtype.JSONOID},
+	fieldCreatedAt: {pgtype.TimestamptzOID},
+}
 
 // newRelation reads a relation message. A relation other than
 // <schema>.events is recorded as not the outbox, and its rows are ignored.
@@ -37,60 +66,65 @@ func newRelation(m *pglogrepl.RelationMessage, schema string) (*relation, error)
 		index[c.Name] = i
 		r.names = append(r.names, c.Name)
 		r.oids = append(r.oids, c.DataType)
+		r.field = append(r.field, -1)
 	}
-	for _, name := range requiredColumns {
-		if _, ok := index[name]; !ok {
+	r.fast = true
+	for f, name := range requiredColumns {
+		i, ok := index[name]
+		if !ok {
 			return nil, fmt.Errorf("cdc: the outbox table %s.events has no column %q in the replication stream", schema, name)
 		}
+		r.at[f], r.field[i] = i, int8(f)
+		r.fast = r.fast && slices.Contains(fastTypes[f], r.oids[i])
 	}
-	r.id, r.eventID, r.topic, r.key = index["id"], index["event_id"], index["topic"], index["key"]
-	r.payload, r.headers, r.createdAt = index["payload"], index["headers"], index["created_at"]
 	return r, nil
 }
 
-// decoder turns tuples into events. It holds a pgtype.Map, which is not
-// safe for concurrent use.
+// decoder turns inserts into events. It has two paths: insert (insert.go)
+// reads the message bytes directly for the column types and value forms
+// the outbox has; event, through pglogrepl's tuple and a pgtype.Map, reads
+// everything else. It is not safe for concurrent use.
 type decoder struct {
 	types *pgtype.Map
 }
 
 func newDecoder() *decoder { return &decoder{types: pgtype.NewMap()} }
 
-// event decodes one inserted tuple. Every returned slice is a copy: the
-// tuple's bytes belong to the connection's receive buffer.
+// event decodes one inserted tuple through pgtype. Every returned slice is
+// a copy: the tuple's bytes belong to the connection's receive buffer.
 func (d *decoder) event(r *relation, t *pglogrepl.TupleData) (relay.Event, error) {
 	var e relay.Event
 	if t == nil || len(t.Columns) != len(r.oids) {
 		return e, fmt.Errorf("cdc: insert tuple has %d columns, the relation has %d", columnCount(t), len(r.oids))
 	}
-	if err := d.scan(r, t, r.id, &e.ID); err != nil {
+	if err := d.scan(r, t, r.at[fieldID], &e.ID); err != nil {
 		return e, err
 	}
 	var id pgtype.UUID
-	if err := d.scan(r, t, r.eventID, &id); err != nil {
+	if err := d.scan(r, t, r.at[fieldEventID], &id); err != nil {
 		return e, err
 	}
 	e.EventID = id.String()
-	if err := d.scan(r, t, r.topic, &e.Topic); err != nil {
+	if err := d.scan(r, t, r.at[fieldTopic], &e.Topic); err != nil {
 		return e, err
 	}
 	var key *string
-	if err := d.scan(r, t, r.key, &key); err != nil {
+	if err := d.scan(r, t, r.at[fieldKey], &key); err != nil {
 		return e, err
 	}
 	if key != nil {
 		e.Key = []byte(*key)
 	}
-	if err := d.scanBytes(r, t, r.payload, &e.Payload); err != nil {
+	if err := d.scanBytes(r, t, r.at[fieldPayload], &e.Payload); err != nil {
 		return e, err
 	}
-	headers, err := jsonText(r.oids[r.headers], t.Columns[r.headers])
+	headers, err := jsonText(r.oids[r.at[fieldHeaders]], t.Columns[r.at[fieldHeaders]])
 	if err != nil {
 		return e, err
 	}
 	e.Headers = headers
 	var created time.Time
-	if err := d.scan(r, t, r.createdAt, &created); err != nil {
+	if err := d.scan(r, t, r.at[fieldCreatedAt], &created); err != nil {
 		return e, err
 	}
 	e.CreatedAt = created

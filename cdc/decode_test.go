@@ -73,6 +73,10 @@ func TestDecodeTextAndBinaryInAnyColumnOrder(t *testing.T) {
 			!bytes.Equal(e.Payload, []byte{0, 1, 0xff, '\\'}) || string(e.Headers) != `{"a": "b"}` || !e.CreatedAt.Equal(created) {
 			t.Fatalf("format %d: decoded %+v", format, e)
 		}
+		fast, err := d.insert(r, insertMessage(1, td))
+		if err != nil || !sameEvent(fast, e) {
+			t.Fatalf("format %d: insert decoded %+v, %v; event %+v", format, fast, err, e)
+		}
 		// The event must not share memory with the receive buffer.
 		for _, c := range td.Columns {
 			for i := range c.Data {

@@ -34,6 +34,21 @@
 // Columns are mapped by name from the relation message; values are decoded
 // by type from text or binary tuple data.
 //
+// # Decoding inserts
+//
+// Inserts are read straight from the message bytes, not through
+// pglogrepl's tuples and pgtype (which allocate per column and per value):
+// the seven columns the relay uses are parsed by strict parsers of the
+// forms the server prints (int8, canonical uuid, ISO timestamptz, hex
+// bytea, json text, or their binary forms), and each event's bytes are
+// copied into one allocation, because events outlive the receive buffer.
+// A value in another form (a year past 9999, a 'Z' offset, escape-format
+// bytea) or a column of another type than the migrations' sends the
+// message through pglogrepl and pgtype, which decode (or refuse) it as
+// they did before. Infinite and BC creation times are errors. Every other
+// message (BEGIN, COMMIT, RELATION, logical messages) goes through
+// pglogrepl.
+//
 // # What is confirmed when
 //
 // The flush position of standby status updates, which becomes the slot's

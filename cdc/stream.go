@@ -270,6 +270,12 @@ func (r *reader) stream(ctx context.Context, conn *pgconn.PgConn) error {
 // handle applies one pgoutput message.
 func (r *reader) handle(data []byte) error {
 	s := r.s
+	if relID, ok := insertRelationID(data); ok {
+		return r.insert(relID, data)
+	}
+	if len(data) == 0 {
+		return &permanentError{errors.New("cdc: an empty pgoutput message")}
+	}
 	msg, err := pglogrepl.Parse(data)
 	if err != nil {
 		return &permanentError{fmt.Errorf("cdc: decoding a pgoutput message: %w", err)}
@@ -286,29 +292,6 @@ func (r *reader) handle(data []byte) error {
 		s.mu.Lock()
 		s.inTx = true
 		s.mu.Unlock()
-	case *pglogrepl.InsertMessage:
-		rel, ok := r.rels[m.RelationID]
-		if !ok {
-			return &permanentError{fmt.Errorf("cdc: insert into relation %d before its relation message", m.RelationID)}
-		}
-		if !rel.outbox {
-			return nil
-		}
-		pos := relay.Position{Major: r.txMajor, Minor: r.txIndex}
-		r.txIndex++
-		if !r.skipBelow.Less(pos) {
-			return nil
-		}
-		e, err := r.decode.event(rel, m.Tuple)
-		if err != nil {
-			return &permanentError{err}
-		}
-		e.Position = pos
-		e.CommittedAt = r.txCommitted
-		s.mu.Lock()
-		s.pushLocked(e)
-		s.mu.Unlock()
-		r.skipBelow = pos
 	case *pglogrepl.CommitMessage:
 		s.mu.Lock()
 		if s.open != nil && s.open.major == r.txMajor {
@@ -331,6 +314,35 @@ func (r *reader) handle(data []byte) error {
 			s.mu.Unlock()
 		}
 	}
+	return nil
+}
+
+// insert queues the event of an Insert message, if it is an insert into
+// the outbox not delivered yet.
+func (r *reader) insert(relID uint32, data []byte) error {
+	rel, ok := r.rels[relID]
+	if !ok {
+		return &permanentError{fmt.Errorf("cdc: insert into relation %d before its relation message", relID)}
+	}
+	if !rel.outbox {
+		return nil
+	}
+	pos := relay.Position{Major: r.txMajor, Minor: r.txIndex}
+	r.txIndex++
+	if !r.skipBelow.Less(pos) {
+		return nil
+	}
+	e, err := r.decode.insert(rel, data)
+	if err != nil {
+		return &permanentError{err}
+	}
+	e.Position = pos
+	e.CommittedAt = r.txCommitted
+	s := r.s
+	s.mu.Lock()
+	s.pushLocked(e)
+	s.mu.Unlock()
+	r.skipBelow = pos
 	return nil
 }
 
