@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/outboxrelay/relay/internal/broker"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -19,26 +20,76 @@ import (
 
 const benchPartitions = 6
 
-// benchTarget is a Kafka endpoint with a fresh topic.
+// benchTarget is a Kafka endpoint with a fresh topic. produceOnly marks a
+// target that cannot be consumed from.
 type benchTarget struct {
-	name  string
-	start func(b *testing.B, topic string) string
+	name        string
+	start       func(b *testing.B, topic string) string
+	produceOnly bool
 }
 
+// benchTargets are the servers compared, each serving the same kgo clients
+// with the same options and records in the same process:
+//
+//   - relay: the embedded broker with its default durability: a produce
+//     response waits for an fsync of the batches it acknowledges.
+//   - relay-interval: the same broker with SyncIntervalUnsafe (acknowledged
+//     after the write, fsynced every second), the setting closest to kfake.
+//   - kfake: franz-go's in-memory fake cluster, which never fsyncs.
+//   - noop: kfake answering every Produce with success without looking at
+//     or storing the batches, the rate of the producing clients themselves
+//     (what no server can beat); produce only.
 var benchTargets = []benchTarget{
-	{"relay", func(b *testing.B, topic string) string {
+	{name: "relay", start: func(b *testing.B, topic string) string {
 		f := setup(b, nil)
 		f.createTopic(b, topic, benchPartitions)
 		return f.addr
 	}},
-	{"kfake", func(b *testing.B, topic string) string {
-		c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(benchPartitions, topic))
-		if err != nil {
-			b.Fatalf("kfake: %v", err)
-		}
-		b.Cleanup(c.Close)
-		return c.ListenAddrs()[0]
+	{name: "relay-interval", start: func(b *testing.B, topic string) string {
+		f := setupBroker(b, broker.Options{Sync: broker.SyncIntervalUnsafe}, nil)
+		f.createTopic(b, topic, benchPartitions)
+		return f.addr
 	}},
+	{name: "kfake", start: func(b *testing.B, topic string) string {
+		_, addr := newKfake(b, topic)
+		return addr
+	}},
+	{name: "noop", produceOnly: true, start: func(b *testing.B, topic string) string {
+		c, addr := newKfake(b, topic)
+		var mu sync.Mutex
+		next := map[int32]int64{}
+		c.ControlKey(kmsg.Produce.Int16(), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+			c.KeepControl()
+			req := kreq.(*kmsg.ProduceRequest)
+			resp := req.ResponseKind().(*kmsg.ProduceResponse)
+			mu.Lock()
+			defer mu.Unlock()
+			for _, rt := range req.Topics {
+				t := kmsg.NewProduceResponseTopic()
+				t.Topic, t.TopicID = rt.Topic, rt.TopicID
+				for _, rp := range rt.Partitions {
+					p := kmsg.NewProduceResponseTopicPartition()
+					p.Partition, p.BaseOffset = rp.Partition, next[rp.Partition]
+					if len(rp.Records) >= 61 {
+						next[rp.Partition] += int64(binary.BigEndian.Uint32(rp.Records[57:]))
+					}
+					t.Partitions = append(t.Partitions, p)
+				}
+				resp.Topics = append(resp.Topics, t)
+			}
+			return resp, nil, true
+		})
+		return addr
+	}},
+}
+
+func newKfake(b *testing.B, topic string) (*kfake.Cluster, string) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(benchPartitions, topic))
+	if err != nil {
+		b.Fatalf("kfake: %v", err)
+	}
+	b.Cleanup(c.Close)
+	return c, c.ListenAddrs()[0]
 }
 
 // benchPayload makes the records of a workload: record i is records(i).
@@ -80,14 +131,18 @@ var benchPayloads = []benchPayload{
 }
 
 // BenchmarkProduceConsume measures kgo's produce rate (idempotent,
-// acks=all, snappy: the defaults) and consume rate against this server
-// and, with the same clients, options and records, against franz-go's
-// kfake cluster. fetch-raw reads the same log with bare Fetch requests
-// through kgo, counting records from the batch headers instead of
-// decompressing and decoding them: the rate a server can serve when the
-// consumer's own decoding is not what limits it. clients=N splits the work over N kgo clients (producers
-// each send b.N/N records; consumers each read their share of the
-// partitions), so that one client's own CPU does not cap both servers.
+// acks=all, snappy: the defaults) and consume rate against each of
+// benchTargets, with the same clients, options and records. fetch-raw
+// reads the same log with bare Fetch requests through kgo, counting records
+// from the batch headers instead of decompressing and decoding them: the
+// rate a server can serve when the consumer's own decoding is not what
+// limits it. clients=N splits the work over N kgo clients (producers each
+// send b.N/N records; consumers each read their share of the partitions),
+// so that one client's own CPU does not cap both servers.
+//
+// The clients run in the same process as the servers and share the
+// machine's cores with them, so a rate is bounded by the clients' own CPU:
+// noop shows that bound for produce. Compare targets within one run.
 //
 //	go test -run '^$' -bench ProduceConsume -benchtime 1000000x -count 3 ./internal/broker/protocol/
 func BenchmarkProduceConsume(b *testing.B) {
@@ -100,6 +155,9 @@ func BenchmarkProduceConsume(b *testing.B) {
 						addr := target.start(b, "bench")
 						benchProduce(b, addr, payload.records(size), size, clients)
 					})
+					if target.produceOnly {
+						continue
+					}
 					b.Run("consume/"+name, func(b *testing.B) {
 						addr := target.start(b, "bench")
 						benchConsume(b, addr, payload.records(size), size, clients)

@@ -34,8 +34,16 @@ func (w testWriter) Write(p []byte) (int, error) {
 // stopped in t.Cleanup. cfg may adjust the server's Config.
 func setup(t testing.TB, cfg func(*Config)) *fixture {
 	t.Helper()
+	return setupBroker(t, broker.Options{}, cfg)
+}
+
+// setupBroker is setup with broker options (Dir, JanitorInterval and
+// Logger are set here).
+func setupBroker(t testing.TB, opts broker.Options, cfg func(*Config)) *fixture {
+	t.Helper()
 	ctx := context.Background()
-	b, err := broker.Open(ctx, broker.Options{Dir: t.TempDir(), JanitorInterval: -1, Logger: testLogger(t)})
+	opts.Dir, opts.JanitorInterval, opts.Logger = t.TempDir(), -1, testLogger(t)
+	b, err := broker.Open(ctx, opts)
 	if err != nil {
 		t.Fatalf("open broker: %v", err)
 	}
