@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"runtime/debug"
+	"sync"
 
 	"github.com/twmb/franz-go/pkg/kbin"
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -56,7 +57,19 @@ type request struct {
 	// at an unsupported version).
 	resp kmsg.Response
 	err  error
+	// frame, when set, is the pooled buffer req was decoded from, to go
+	// back to framePool once req is handled.
+	frame *[]byte
 }
+
+// framePool holds *[]byte frames of Produce requests, the only large
+// requests whose decoded form is done with once handled (their batches are
+// in the log by then); recycling them keeps produced bytes from feeding
+// the garbage collector, which shares the cores with everything else.
+var framePool = sync.Pool{New: func() any { b := make([]byte, 0, 64<<10); return &b }}
+
+// maxPooledFrame keeps a rare huge request from pinning memory.
+const maxPooledFrame = 4 << 20
 
 // errBadRequest marks input that ends the connection.
 var errBadRequest = errors.New("protocol: bad request")
@@ -111,6 +124,9 @@ func (s *Server) serveConn(ctx context.Context, nc net.Conn) {
 		if resp == nil {
 			var err error
 			resp, wait, release, err = s.handle(ctx, c, r)
+			if r.frame != nil {
+				framePool.Put(r.frame)
+			}
 			if err != nil {
 				if ctx.Err() == nil {
 					s.log.Debug("closing kafka connection", "remote", nc.RemoteAddr().String(), "api", kmsg.NameForKey(r.key), "err", err)
@@ -176,11 +192,25 @@ func (c *conn) readRequest(br *bufio.Reader) request {
 	if n < 8 || int(n) > c.s.cfg.MaxFrameBytes {
 		return request{err: fmt.Errorf("%w: frame of %d bytes (limit %d)", errBadRequest, n, c.s.cfg.MaxFrameBytes)}
 	}
-	frame := make([]byte, n)
+	var pooled *[]byte
+	var frame []byte
+	if key, err := br.Peek(2); err == nil && int16(binary.BigEndian.Uint16(key)) == kmsg.Produce.Int16() && n <= maxPooledFrame {
+		pooled = framePool.Get().(*[]byte)
+		if cap(*pooled) < int(n) {
+			*pooled = make([]byte, n)
+		}
+		frame = (*pooled)[:n]
+	} else {
+		frame = make([]byte, n)
+	}
 	if _, err := io.ReadFull(br, frame); err != nil {
 		return request{err: err}
 	}
-	return decodeRequest(frame)
+	r := decodeRequest(frame)
+	if r.req != nil {
+		r.frame = pooled
+	}
+	return r
 }
 
 // decodeRequest parses one frame (without its size prefix). It never
