@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
+	"runtime/pprof"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -152,24 +153,36 @@ func BenchmarkProduceConsume(b *testing.B) {
 				for _, target := range benchTargets {
 					name := fmt.Sprintf("%dB/%s/clients=%d/%s", size, payload.name, clients, target.name)
 					b.Run("produce/"+name, func(b *testing.B) {
-						addr := target.start(b, "bench")
+						addr := startServer(b, target)
 						benchProduce(b, addr, payload.records(size), size, clients)
 					})
 					if target.produceOnly {
 						continue
 					}
 					b.Run("consume/"+name, func(b *testing.B) {
-						addr := target.start(b, "bench")
+						addr := startServer(b, target)
 						benchConsume(b, addr, payload.records(size), size, clients)
 					})
 					b.Run("fetch-raw/"+name, func(b *testing.B) {
-						addr := target.start(b, "bench")
+						addr := startServer(b, target)
 						benchFetchRaw(b, addr, payload.records(size), size, clients)
 					})
 				}
 			}
 		}
 	}
+}
+
+// startServer starts target under the pprof labels side=server and
+// server=<target>, which every goroutine the server starts inherits, so
+// that a CPU profile splits each server's CPU from the clients':
+// go tool pprof -tags, or -tagfocus side=server.
+func startServer(b *testing.B, target benchTarget) string {
+	var addr string
+	pprof.Do(context.Background(), pprof.Labels("side", "server", "server", target.name), func(context.Context) {
+		addr = target.start(b, "bench")
+	})
+	return addr
 }
 
 // produceN sends records [from, from+n) through cl and waits for all acks.
