@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"iter"
+	"slices"
 	"time"
 )
 
@@ -224,31 +225,43 @@ func appendBatchWithDeltas(dst []byte, opts BatchOptions, records []Record, delt
 			baseTS, maxTS = now, now
 		}
 	}
-	body := make([]byte, 0, 64*len(records))
-	for i := range records {
-		tsDelta := tsMillis(records[i].Timestamp, now) - baseTS
-		if opts.logAppendTime {
-			tsDelta = 0
-		}
-		body = appendRecord(body, &records[i], tsDelta, deltas[i])
-	}
 	attrs := int16(opts.Compression) & attrCompressionMask
 	if opts.logAppendTime {
 		attrs |= attrLogAppendTime
 	}
-	if opts.Compression != CompressionNone {
-		c, err := compress(opts.Compression, body)
+	start := len(dst)
+	var body []byte
+	if opts.Compression == CompressionNone {
+		// Records go straight after the header, in one allocation.
+		size := BatchHeaderSize
+		for i := range records {
+			size += maxRecordLen(&records[i])
+		}
+		dst = slices.Grow(dst, size)
+		dst = dst[:start+BatchHeaderSize]
+		for i := range records {
+			dst = appendRecord(dst, &records[i], recordTSDelta(&records[i], opts, now, baseTS), deltas[i])
+		}
+		body = dst[start+BatchHeaderSize:]
+	} else {
+		raw := make([]byte, 0, 64*len(records))
+		for i := range records {
+			raw = appendRecord(raw, &records[i], recordTSDelta(&records[i], opts, now, baseTS), deltas[i])
+		}
+		c, err := compress(opts.Compression, raw)
 		if err != nil {
 			return dst, err
 		}
 		body = c
+		dst = slices.Grow(dst, BatchHeaderSize+len(body))
+		dst = append(dst[:start+BatchHeaderSize], body...)
 	}
-	start := len(dst)
-	var hdr [BatchHeaderSize]byte
+	hdr := dst[start : start+BatchHeaderSize]
 	binary.BigEndian.PutUint64(hdr[batchOffsetPos:], uint64(opts.BaseOffset))
 	binary.BigEndian.PutUint32(hdr[batchLengthPos:], uint32(BatchHeaderSize-batchLogOverhead+len(body)))
 	binary.BigEndian.PutUint32(hdr[batchLeaderEpochPos:], 0xffffffff)
 	hdr[batchMagicPos] = 2
+	binary.BigEndian.PutUint32(hdr[batchCRCPos:], 0)
 	binary.BigEndian.PutUint16(hdr[batchAttrPos:], uint16(attrs))
 	binary.BigEndian.PutUint32(hdr[batchLastDeltaPos:], uint32(lastDelta))
 	binary.BigEndian.PutUint64(hdr[batchBaseTSPos:], uint64(baseTS))
@@ -257,11 +270,28 @@ func appendBatchWithDeltas(dst []byte, opts BatchOptions, records []Record, delt
 	binary.BigEndian.PutUint16(hdr[batchEpochPos:], uint16(opts.ProducerEpoch))
 	binary.BigEndian.PutUint32(hdr[batchBaseSeqPos:], uint32(opts.BaseSequence))
 	binary.BigEndian.PutUint32(hdr[batchCountPos:], uint32(len(records)))
-	dst = append(dst, hdr[:]...)
-	dst = append(dst, body...)
 	crc := crc32.Checksum(dst[start+batchAttrPos:], castagnoli)
 	binary.BigEndian.PutUint32(dst[start+batchCRCPos:], crc)
 	return dst, nil
+}
+
+func recordTSDelta(r *Record, opts BatchOptions, now, baseTS int64) int64 {
+	if opts.logAppendTime {
+		return 0
+	}
+	return tsMillis(r.Timestamp, now) - baseTS
+}
+
+// maxRecordLen bounds the encoded size of r, its length prefix included,
+// whatever its timestamp and offset deltas.
+func maxRecordLen(r *Record) int {
+	size := 1 + binary.MaxVarintLen64 + binary.MaxVarintLen32
+	size += bytesLen(r.Key) + bytesLen(r.Value)
+	size += varintLen(int64(len(r.Headers)))
+	for _, h := range r.Headers {
+		size += varintLen(int64(len(h.Key))) + len(h.Key) + bytesLen(h.Value)
+	}
+	return binary.MaxVarintLen32 + size
 }
 
 func tsMillis(t time.Time, now int64) int64 {
