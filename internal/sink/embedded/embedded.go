@@ -365,8 +365,13 @@ func (s *Sink) appendGroup(ctx context.Context, b *broker.Broker, g *group, msgs
 			return nil
 		}
 		records := make([]broker.Record, len(idx))
+		var nh int
+		for _, i := range idx {
+			nh += len(msgs[i].Headers)
+		}
+		headers := make([]broker.Header, 0, nh)
 		for j, i := range idx {
-			records[j] = toRecord(msgs[i])
+			records[j], headers = appendRecord(msgs[i], headers)
 		}
 		batch := broker.EncodeBatch(st.ProducerID, st.Epoch, wireSeq(seq), records)
 		_, wait, err := b.AppendAsync(ctx, g.key.topic, g.key.partition, batch)
@@ -461,11 +466,18 @@ func admissible(m relay.Message, cfg broker.TopicConfig) error {
 }
 
 func toRecord(m relay.Message) broker.Record {
-	hs := make([]broker.Header, len(m.Headers))
-	for h, mh := range m.Headers {
-		hs[h] = broker.Header{Key: mh.Key, Value: mh.Value}
+	r, _ := appendRecord(m, nil)
+	return r
+}
+
+// appendRecord converts m, its headers appended to (and aliasing) hs, so a
+// batch's headers take one allocation.
+func appendRecord(m relay.Message, hs []broker.Header) (broker.Record, []broker.Header) {
+	start := len(hs)
+	for _, mh := range m.Headers {
+		hs = append(hs, broker.Header{Key: mh.Key, Value: mh.Value})
 	}
-	return broker.Record{Timestamp: m.Timestamp, Key: m.Key, Value: m.Value, Headers: hs}
+	return broker.Record{Timestamp: m.Timestamp, Key: m.Key, Value: m.Value, Headers: hs[start:len(hs):len(hs)]}, hs
 }
 
 // wireSeq maps an unbounded sequence counter onto Kafka's int32 sequence,
