@@ -36,6 +36,12 @@
 //
 // # Decoding inserts
 //
+// From PostgreSQL 14 on, the reader asks pgoutput for values in binary
+// format (the "binary" option): the walsender then skips the types' output
+// functions (hex for bytea, date formatting) and sends bytea at half the
+// size, and the relay spends less decoding them. Earlier servers send
+// text, which is read as well.
+//
 // Inserts are read straight from the message bytes, not through
 // pglogrepl's tuples and pgtype (which allocate per column and per value):
 // the seven columns the relay uses are parsed by strict parsers of the

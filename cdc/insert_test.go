@@ -271,6 +271,21 @@ func TestInsertFraming(t *testing.T) {
 	}
 }
 
+func TestBinaryTuplesFromPostgreSQL14(t *testing.T) {
+	for v, want := range map[string]bool{
+		"15.18 (Debian 15.18-0+deb12u1)": true,
+		"14.0":                           true,
+		"17beta1":                        true,
+		"13.16":                          false,
+		"9.6.24":                         false,
+		"":                               false,
+	} {
+		if got := binaryTuples(v); got != want {
+			t.Errorf("binaryTuples(%q) = %v", v, got)
+		}
+	}
+}
+
 // BenchmarkDecodeInsert decodes one typical outbox insert (200-byte
 // payload, text format) from the message bytes, through the fast path and
 // through pglogrepl and pgtype as every insert was before.

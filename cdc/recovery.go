@@ -226,8 +226,7 @@ LIMIT ` + strconv.Itoa(tablePage)
 
 	s.mu.Lock()
 	if s.open != nil {
-		s.open.closed = true
-		s.open = nil
+		s.closeOpenLocked()
 	}
 	if r.skipBelow.Major == major {
 		s.txs = append(s.txs, txMark{major: major, last: r.skipBelow.Minor, end: mk.lsn, marker: true})
@@ -266,8 +265,7 @@ func (r *reader) queueTableRow(ctx context.Context, e relay.Event, txid string, 
 	}
 	// One chunk per writing transaction, so Next keeps them whole.
 	if s.open != nil && txid != r.tableTxid {
-		s.open.closed = true
-		s.open = nil
+		s.closeOpenLocked()
 		s.notifyLocked()
 	}
 	s.pushLocked(e)

@@ -41,6 +41,9 @@ type Source struct {
 	queue  []*chunk
 	open   *chunk
 	queued int
+	// chunkHint is the room a new chunk starts with: the events of the
+	// last transaction received (less any Next took while it arrived).
+	chunkHint int
 	// txs are the transactions queued or delivered and not yet wholly
 	// acknowledged, in commit order.
 	txs []txMark
@@ -61,6 +64,9 @@ type Source struct {
 	// markerDone carries the consistent point of a finished table read, so
 	// the housekeeping goroutine marks its cdc_slots row done.
 	markerDone chan pglogrepl.LSN
+	// textTuples asks for text-format values even from servers that can
+	// send binary ones; tests set it to cover the text decoders.
+	textTuples bool
 }
 
 // chunk is the queued events of one transaction.
@@ -275,7 +281,13 @@ func (s *Source) take(max int) []relay.Event {
 	for len(s.queue) > 0 {
 		c := s.queue[0]
 		if c.closed && len(c.events) <= max-len(out) {
-			out = append(out, c.events...)
+			// The chunk leaves the queue, so its slice can be handed out
+			// rather than copied.
+			if len(out) == 0 {
+				out = c.events
+			} else {
+				out = append(out, c.events...)
+			}
 			s.queue[0] = nil
 			s.queue = s.queue[1:]
 			continue
@@ -286,8 +298,10 @@ func (s *Source) take(max int) []relay.Event {
 		if !c.closed && len(c.events) < max && s.queued < s.cfg.QueueSize {
 			break
 		}
+		// out is empty here: hand out the head of the chunk, capped so
+		// that an append to it cannot reach the events left queued.
 		n := min(len(c.events), max)
-		out = append(out, c.events[:n]...)
+		out = c.events[:n:n]
 		c.events = c.events[n:]
 		break
 	}

@@ -4,24 +4,58 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net/url"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/outboxrelay/relay/cdc"
 	"github.com/outboxrelay/relay/internal/pgtest"
 	"github.com/outboxrelay/relay/relay"
 )
 
+// TestStreamsEventFields reads every field of two inserts, with values in
+// binary format (the default from PostgreSQL 14) and in text format, the
+// latter from a session whose time zone is 5:30 east of UTC.
 func TestStreamsEventFields(t *testing.T) {
 	t.Parallel()
+	for _, text := range []bool{false, true} {
+		t.Run(fmt.Sprintf("text=%v", text), func(t *testing.T) {
+			t.Parallel()
+			streamsEventFields(t, text)
+		})
+	}
+}
+
+func streamsEventFields(t *testing.T, text bool) {
 	f := setup(t)
 	// Adding and dropping a column leaves the tuple with a hole, so a
 	// decoder that assumed the migration's column order would misread it.
 	f.exec(t, "ALTER TABLE outbox.events ADD COLUMN extra int")
 	f.exec(t, "ALTER TABLE outbox.events DROP COLUMN extra")
-	src := f.start(t, relay.Position{})
+	var src *cdc.Source
+	if text {
+		u, err := url.Parse(f.cfg.DatabaseURL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		q := u.Query()
+		q.Set("timezone", "Asia/Kolkata")
+		u.RawQuery = q.Encode()
+		f.cfg.DatabaseURL = u.String()
+		if src, err = cdc.New(f.cfg); err != nil {
+			t.Fatal(err)
+		}
+		cdc.UseTextTuples(src)
+		if err := src.Start(context.Background(), relay.Position{}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { src.Close(context.Background()) })
+	} else {
+		src = f.start(t, relay.Position{})
+	}
 	c := newCore(t, f.url, src, relay.Position{})
 
 	var eventID string

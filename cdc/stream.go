@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -152,13 +153,17 @@ func (r *reader) session(ctx context.Context, backoff *time.Duration) error {
 	s.mu.Lock()
 	s.flush = max(s.flush, st.confirmed)
 	s.mu.Unlock()
+	args := []string{
+		"proto_version '1'",
+		"publication_names '" + s.cfg.PublicationName + "'",
+		"messages 'true'",
+	}
+	if !s.textTuples && binaryTuples(conn.ParameterStatus("server_version")) {
+		args = append(args, "binary 'true'")
+	}
 	err = pglogrepl.StartReplication(ctx, conn, s.cfg.SlotName, 0, pglogrepl.StartReplicationOptions{
-		Mode: pglogrepl.LogicalReplication,
-		PluginArgs: []string{
-			"proto_version '1'",
-			"publication_names '" + s.cfg.PublicationName + "'",
-			"messages 'true'",
-		},
+		Mode:       pglogrepl.LogicalReplication,
+		PluginArgs: args,
 	})
 	if err != nil {
 		if st, serr := readSlot(ctx, pool, s.cfg.SlotName); serr == nil && (!st.exists || st.lost()) {
@@ -170,6 +175,21 @@ func (r *reader) session(ctx context.Context, backoff *time.Duration) error {
 	r.rels = map[uint32]*relation{}
 	s.log.Info("streaming from the replication slot", "after", r.skipBelow.String())
 	return r.stream(ctx, conn)
+}
+
+// binaryTuples reports whether pgoutput can send values in binary format
+// (PostgreSQL 14 and later): the walsender then skips the output functions
+// (hex for bytea, date formatting for timestamps) of every type that has a
+// send function, and sends bytea at half the size. Types without one still
+// come as text, which the decoder reads too. serverVersion is the
+// server_version the connection reported, say "15.18 (Debian ...)".
+func binaryTuples(serverVersion string) bool {
+	end := 0
+	for end < len(serverVersion) && isDigit(serverVersion[end]) {
+		end++
+	}
+	major, err := strconv.Atoi(serverVersion[:end])
+	return err == nil && major >= 14
 }
 
 // awaitRelease waits until the walsender pid no longer holds the slot, so
@@ -295,8 +315,7 @@ func (r *reader) handle(data []byte) error {
 	case *pglogrepl.CommitMessage:
 		s.mu.Lock()
 		if s.open != nil && s.open.major == r.txMajor {
-			s.open.closed = true
-			s.open = nil
+			s.closeOpenLocked()
 		}
 		if r.txMajor > r.lastMajor {
 			s.txs = append(s.txs, txMark{major: r.txMajor, last: r.txIndex - 1, empty: r.txIndex == 0, end: m.TransactionEndLSN})
@@ -349,7 +368,9 @@ func (r *reader) insert(relID uint32, data []byte) error {
 // pushLocked queues e in the chunk of its transaction.
 func (s *Source) pushLocked(e relay.Event) {
 	if s.open == nil || s.open.major != e.Position.Major {
-		s.open = &chunk{major: e.Position.Major}
+		// Transactions tend to be alike: start at the size of the last
+		// one rather than grow from nothing, copying events each time.
+		s.open = &chunk{major: e.Position.Major, events: make([]relay.Event, 0, max(s.chunkHint, 1))}
 		s.queue = append(s.queue, s.open)
 	}
 	s.open.events = append(s.open.events, e)
@@ -361,6 +382,17 @@ func (s *Source) pushLocked(e relay.Event) {
 		s.notifyLocked()
 	}
 }
+
+// closeOpenLocked marks the chunk of the transaction being received as
+// whole.
+func (s *Source) closeOpenLocked() {
+	s.chunkHint = min(len(s.open.events), maxChunkHint)
+	s.open.closed = true
+	s.open = nil
+}
+
+// maxChunkHint caps the room a transaction's chunk starts with.
+const maxChunkHint = 4096
 
 // wakeEvery is how many events of a transaction still arriving are queued
 // between two wake-ups of a waiting Next.

@@ -14,8 +14,8 @@ import (
 // Strict parsers for the outbox columns' values as pgoutput sends them:
 // text format as the walsender prints it (DateStyle ISO, bytea_output hex,
 // both set on the replication connection), or binary format (the types'
-// send functions). They do not allocate, except where noted, and never
-// keep a reference to their input: the caller copies what it keeps.
+// send functions). They allocate nothing but their errors, and keep no
+// reference to their input: the caller copies what it keeps.
 //
 // errUnusual means a value is well formed for PostgreSQL but not in the
 // one shape the server emits for the outbox (a year past 9999, more than

@@ -1,0 +1,5 @@
+package cdc
+
+// UseTextTuples makes s ask pgoutput for values in text format, so the
+// tests cover the text decoders against a server that could send binary.
+func UseTextTuples(s *Source) { s.textTuples = true }
