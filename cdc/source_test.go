@@ -351,3 +351,23 @@ func TestFlushOnlyAfterAcknowledgement(t *testing.T) {
 		t.Fatalf("SlotLag = %d, %d, %v", lag, retained, err)
 	}
 }
+
+// TestColumnsOfDomainTypes: columns whose types are domains, which the
+// fast decoder leaves to pgtype, arrive whole in binary format.
+func TestColumnsOfDomainTypes(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.exec(t, "CREATE DOMAIN outbox.event_key AS text CHECK (VALUE <> '')")
+	f.exec(t, "CREATE DOMAIN outbox.event_payload AS bytea")
+	f.exec(t, "ALTER TABLE outbox.events ALTER COLUMN key TYPE outbox.event_key, ALTER COLUMN payload TYPE outbox.event_payload")
+	src := f.start(t, relay.Position{})
+	c := newCore(t, f.url, src, relay.Position{})
+	f.exec(t, `INSERT INTO outbox.events (topic, key, payload) VALUES ('orders', 'order-1', '\x00ff'::bytea), ('orders', NULL, NULL)`)
+	got := c.collect(2, 20*time.Second)
+	if got[0].Topic != "orders" || string(got[0].Key) != "order-1" || !bytes.Equal(got[0].Payload, []byte{0, 0xff}) {
+		t.Fatalf("first event = %+v", got[0])
+	}
+	if got[1].Key != nil || got[1].Payload != nil {
+		t.Fatalf("NULL key and payload arrived as %q, %q", got[1].Key, got[1].Payload)
+	}
+}
