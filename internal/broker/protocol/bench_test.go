@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -185,6 +186,25 @@ func startServer(b *testing.B, target benchTarget) string {
 	return addr
 }
 
+// processCPU is the CPU time the process (clients, server and runtime
+// together) has used so far.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// reportRates reports records/s since start, and cpu-ns/record: the
+// process's CPU time per record since cpu. With the same clients against
+// every target, the latter tells the servers' CPU cost apart even when
+// other work on the machine makes the rates noisy.
+func reportRates(b *testing.B, start time.Time, cpu time.Duration) {
+	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "records/s")
+	b.ReportMetric(float64(processCPU()-cpu)/float64(b.N), "cpu-ns/record")
+}
+
 // produceN sends records [from, from+n) through cl and waits for all acks.
 func produceN(b *testing.B, cl *kgo.Client, record func(int) *kgo.Record, from, n int) {
 	var wg sync.WaitGroup
@@ -232,9 +252,9 @@ func benchProduce(b *testing.B, addr string, record func(int) *kgo.Record, size,
 	produceAll(b, cls, record, 1000*clients) // warm up: metadata, producer ids, connections
 	b.SetBytes(int64(size))
 	b.ResetTimer()
-	start := time.Now()
+	start, cpu := time.Now(), processCPU()
 	produceAll(b, cls, record, b.N)
-	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "records/s")
+	reportRates(b, start, cpu)
 }
 
 func benchConsume(b *testing.B, addr string, record func(int) *kgo.Record, size, clients int) {
@@ -273,7 +293,7 @@ func benchConsume(b *testing.B, addr string, record func(int) *kgo.Record, size,
 	defer cancel()
 	b.SetBytes(int64(size))
 	b.ResetTimer()
-	start := time.Now()
+	start, cpu := time.Now(), processCPU()
 	var wg sync.WaitGroup
 	for _, s := range shares {
 		wg.Go(func() {
@@ -289,7 +309,7 @@ func benchConsume(b *testing.B, addr string, record func(int) *kgo.Record, size,
 		})
 	}
 	wg.Wait()
-	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "records/s")
+	reportRates(b, start, cpu)
 }
 
 // listEnds returns each partition's end offset, which is its record count
@@ -346,7 +366,7 @@ func benchFetchRaw(b *testing.B, addr string, record func(int) *kgo.Record, size
 	defer cancel()
 	b.SetBytes(int64(size))
 	b.ResetTimer()
-	start := time.Now()
+	start, cpu := time.Now(), processCPU()
 	var wg sync.WaitGroup
 	var total atomic.Int64
 	for c, cl := range cls {
@@ -402,5 +422,5 @@ func benchFetchRaw(b *testing.B, addr string, record func(int) *kgo.Record, size
 	if total.Load() != int64(b.N) {
 		b.Fatalf("fetched %d records, produced %d", total.Load(), b.N)
 	}
-	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "records/s")
+	reportRates(b, start, cpu)
 }
