@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -532,16 +533,111 @@ func (r *Relay) commitAcks(ctx context.Context, acks []ack) error {
 // outbox, where a later read of the table would publish it again. Rows
 // still missing after about 130 ms were deleted by someone else.
 func (r *Relay) removeRows(ctx context.Context, tx pgx.Tx, ids, archived []int64) error {
-	pending := ids
-	wait := time.Millisecond
+	if r.cfg.Retain > 0 {
+		return r.archiveRows(ctx, tx, ids, archived)
+	}
+	runs := idRunsOf(ids)
+	var removed int64
 	for attempt := 0; ; attempt++ {
-		var rows pgx.Rows
-		var err error
-		if r.cfg.Retain > 0 {
-			rows, err = tx.Query(ctx, r.replay.archive, pending, keepOrder(archived, pending))
-		} else {
-			rows, err = tx.Query(ctx, r.deleteSQL, pending)
+		n, err := r.deleteRuns(ctx, tx, runs)
+		if err != nil {
+			return err
 		}
+		removed += n
+		if removed >= int64(runs.count) {
+			return nil
+		}
+		if attempt == maxRemoveAttempts {
+			// Not a visibility delay (those last microseconds): someone
+			// else deleted the rows.
+			r.log.Warn("acknowledged rows were not in the outbox (deleted by someone else?)", "rows", int64(runs.count)-removed)
+			return nil
+		}
+		if err := sleepCtx(ctx, removeWait(attempt)); err != nil {
+			return err
+		}
+	}
+}
+
+// maxRemoveAttempts retries, with removeWait between them, last about
+// 130 ms.
+const maxRemoveAttempts = 7
+
+func removeWait(attempt int) time.Duration {
+	return min(time.Millisecond<<attempt, 100*time.Millisecond)
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// idRuns is a set of row ids as runs of consecutive ids, deleted by range
+// (an index range scan, about half the cost of looking each id up), and
+// the ids outside runs.
+type idRuns struct {
+	lo, hi  []int64
+	singles []int64
+	count   int
+}
+
+// minRun is the shortest run of consecutive ids deleted as a range.
+const minRun = 4
+
+func idRunsOf(ids []int64) idRuns {
+	sorted := slices.Clone(ids)
+	slices.Sort(sorted)
+	sorted = slices.Compact(sorted)
+	runs := idRuns{count: len(sorted)}
+	for i := 0; i < len(sorted); {
+		j := i + 1
+		for j < len(sorted) && sorted[j] == sorted[j-1]+1 {
+			j++
+		}
+		if j-i >= minRun {
+			runs.lo = append(runs.lo, sorted[i])
+			runs.hi = append(runs.hi, sorted[j-1])
+		} else {
+			runs.singles = append(runs.singles, sorted[i:j]...)
+		}
+		i = j
+	}
+	return runs
+}
+
+// deleteRuns deletes the rows of runs, returning how many it found. Every
+// id inside a run was published, so a range deletes nothing else.
+func (r *Relay) deleteRuns(ctx context.Context, tx pgx.Tx, runs idRuns) (int64, error) {
+	var n int64
+	if len(runs.lo) > 0 {
+		tag, err := tx.Exec(ctx, r.deleteRangesSQL, runs.lo, runs.hi)
+		if err != nil {
+			return 0, err
+		}
+		n += tag.RowsAffected()
+	}
+	if len(runs.singles) > 0 {
+		tag, err := tx.Exec(ctx, r.deleteSQL, runs.singles)
+		if err != nil {
+			return 0, err
+		}
+		n += tag.RowsAffected()
+	}
+	return n, nil
+}
+
+// archiveRows moves the acknowledged rows to the archive, retrying those
+// not visible yet as removeRows does.
+func (r *Relay) archiveRows(ctx context.Context, tx pgx.Tx, ids, archived []int64) error {
+	pending := ids
+	for attempt := 0; ; attempt++ {
+		rows, err := tx.Query(ctx, r.replay.archive, pending, keepOrder(archived, pending))
 		if err != nil {
 			return err
 		}
@@ -563,18 +659,13 @@ func (r *Relay) removeRows(ctx context.Context, tx pgx.Tx, ids, archived []int64
 			}
 		}
 		pending = rest
-		if attempt == 7 {
-			// About 130 ms: not a visibility delay (those last
-			// microseconds). Someone else deleted the rows.
+		if attempt == maxRemoveAttempts {
 			r.log.Warn("acknowledged rows were not in the outbox (deleted by someone else?)", "rows", len(pending), "ids", pending[:min(len(pending), 10)])
 			return nil
 		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(wait):
+		if err := sleepCtx(ctx, removeWait(attempt)); err != nil {
+			return err
 		}
-		wait = min(2*wait, 100*time.Millisecond)
 	}
 }
 

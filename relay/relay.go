@@ -153,8 +153,8 @@ type Relay struct {
 	role    atomic.Value // Role
 	lastErr atomic.Pointer[error]
 
-	deleteSQL, deadSQL, checkpointSQL, loadSQL, backlogSQL string
-	replay                                                 replaySQL
+	deleteSQL, deleteRangesSQL, deadSQL, checkpointSQL, loadSQL, backlogSQL string
+	replay                                                                  replaySQL
 	// published counts acknowledged live events, for the drain rate.
 	published atomic.Int64
 }
@@ -168,7 +168,9 @@ func New(cfg Config, source Source, sink Sink) (*Relay, error) {
 	ident := func(name string) string { return pgx.Identifier{cfg.Schema, name}.Sanitize() }
 	r := &Relay{
 		cfg: cfg, source: source, sink: sink, log: cfg.Logger, m: cfg.Metrics,
-		deleteSQL: `DELETE FROM ` + ident("events") + ` WHERE id = ANY($1::bigint[]) RETURNING id`,
+		deleteSQL: `DELETE FROM ` + ident("events") + ` WHERE id = ANY($1::bigint[])`,
+		deleteRangesSQL: `DELETE FROM ` + ident("events") + ` e USING unnest($1::bigint[], $2::bigint[]) AS r(lo, hi)
+WHERE e.id BETWEEN r.lo AND r.hi`,
 		deadSQL: `INSERT INTO ` + ident("dead_letters") + ` (event_row_id, event_id, topic, key, payload, headers, created_at, error)
 VALUES ($1, $2::uuid, $3, $4, $5, $6::text::jsonb, $7, $8)`,
 		checkpointSQL: `INSERT INTO ` + ident("checkpoints") + ` AS c (name, position_major, position_minor, sink_state, published, source, updated_at)
