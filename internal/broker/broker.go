@@ -579,7 +579,9 @@ func (b *Broker) Append(ctx context.Context, topicName string, part int32, batch
 // called: under SyncBeforeAck the high watermark only moves over data that
 // an fsync covered. Appends to a partition land in the order of their
 // AppendAsync calls, so a connection can write its next request while the
-// previous one's fsync runs, and concurrent waiters share fsyncs.
+// previous one's fsync runs, and concurrent waiters share fsyncs. The
+// broker keeps no reference to batch once AppendAsync returns: the caller
+// may reuse it.
 func (b *Broker) AppendAsync(ctx context.Context, topicName string, part int32, batch []byte) (AppendResult, func() error, error) {
 	if err := ctx.Err(); err != nil {
 		return AppendResult{}, nil, err

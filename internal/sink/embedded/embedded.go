@@ -80,7 +80,12 @@ type Sink struct {
 	// failure is the last Publish error, until a Publish succeeds; it
 	// survives restarts of the sink.
 	failure error
+	// enc is the encoding buffer, reused from batch to batch.
+	enc []byte
 }
+
+// maxEncodeBuffer is the largest encoding buffer kept for reuse.
+const maxEncodeBuffer = 8 << 20
 
 var _ relay.PipelinedSink = (*Sink)(nil)
 
@@ -373,7 +378,15 @@ func (s *Sink) appendGroup(ctx context.Context, b *broker.Broker, g *group, msgs
 		for j, i := range idx {
 			records[j], headers = appendRecord(msgs[i], headers)
 		}
-		batch := broker.EncodeBatch(st.ProducerID, st.Epoch, wireSeq(seq), records)
+		batch, err := broker.AppendBatch(s.enc[:0], broker.BatchOptions{ProducerID: st.ProducerID, ProducerEpoch: st.Epoch, BaseSequence: wireSeq(seq)}, records)
+		if err != nil {
+			return fmt.Errorf("embedded sink: encoding a batch: %w", err)
+		}
+		// The broker has written (and the journal copied) the batch when
+		// AppendAsync returns, so the buffer serves the next one.
+		if cap(batch) <= maxEncodeBuffer {
+			s.enc = batch
+		}
 		_, wait, err := b.AppendAsync(ctx, g.key.topic, g.key.partition, batch)
 		switch {
 		case err == nil:
