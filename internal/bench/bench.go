@@ -3,7 +3,8 @@
 // same run the baseline a reader cannot beat: for the polling reader, plain
 // SQL that reads and deletes the same rows in batches (DELETE ...
 // RETURNING); for the WAL reader, pg_recvlogical decoding the same WAL range
-// with pgoutput to /dev/null.
+// with pgoutput, with the relay's options (binary values from PostgreSQL 14
+// on), to /dev/null.
 //
 // Two modes:
 //   - backlog: every event is written first, then the relay starts and

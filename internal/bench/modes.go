@@ -158,15 +158,28 @@ func (e *env) recvlogicalBaseline(ctx context.Context, endLSN string, events int
 		return nil, err
 	}
 	e.cfg.Logger.Info("decoding the same WAL with pg_recvlogical")
+	// The same pgoutput options as the relay's reader: binary values
+	// from PostgreSQL 14 on, which spares the walsender the types' output
+	// functions.
+	var version int
+	if err := e.pool.QueryRow(ctx, "SELECT current_setting('server_version_num')::int").Scan(&version); err != nil {
+		return nil, err
+	}
+	args := []string{"-d", e.url, "--slot", "relay_bench_baseline", "--start", "--endpos", endLSN, "--no-loop",
+		"-o", "proto_version=1", "-o", "publication_names=relay_outbox", "-o", "messages=true", "-f", "/dev/null"}
+	name := "pg_recvlogical pgoutput to /dev/null"
+	if version >= 140000 {
+		args = append(args, "-o", "binary=true")
+		name += " (binary values, as the relay)"
+	}
 	start := time.Now()
-	cmd := exec.CommandContext(ctx, bin, "-d", e.url, "--slot", "relay_bench_baseline", "--start", "--endpos", endLSN,
-		"--no-loop", "-o", "proto_version=1", "-o", "publication_names=relay_outbox", "-f", "/dev/null")
+	cmd := exec.CommandContext(ctx, bin, args...)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("pg_recvlogical: %w: %s", err, out)
 	}
 	took := time.Since(start)
 	e.pool.Exec(context.WithoutCancel(ctx), "SELECT pg_drop_replication_slot('relay_bench_baseline')")
-	return &Baseline{Name: "pg_recvlogical pgoutput to /dev/null", Rate: float64(events) / took.Seconds()}, nil
+	return &Baseline{Name: name, Rate: float64(events) / took.Seconds()}, nil
 }
 
 func findRecvlogical() (string, error) {
