@@ -1,9 +1,11 @@
 package cdc
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"strconv"
 	"time"
 
@@ -470,6 +472,12 @@ func (s *Source) connectReplication(ctx context.Context) (*pgconn.PgConn, error)
 	if pc.ConnectTimeout == 0 {
 		pc.ConnectTimeout = 10 * time.Second
 	}
+	// pgconn reads the socket 8 KiB at a time: a read syscall per ~25
+	// messages of a busy stream. A larger buffer in front of it reads
+	// whatever the socket holds at once.
+	pc.BuildFrontend = func(r io.Reader, w io.Writer) *pgproto3.Frontend {
+		return pgproto3.NewFrontend(bufio.NewReaderSize(r, replicationReadBuffer), w)
+	}
 	pc.BuildContextWatcherHandler = func(c *pgconn.PgConn) ctxwatch.Handler {
 		return &pgconn.DeadlineContextWatcherHandler{Conn: c.Conn()}
 	}
@@ -482,6 +490,9 @@ func (s *Source) connectReplication(ctx context.Context) (*pgconn.PgConn, error)
 	}
 	return conn, nil
 }
+
+// replicationReadBuffer is the read buffer of the replication connection.
+const replicationReadBuffer = 256 << 10
 
 // scrubbedError keeps the cause of a connection failure for errors.Is
 // while its message holds no password.
