@@ -2,7 +2,6 @@ package protocol
 
 import (
 	"context"
-	"sync"
 
 	"github.com/outboxrelay/relay/internal/broker"
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -12,11 +11,11 @@ import (
 // handleProduce appends each partition's record batch as sent (compressed
 // batches are stored as they are) and returns the response together with
 // wait, which blocks until those appends are durable under the broker's
-// sync policy and records any failure in the response; the fsyncs start
-// at once, overlapping each other and those of earlier requests. The connection writes the response only after wait, so
-// with acks=1 and acks=-1 alike a success means durable; meanwhile the next
-// request on the connection is already being written to the log. acks=0
-// gets no response, but wait still runs.
+// sync policy and records any failure in the response. The connection
+// writes the response only after wait, so with acks=1 and acks=-1 alike a
+// success means durable; meanwhile the next request on the connection is
+// already being written to the log. acks=0 gets no response, but wait
+// still runs.
 func (s *Server) handleProduce(ctx context.Context, req *kmsg.ProduceRequest) (kmsg.Response, func()) {
 	resp := req.ResponseKind().(*kmsg.ProduceResponse)
 	var code int16
@@ -57,20 +56,18 @@ func (s *Server) handleProduce(ctx context.Context, req *kmsg.ProduceRequest) (k
 		}
 	}
 
-	finish := func(w pending) {
-		if err := w.wait(); err != nil {
-			setProduceError(w.p, err)
+	// One wait after another, in the writer: under SyncBeforeAck the
+	// broker's journal makes every partition's appends durable with one
+	// fsync, so the first wait's fsync covers the batches of the others
+	// (and of any request appended meanwhile), which then return at once;
+	// a goroutine per partition would only queue for that same fsync.
+	wait := func() {
+		for _, w := range waits {
+			if err := w.wait(); err != nil {
+				setProduceError(w.p, err)
+			}
 		}
 	}
-	// The waits start now rather than when the writer reaches this
-	// response: the fsyncs of this request then overlap those of the
-	// requests before it (on other partitions) and queue up for the group
-	// commit on the same partitions, instead of running one after another.
-	var wg sync.WaitGroup
-	for _, w := range waits {
-		wg.Go(func() { finish(w) })
-	}
-	wait := wg.Wait
 	if req.Acks == 0 {
 		return nil, wait
 	}

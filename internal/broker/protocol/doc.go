@@ -37,14 +37,14 @@
 // Produce appends each partition's record batch v2 through
 // broker.AppendAsync, as sent (compressed batches stay compressed). acks 1
 // and -1 are answered after the broker's sync policy made every batch of
-// the request durable (the partitions' fsyncs overlap); acks 0 gets no
-// response. A connection's responses are written by a writer goroutine in
-// request order, so while one produce request waits for its fsync the next
-// one is already appended: an idempotent producer's five in-flight
-// requests share fsyncs, and each partition still sees the batches in the
-// order they were sent. Idempotent
-// producers get ids from InitProducerId; the broker deduplicates and orders
-// their batches. Transactions are not supported: a transactional id is
+// the request durable (under SyncBeforeAck one fsync of the broker's
+// journal covers all its partitions); acks 0 gets no response. A
+// connection's responses are written by a writer goroutine in request
+// order, so while one produce request waits for its fsync the next one is
+// already appended: an idempotent producer's five in-flight requests share
+// fsyncs, and each partition still sees the batches in the order they were
+// sent. Idempotent producers get ids from InitProducerId; the broker
+// deduplicates and orders their batches. Transactions are not supported: a transactional id is
 // refused with INVALID_REQUEST.
 //
 // Fetch serves the stored batches byte for byte, bounded by each
