@@ -298,10 +298,19 @@ func (j *journal) add(p *partition, batch []byte, end, endPos int64) error {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	if j.broken != nil {
-		// The current file may hold records that were never made durable:
-		// the next file's header tells recovery to ignore them.
+		// The current file may hold records that were never made durable
+		// (and, after a failed truncate, a torn one): the next file's
+		// header bounds it at what is durable. Records still waiting for
+		// an fsync are made durable first, or stay waiting, for a sync to
+		// roll back.
 		old := j.f
 		prevNum, prevValid := j.num, j.synced
+		if len(j.pending) > 0 {
+			if err := old.Sync(); err != nil {
+				return storageErr("fsync journal", err)
+			}
+			prevValid = j.size
+		}
 		if err := j.startFile(j.num+1, prevValid); err != nil {
 			return err
 		}
@@ -341,11 +350,17 @@ func (j *journal) sync() error {
 	defer j.syncMu.Unlock()
 	j.mu.Lock()
 	if j.broken != nil {
-		err := j.broken
+		// Records written before the failure cannot be made durable in
+		// this file: their partitions roll back.
+		err, entries := j.broken, j.pending
+		j.pending = nil
 		j.mu.Unlock()
+		for _, e := range entries {
+			e.p.rollBack(e.gen)
+		}
 		return storageErr("journal", err)
 	}
-	if j.size == j.synced {
+	if j.size == j.synced && len(j.pending) == 0 {
 		j.mu.Unlock()
 		return nil
 	}
