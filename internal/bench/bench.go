@@ -55,7 +55,10 @@ type Config struct {
 	RelayBinary string
 	// RelayArgs are extra `relay run` flags.
 	RelayArgs []string
-	Logger    *slog.Logger
+	// Runs repeats the measurement in the same environment (default 1):
+	// on a shared machine the median of a few runs says more than one.
+	Runs   int
+	Logger *slog.Logger
 }
 
 // WithDefaults fills unset fields.
@@ -83,6 +86,9 @@ func (c Config) WithDefaults() Config {
 		if c.Backlog {
 			c.EventsPerTx = 1000
 		}
+	}
+	if c.Runs <= 0 {
+		c.Runs = 1
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -140,20 +146,34 @@ type Baseline struct {
 	Ratio float64 `json:"relay_to_baseline"`
 }
 
-// Run executes one bench run. When ctx ends early it returns what was
-// measured with Interrupted set.
-func Run(ctx context.Context, cfg Config) (Result, error) {
+// Run executes cfg.Runs bench runs in one environment, one Result each.
+// When ctx ends early it returns what was measured, the last Result with
+// Interrupted set.
+func Run(ctx context.Context, cfg Config) ([]Result, error) {
 	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
-		return Result{}, err
+		return nil, err
 	}
 	env, err := newEnv(ctx, cfg)
 	if err != nil {
-		return Result{}, err
+		return nil, err
 	}
 	defer env.close()
-	if cfg.Backlog {
-		return env.backlog(ctx)
+	var out []Result
+	for i := 0; i < cfg.Runs; i++ {
+		if i > 0 {
+			cfg.Logger.Info("next run", "run", i+1, "of", cfg.Runs)
+		}
+		var res Result
+		if cfg.Backlog {
+			res, err = env.backlog(ctx)
+		} else {
+			res, err = env.live(ctx)
+		}
+		out = append(out, res)
+		if err != nil || res.Interrupted {
+			return out, err
+		}
 	}
-	return env.live(ctx)
+	return out, nil
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -32,7 +33,8 @@ func runBench(ctx context.Context, stdio IO, args []string) error {
 	fs.BoolVar(&cfg.Backlog, "backlog", false, "write everything first, then start the relay (replay after an outage)")
 	baseline := fs.Bool("baseline", true, "with --backlog, also run the baseline on the same data")
 	relayArgs := fs.String("relay-args", "", "extra `relay run` flags, space-separated")
-	asJSON := fs.Bool("json", false, "print JSON instead of a table")
+	fs.IntVar(&cfg.Runs, "runs", 1, "repeat the measurement this many times in the same environment and report each and the median")
+	asJSON := fs.Bool("json", false, "print JSON instead of a table (an array with --runs above 1)")
 	if err := parse(fs, args, stdio, false); err != nil {
 		return err
 	}
@@ -44,32 +46,64 @@ func runBench(ctx context.Context, stdio IO, args []string) error {
 	}
 	cfg.RelayBinary = exe
 	cfg.Logger = (&runFlags{logFormat: "text", logLevel: "info"}).logger(stdio)
-	res, err := bench.Run(ctx, cfg)
-	if err != nil && !res.Interrupted {
+	results, err := bench.Run(ctx, cfg)
+	if err != nil && (len(results) == 0 || !results[len(results)-1].Interrupted) {
 		return err
 	}
 	if *asJSON {
 		enc := json.NewEncoder(stdio.Stdout)
 		enc.SetIndent("", "  ")
-		return enc.Encode(res)
+		if len(results) == 1 {
+			return enc.Encode(results[0])
+		}
+		return enc.Encode(results)
 	}
-	printBench(stdio.Stdout, res)
+	printBench(stdio.Stdout, results)
 	return nil
 }
 
-func printBench(w io.Writer, r bench.Result) {
-	if r.Interrupted {
-		fmt.Fprintln(w, "interrupted: figures cover the part that ran")
+func printBench(w io.Writer, results []bench.Result) {
+	for _, r := range results {
+		if r.Interrupted {
+			fmt.Fprintln(w, "interrupted: figures cover the part that ran")
+		}
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
 	ms := func(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d)/float64(time.Millisecond)) }
 	fmt.Fprintf(tw, "mode\tsource\tsink\tevents\twritten/s\tpublished/s\tlatency from\tp50\tp90\tp99\tmax\trelay RSS peak\trelay CPU\t\n")
-	fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%.0f\t%.0f\t%s\t%s\t%s\t%s\t%s\t%.1f MiB\t%.1f s\t\n",
-		r.Mode, r.Source, r.Sink, r.Published, r.WriteRate, r.PublishRate, r.LatencyFrom,
-		ms(r.LatencyP50), ms(r.LatencyP90), ms(r.LatencyP99), ms(r.LatencyMax),
-		float64(r.RSSPeakBytes)/(1<<20), r.CPUSeconds)
-	tw.Flush()
-	if b := r.Baseline; b != nil {
-		fmt.Fprintf(w, "baseline: %s: %.0f events/s; relay/baseline = %.2f\n", b.Name, b.Rate, b.Ratio)
+	for _, r := range results {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%.0f\t%.0f\t%s\t%s\t%s\t%s\t%s\t%.1f MiB\t%.1f s\t\n",
+			r.Mode, r.Source, r.Sink, r.Published, r.WriteRate, r.PublishRate, r.LatencyFrom,
+			ms(r.LatencyP50), ms(r.LatencyP90), ms(r.LatencyP99), ms(r.LatencyMax),
+			float64(r.RSSPeakBytes)/(1<<20), r.CPUSeconds)
 	}
+	tw.Flush()
+	var ratios []float64
+	for _, r := range results {
+		if b := r.Baseline; b != nil {
+			fmt.Fprintf(w, "baseline: %s: %.0f events/s; relay/baseline = %.2f\n", b.Name, b.Rate, b.Ratio)
+			ratios = append(ratios, b.Ratio)
+		}
+	}
+	if len(ratios) > 1 {
+		slices.Sort(ratios)
+		fmt.Fprintf(w, "relay/baseline over %d runs: median %.2f, min %.2f, max %.2f\n", len(ratios), median(ratios), ratios[0], ratios[len(ratios)-1])
+	}
+	if len(results) > 1 && results[0].Mode == "live" {
+		p99 := make([]float64, len(results))
+		for i, r := range results {
+			p99[i] = float64(r.LatencyP99) / float64(time.Millisecond)
+		}
+		slices.Sort(p99)
+		fmt.Fprintf(w, "p99 over %d runs: median %.2f ms, min %.2f, max %.2f\n", len(p99), median(p99), p99[0], p99[len(p99)-1])
+	}
+}
+
+// median of sorted values.
+func median(sorted []float64) float64 {
+	n := len(sorted)
+	if n%2 == 1 {
+		return sorted[n/2]
+	}
+	return (sorted[n/2-1] + sorted[n/2]) / 2
 }

@@ -2,6 +2,7 @@ package cli_test
 
 import (
 	"encoding/json"
+	"slices"
 	"testing"
 
 	"github.com/outboxrelay/relay/internal/bench"
@@ -22,6 +23,7 @@ func TestBenchRuns(t *testing.T) {
 	}{
 		{"poll backlog", []string{"--source", "poll", "--backlog", "--events", "3000"}, true},
 		{"cdc backlog", []string{"--source", "cdc", "--backlog", "--events", "3000"}, true},
+		{"cdc backlog, two runs", []string{"--source", "cdc", "--backlog", "--events", "2000", "--runs", "2"}, true},
 		{"poll live", []string{"--source", "poll", "--events", "1000", "--rate", "2000", "--writers", "2"}, false},
 		{"kafka sink live", []string{"--sink", "kafka", "--relay-args", "--kafka-brokers " + kafkaCluster.Addrs()[0] + " --kafka-create-topics",
 			"--events", "1000", "--rate", "2000", "--writers", "2"}, false},
@@ -30,21 +32,36 @@ func TestBenchRuns(t *testing.T) {
 		if r.code != 0 {
 			t.Fatalf("%s: exit %d: %s", tc.name, r.code, r.stderr)
 		}
-		var res bench.Result
-		if err := json.Unmarshal([]byte(r.stdout), &res); err != nil {
-			t.Fatalf("%s: output is not JSON: %v\n%s", tc.name, err, r.stdout)
+		var results []bench.Result
+		if slices.Contains(tc.args, "--runs") {
+			if err := json.Unmarshal([]byte(r.stdout), &results); err != nil || len(results) != 2 {
+				t.Fatalf("%s: output is not a JSON array of 2 runs: %v\n%s", tc.name, err, r.stdout)
+			}
+		} else {
+			var res bench.Result
+			if err := json.Unmarshal([]byte(r.stdout), &res); err != nil {
+				t.Fatalf("%s: output is not JSON: %v\n%s", tc.name, err, r.stdout)
+			}
+			results = append(results, res)
 		}
-		if res.Published != res.Events || res.Written != res.Events || res.PublishRate <= 0 {
-			t.Fatalf("%s: %+v: want every event written and published", tc.name, res)
+		for _, res := range results {
+			checkBenchResult(t, tc.name, tc.base, res)
 		}
-		if res.RSSPeakBytes <= 0 || res.CPUSeconds < 0 {
-			t.Fatalf("%s: relay resources not measured: %+v", tc.name, res)
-		}
-		if tc.base && (res.Baseline == nil || res.Baseline.Rate <= 0 || res.Baseline.Ratio <= 0) {
-			t.Fatalf("%s: baseline missing: %+v", tc.name, res.Baseline)
-		}
-		if !tc.base && res.LatencyP99 <= 0 {
-			t.Fatalf("%s: no latency measured: %+v", tc.name, res)
-		}
+	}
+}
+
+func checkBenchResult(t *testing.T, name string, base bool, res bench.Result) {
+	t.Helper()
+	if res.Published != res.Events || res.Written != res.Events || res.PublishRate <= 0 {
+		t.Fatalf("%s: %+v: want every event written and published", name, res)
+	}
+	if res.RSSPeakBytes <= 0 || res.CPUSeconds < 0 {
+		t.Fatalf("%s: relay resources not measured: %+v", name, res)
+	}
+	if base && (res.Baseline == nil || res.Baseline.Rate <= 0 || res.Baseline.Ratio <= 0) {
+		t.Fatalf("%s: baseline missing: %+v", name, res.Baseline)
+	}
+	if !base && res.LatencyP99 <= 0 {
+		t.Fatalf("%s: no latency measured: %+v", name, res)
 	}
 }
