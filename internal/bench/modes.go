@@ -45,6 +45,11 @@ func (e *env) backlog(ctx context.Context) (Result, error) {
 			}
 		}
 	}
+	// Each run starts from a settled database: no dead rows of an earlier
+	// run for autovacuum to clean up, no checkpoint due, during this one.
+	if err := e.settle(ctx); err != nil {
+		return res, err
+	}
 	log.Info("writing the backlog", "events", e.cfg.Events)
 	written, took, err := e.fill(ctx, e.cfg.Events, 0)
 	res.Written = written
@@ -99,6 +104,16 @@ func (e *env) backlog(ctx context.Context) (Result, error) {
 	res.Baseline = base
 	res.Interrupted = ctx.Err() != nil
 	return res, nil
+}
+
+// settle vacuums the outbox and runs a checkpoint.
+func (e *env) settle(ctx context.Context) error {
+	for _, q := range []string{"VACUUM outbox.events", "CHECKPOINT"} {
+		if _, err := e.pool.Exec(ctx, q); err != nil {
+			return fmt.Errorf("settling the database (%s): %w", q, err)
+		}
+	}
+	return nil
 }
 
 // deleteReturningBaseline writes the same backlog again and drains it with
