@@ -57,6 +57,10 @@ type Config struct {
 	RelayArgs []string
 	// Runs repeats the measurement in the same environment (default 1):
 	// on a shared machine the median of a few runs says more than one.
+	// Later cdc backlog runs are slower than the first: the restarted
+	// reader's walsender first decodes again the WAL after the slot's
+	// restart point, the previous run's deletes among it, which the
+	// baseline's fresh slot never sees.
 	Runs   int
 	Logger *slog.Logger
 }
