@@ -243,32 +243,52 @@ func (p *partition) write(batch []byte, h BatchHeader) (res AppendResult, target
 		}
 		return AppendResult{BaseOffset: dup.FirstOffset, LogStartOffset: p.segs[0].base, Duplicate: true}, target, p.gen, nil
 	}
+	h.BaseOffset = p.next
+	active, err := p.appendLocked(batch, h, p.set.journal)
+	if err != nil {
+		return AppendResult{}, -1, 0, err
+	}
+	res = AppendResult{BaseOffset: h.BaseOffset, LogStartOffset: p.segs[0].base}
+	if p.set.syncBeforeAck {
+		target = p.next
+	} else {
+		p.hw, p.hwPos = p.next, active.size
+		p.notifyLocked()
+	}
+	return res, target, p.gen, nil
+}
+
+// appendLocked writes a batch at the log end (setting its base offset) to
+// the active segment, rolling it first when due, and to j when given, then
+// advances the partition's state over it. On a failed write the segment is
+// cut back to where it was. It returns the segment written to.
+func (p *partition) appendLocked(batch []byte, h BatchHeader, j *journal) (*segment, error) {
 	active := p.segs[len(p.segs)-1]
 	now := p.set.now()
 	if p.needsRollLocked(active, h, now) {
 		if err := p.rollLocked(); err != nil {
-			return AppendResult{}, -1, 0, err
+			return nil, err
 		}
 		active = p.segs[len(p.segs)-1]
 	}
 	setBaseOffset(batch, p.next)
-	h.BaseOffset = p.next
-	if _, err := active.log.Write(batch); err != nil {
+	write := func() error {
+		if _, err := active.log.Write(batch); err != nil {
+			return storageErr("write segment", err)
+		}
+		if j != nil {
+			return j.add(p, batch, h.LastOffset()+1, active.size+int64(len(batch)))
+		}
+		return nil
+	}
+	if err := write(); err != nil {
 		// Put the file back as it was so a later append (after space is
 		// freed) continues from a clean end; if even that fails, the next
 		// append first rolls back to the durable state.
 		if terr := active.log.Truncate(active.size); terr != nil {
 			p.broken = terr
 		}
-		return AppendResult{}, -1, 0, storageErr("write segment", err)
-	}
-	if j := p.set.journal; j != nil {
-		if err := j.add(p, batch, h.LastOffset()+1, active.size+int64(len(batch))); err != nil {
-			if terr := active.log.Truncate(active.size); terr != nil {
-				p.broken = terr
-			}
-			return AppendResult{}, -1, 0, err
-		}
+		return nil, err
 	}
 	pos := active.size
 	active.size += int64(len(batch))
@@ -278,14 +298,7 @@ func (p *partition) write(batch []byte, h BatchHeader) (res AppendResult, target
 	active.noteBatch(h, pos, p.set.indexInterval)
 	p.producers.update(h)
 	p.next = h.LastOffset() + 1
-	res = AppendResult{BaseOffset: h.BaseOffset, LogStartOffset: p.segs[0].base}
-	if p.set.syncBeforeAck {
-		target = p.next
-	} else {
-		p.hw, p.hwPos = p.next, active.size
-		p.notifyLocked()
-	}
-	return res, target, p.gen, nil
+	return active, nil
 }
 
 func (p *partition) needsRollLocked(s *segment, h BatchHeader, now time.Time) bool {
@@ -505,24 +518,10 @@ func (p *partition) replay(batch []byte) (bool, error) {
 			"batch_offset", h.BaseOffset, "log_end", p.next)
 		return false, nil
 	}
-	active := p.segs[len(p.segs)-1]
-	if p.needsRollLocked(active, h, p.set.now()) {
-		if err := p.rollLocked(); err != nil {
-			return false, err
-		}
-		active = p.segs[len(p.segs)-1]
+	active, err := p.appendLocked(batch, h, nil)
+	if err != nil {
+		return false, err
 	}
-	if _, err := active.log.Write(batch); err != nil {
-		return false, storageErr("write segment", err)
-	}
-	pos := active.size
-	active.size += int64(len(batch))
-	if active.created == 0 {
-		active.created = p.set.now().UnixMilli()
-	}
-	active.noteBatch(h, pos, p.set.indexInterval)
-	p.producers.update(h)
-	p.next = h.LastOffset() + 1
 	p.durable, p.durablePos = p.next, active.size
 	p.hw, p.hwPos = p.next, active.size
 	return true, nil
