@@ -194,6 +194,22 @@ func countValues(records []Record) map[string]int {
 	return c
 }
 
+// duplicates fails when one of the first n messages of topic is missing
+// from records, and returns how many extra copies there are.
+func duplicates(t *testing.T, records []Record, topic string, n int) int {
+	t.Helper()
+	counts := countValues(records)
+	dups := 0
+	for i := 0; i < n; i++ {
+		c := counts[fmt.Sprintf("%s-%d", topic, i)]
+		if c == 0 {
+			t.Fatalf("%s-%d is missing", topic, i)
+		}
+		dups += c - 1
+	}
+	return dups
+}
+
 func testSavedState(t *testing.T, h SinkHarness) {
 	s := startSink(t, h, nil)
 	res := publish(t, s, Messages("orders", 0, 50, 5))
@@ -224,15 +240,7 @@ func testLostAck(t *testing.T, h SinkHarness) {
 	closeSink(t, s)
 
 	records := h.Read(t, "orders")
-	counts := countValues(records)
-	dups := 0
-	for i := 0; i < 120; i++ {
-		c := counts[fmt.Sprintf("orders-%d", i)]
-		if c == 0 {
-			t.Fatalf("orders-%d is missing", i)
-		}
-		dups += c - 1
-	}
+	dups := duplicates(t, records, "orders", 120)
 	if h.ExactlyOnce && dups > 0 {
 		t.Fatalf("%d duplicates after republishing; this sink promises exactly once", dups)
 	}
@@ -299,15 +307,7 @@ func testPipelined(t *testing.T, h SinkHarness) {
 	closeSink(t, s)
 
 	records := h.Read(t, "orders")
-	counts := countValues(records)
-	dups := 0
-	for i := 0; i < 330; i++ {
-		c := counts[fmt.Sprintf("orders-%d", i)]
-		if c == 0 {
-			t.Fatalf("orders-%d is missing", i)
-		}
-		dups += c - 1
-	}
+	dups := duplicates(t, records, "orders", 330)
 	if h.ExactlyOnce && dups > 0 {
 		t.Fatalf("%d duplicates after republishing pipelined batches; this sink promises exactly once", dups)
 	}
