@@ -538,19 +538,26 @@ func (r *Relay) removeRows(ctx context.Context, tx pgx.Tx, ids, archived []int64
 	}
 	runs := idRunsOf(ids)
 	var removed int64
-	for attempt := 0; ; attempt++ {
+	return r.untilRemoved(ctx, func() (int, []any, error) {
 		n, err := r.deleteRuns(ctx, tx, runs)
-		if err != nil {
+		removed += n
+		return runs.count - int(removed), nil, err
+	})
+}
+
+// untilRemoved calls try, which removes what it can of the acknowledged
+// rows and says how many are still missing, until none is, waiting
+// removeWait between attempts. After maxRemoveAttempts retries (about
+// 130 ms, not a visibility delay: those last microseconds) the rows were
+// deleted by someone else; that is logged, with what try described.
+func (r *Relay) untilRemoved(ctx context.Context, try func() (missing int, detail []any, err error)) error {
+	for attempt := 0; ; attempt++ {
+		missing, detail, err := try()
+		if err != nil || missing <= 0 {
 			return err
 		}
-		removed += n
-		if removed >= int64(runs.count) {
-			return nil
-		}
 		if attempt == maxRemoveAttempts {
-			// Not a visibility delay (those last microseconds): someone
-			// else deleted the rows.
-			r.log.Warn("acknowledged rows were not in the outbox (deleted by someone else?)", "rows", int64(runs.count)-removed)
+			r.log.Warn("acknowledged rows were not in the outbox (deleted by someone else?)", append([]any{"rows", missing}, detail...)...)
 			return nil
 		}
 		if err := sleepCtx(ctx, removeWait(attempt)); err != nil {
@@ -636,17 +643,14 @@ func (r *Relay) deleteRuns(ctx context.Context, tx pgx.Tx, runs idRuns) (int64, 
 // not visible yet as removeRows does.
 func (r *Relay) archiveRows(ctx context.Context, tx pgx.Tx, ids, archived []int64) error {
 	pending := ids
-	for attempt := 0; ; attempt++ {
+	return r.untilRemoved(ctx, func() (int, []any, error) {
 		rows, err := tx.Query(ctx, r.replay.archive, pending, keepOrder(archived, pending))
 		if err != nil {
-			return err
+			return 0, nil, err
 		}
 		removed, err := pgx.CollectRows(rows, pgx.RowTo[int64])
 		if err != nil {
-			return err
-		}
-		if len(removed) == len(pending) {
-			return nil
+			return 0, nil, err
 		}
 		gone := make(map[int64]bool, len(removed))
 		for _, id := range removed {
@@ -659,14 +663,8 @@ func (r *Relay) archiveRows(ctx context.Context, tx pgx.Tx, ids, archived []int6
 			}
 		}
 		pending = rest
-		if attempt == maxRemoveAttempts {
-			r.log.Warn("acknowledged rows were not in the outbox (deleted by someone else?)", "rows", len(pending), "ids", pending[:min(len(pending), 10)])
-			return nil
-		}
-		if err := sleepCtx(ctx, removeWait(attempt)); err != nil {
-			return err
-		}
-	}
+		return len(pending), []any{"ids", pending[:min(len(pending), 10)]}, nil
+	})
 }
 
 // keepOrder returns the elements of ordered that are in subset, in
