@@ -120,25 +120,9 @@ func TestE2ECrashLoopExactlyOnce(t *testing.T) {
 // never deletes) before recording it as committed or not.
 func resilientWrite(ctx context.Context, cfg e2e.WriterConfig, ledger *e2e.Ledger, retries *int64) error {
 	var mu sync.Mutex // guards ledger and retries
-	var wg sync.WaitGroup
-	errs := make(chan error, cfg.Writers)
-	per := cfg.Events / cfg.Writers
-	for w := 0; w < cfg.Writers; w++ {
-		n := per
-		if w == 0 {
-			n += cfg.Events - per*cfg.Writers
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := resilientWriter(ctx, cfg, w, n, ledger, &mu, retries); err != nil {
-				errs <- fmt.Errorf("writer %d: %w", w, err)
-			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	return <-errs
+	return e2e.EachWriter(cfg, func(w, n int) error {
+		return resilientWriter(ctx, cfg, w, n, ledger, &mu, retries)
+	})
 }
 
 func resilientWriter(ctx context.Context, cfg e2e.WriterConfig, w, n int, ledger *e2e.Ledger, mu *sync.Mutex, retries *int64) error {

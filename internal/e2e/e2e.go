@@ -234,6 +234,15 @@ func Write(ctx context.Context, cfg WriterConfig, ledger *Ledger) error {
 		seqs[k] = v
 	}
 	ledger.mu.Unlock()
+	return EachWriter(cfg, func(w, n int) error {
+		return writer(ctx, cfg, w, n, run, seqs, ledger)
+	})
+}
+
+// EachWriter runs write for each of cfg.Writers writers at once, writer w
+// to write n of cfg.Events events (the first takes the remainder), and
+// returns the first error.
+func EachWriter(cfg WriterConfig, write func(w, n int) error) error {
 	var wg sync.WaitGroup
 	errs := make(chan error, cfg.Writers)
 	perWriter := cfg.Events / cfg.Writers
@@ -245,7 +254,7 @@ func Write(ctx context.Context, cfg WriterConfig, ledger *Ledger) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := writer(ctx, cfg, w, n, run, seqs, ledger); err != nil {
+			if err := write(w, n); err != nil {
 				errs <- fmt.Errorf("writer %d: %w", w, err)
 			}
 		}()
