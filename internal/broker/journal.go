@@ -291,6 +291,19 @@ func (j *journal) startFile(num, prevValid int64) error {
 	return nil
 }
 
+// rotateLocked starts the next journal file, bounding the current one at
+// bound bytes (-1: all of it), and hands the current one to the checkpoint.
+func (j *journal) rotateLocked(bound int64) error {
+	old, num := j.f, j.num
+	if err := j.startFile(num+1, bound); err != nil {
+		return err
+	}
+	_ = old.Close()
+	j.old = append(j.old, oldJournal{num: num, parts: j.dirty})
+	j.dirty = map[*partition]struct{}{}
+	return nil
+}
+
 // add writes a batch p just appended (its offsets ending at end, its
 // segment at endPos). Called with p.mu held, so each partition's records
 // are in its log order.
@@ -303,20 +316,16 @@ func (j *journal) add(p *partition, batch []byte, end, endPos int64) error {
 		// header bounds it at what is durable. Records still waiting for
 		// an fsync are made durable first, or stay waiting, for a sync to
 		// roll back.
-		old := j.f
-		prevNum, prevValid := j.num, j.synced
+		bound := j.synced
 		if len(j.pending) > 0 {
-			if err := old.Sync(); err != nil {
+			if err := j.f.Sync(); err != nil {
 				return storageErr("fsync journal", err)
 			}
-			prevValid = j.size
+			bound = j.size
 		}
-		if err := j.startFile(j.num+1, prevValid); err != nil {
+		if err := j.rotateLocked(bound); err != nil {
 			return err
 		}
-		_ = old.Close()
-		j.old = append(j.old, oldJournal{num: prevNum, parts: j.dirty})
-		j.dirty = map[*partition]struct{}{}
 	}
 	n := 2 + len(p.topic) + 4 + len(batch)
 	buf := j.buf[:0]
@@ -371,41 +380,33 @@ func (j *journal) sync() error {
 	err := f.Sync()
 
 	j.mu.Lock()
+	if err == nil {
+		j.synced = upTo
+		if j.size >= journalFileBytes {
+			// The old file is fsynced once more, under mu, so that the
+			// records written since upTo are durable before the new
+			// file starts.
+			entries = append(entries, j.pending...)
+			j.pending = nil
+			if err = j.f.Sync(); err == nil {
+				j.synced = j.size
+				if rerr := j.rotateLocked(-1); rerr != nil {
+					// Stay on the old file; the next sync tries again.
+					j.logger.Warn("starting a new journal file failed", "err", rerr)
+				} else {
+					select {
+					case j.ckpt <- struct{}{}:
+					default:
+					}
+				}
+			}
+		}
+	}
 	if err != nil {
 		// Writes after upTo are in the pending list too: roll all back.
 		entries = append(entries, j.pending...)
 		j.pending = nil
 		j.broken = err
-	} else {
-		j.synced = upTo
-	}
-	rotate := err == nil && j.size >= journalFileBytes
-	if rotate {
-		// The old file is fsynced once more, under mu, so that the records
-		// written since upTo are durable before the new file starts.
-		if serr := j.f.Sync(); serr != nil {
-			entries = append(entries, j.pending...)
-			j.pending = nil
-			j.broken = serr
-			err = serr
-		} else {
-			entries = append(entries, j.pending...)
-			j.pending = nil
-			j.synced = j.size
-			old := j.f
-			if rerr := j.startFile(j.num+1, -1); rerr != nil {
-				// Stay on the old file; the next sync tries again.
-				j.logger.Warn("starting a new journal file failed", "err", rerr)
-			} else {
-				_ = old.Close()
-				j.old = append(j.old, oldJournal{num: j.num - 1, parts: j.dirty})
-				j.dirty = map[*partition]struct{}{}
-				select {
-				case j.ckpt <- struct{}{}:
-				default:
-				}
-			}
-		}
 	}
 	j.mu.Unlock()
 
