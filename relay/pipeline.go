@@ -249,7 +249,6 @@ func (r *Relay) readLoop(ctx context.Context, out chan<- batch, after Position, 
 type flight struct {
 	a      ack
 	routed []Event
-	replay *replayChunk
 	// wait returns the sink's result once the batch is durable; nil when
 	// nothing was published (every event went to the dead letters).
 	wait func() (PublishResult, error)
@@ -273,7 +272,6 @@ func (r *Relay) publishLoop(ctx context.Context, in <-chan batch, out chan<- fli
 				replay:    b.replay,
 			},
 			routed: make([]Event, 0, len(events)),
-			replay: b.replay,
 		}
 		var replayHeader Header
 		if b.replay != nil {
