@@ -45,13 +45,7 @@ func newBenchEnv(b *testing.B) *benchEnv {
 	url := pgtest.NewDatabase(b)
 	conn := pgtest.Connect(b, url)
 	ctx := context.Background()
-	m, err := migrations.New(migrations.DefaultSchema)
-	if err != nil {
-		b.Fatal(err)
-	}
-	if _, err := m.Up(ctx, conn, false); err != nil {
-		b.Fatal(err)
-	}
+	pgtest.Migrate(b, conn, migrations.DefaultSchema)
 	e := &benchEnv{url: url, bin: testbin.Relay(b), dataDir: e2e.DataDir(b), addr: e2e.FreeAddr(b),
 		slot: "slot_" + conn.Config().Database, conn: conn}
 	// A first run creates the slot and the publication on the empty

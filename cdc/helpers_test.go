@@ -35,13 +35,7 @@ func setup(t testing.TB) *fixture {
 	t.Helper()
 	url := pgtest.NewDatabase(t)
 	conn := pgtest.Connect(t, url)
-	m, err := migrations.New(migrations.DefaultSchema)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := m.Up(context.Background(), conn, false); err != nil {
-		t.Fatal(err)
-	}
+	pgtest.Migrate(t, conn, migrations.DefaultSchema)
 	// Slots belong to the cluster, so each test's are named after its
 	// database.
 	return &fixture{url: url, conn: conn, cfg: cdc.Config{

@@ -12,6 +12,7 @@ import (
 
 	"github.com/outboxrelay/relay/cdc"
 	"github.com/outboxrelay/relay/internal/pgcluster"
+	"github.com/outboxrelay/relay/internal/pgtest"
 	"github.com/outboxrelay/relay/migrations"
 	"github.com/outboxrelay/relay/relay"
 )
@@ -118,13 +119,7 @@ func migratedCluster(t *testing.T, settings map[string]string) (*pgcluster.Clust
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close(context.Background()) })
-	m, err := migrations.New(migrations.DefaultSchema)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := m.Up(ctx, conn, false); err != nil {
-		t.Fatal(err)
-	}
+	pgtest.Migrate(t, conn, migrations.DefaultSchema)
 	return c, conn
 }
 

@@ -9,7 +9,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/outboxrelay/relay/internal/pgtest"
-	"github.com/outboxrelay/relay/migrations"
 	"github.com/outboxrelay/relay/outbox"
 )
 
@@ -21,13 +20,7 @@ func setup(t *testing.T, schema string) (writer, observer *pgx.Conn) {
 	t.Helper()
 	url := pgtest.NewDatabase(t)
 	writer = pgtest.Connect(t, url)
-	m, err := migrations.New(schema)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := m.Up(context.Background(), writer, false); err != nil {
-		t.Fatal(err)
-	}
+	pgtest.Migrate(t, writer, schema)
 	return writer, pgtest.Connect(t, url)
 }
 

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/outboxrelay/relay/internal/pgtest"
-	"github.com/outboxrelay/relay/migrations"
 )
 
 // TestAcknowledgementWaitsForVisibility: the WAL reader can hand over a
@@ -19,13 +18,7 @@ func TestAcknowledgementWaitsForVisibility(t *testing.T) {
 	ctx := context.Background()
 	url := pgtest.NewDatabase(t)
 	conn := pgtest.Connect(t, url)
-	m, err := migrations.New("outbox")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := m.Up(ctx, conn, false); err != nil {
-		t.Fatal(err)
-	}
+	pgtest.Migrate(t, conn, "outbox")
 	for _, retain := range []time.Duration{0, time.Hour} {
 		var visible int64
 		if err := conn.QueryRow(ctx, "INSERT INTO outbox.events (topic, payload) VALUES ('t', 'a') RETURNING id").Scan(&visible); err != nil {

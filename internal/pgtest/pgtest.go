@@ -23,6 +23,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/outboxrelay/relay/internal/pgcluster"
+	"github.com/outboxrelay/relay/migrations"
 )
 
 // EnvURL names the variable that points the tests at an existing server.
@@ -120,6 +121,18 @@ func dropDatabase(t testing.TB, adminURL, name string) {
 }
 
 // Connect opens a connection closed when the test ends.
+// Migrate applies Relay's migrations for schema through conn.
+func Migrate(t testing.TB, conn *pgx.Conn, schema string) {
+	t.Helper()
+	m, err := migrations.New(schema)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Up(context.Background(), conn, false); err != nil {
+		t.Fatalf("pgtest: migrating: %v", err)
+	}
+}
+
 func Connect(t testing.TB, url string) *pgx.Conn {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

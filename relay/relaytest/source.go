@@ -49,13 +49,7 @@ func setupSource(t *testing.T, newSource NewSource) *sourceEnv {
 	t.Helper()
 	url := pgtest.NewDatabase(t)
 	conn := pgtest.Connect(t, url)
-	m, err := migrations.New(migrations.DefaultSchema)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := m.Up(context.Background(), conn, false); err != nil {
-		t.Fatal(err)
-	}
+	pgtest.Migrate(t, conn, migrations.DefaultSchema)
 	return &sourceEnv{t: t, url: url, conn: conn, src: newSource(t, url)}
 }
 
