@@ -4,7 +4,6 @@ import (
 	"context"
 	"log/slog"
 	"os"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -14,6 +13,7 @@ import (
 	"github.com/outboxrelay/relay/cdc"
 	"github.com/outboxrelay/relay/internal/pgtest"
 	"github.com/outboxrelay/relay/internal/testbin"
+	"github.com/outboxrelay/relay/internal/testlog"
 	"github.com/outboxrelay/relay/migrations"
 	"github.com/outboxrelay/relay/relay"
 )
@@ -48,16 +48,7 @@ func setup(t testing.TB) *fixture {
 }
 
 // testLogger sends the source's logs to the test log.
-func testLogger(t testing.TB) *slog.Logger {
-	return slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
-}
-
-type testWriter struct{ t testing.TB }
-
-func (w testWriter) Write(p []byte) (int, error) {
-	w.t.Log(strings.TrimRight(string(p), "\n"))
-	return len(p), nil
-}
+func testLogger(t testing.TB) *slog.Logger { return testlog.New(t, slog.LevelDebug) }
 
 // start returns a started source closed when the test ends.
 func (f *fixture) start(t *testing.T, from relay.Position) *cdc.Source {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/outboxrelay/relay/internal/broker"
+	"github.com/outboxrelay/relay/internal/testlog"
 )
 
 type fixture struct {
@@ -19,16 +20,7 @@ type fixture struct {
 }
 
 // testLogger logs warnings and errors to the test output.
-func testLogger(t testing.TB) *slog.Logger {
-	return slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
-}
-
-type testWriter struct{ t testing.TB }
-
-func (w testWriter) Write(p []byte) (int, error) {
-	w.t.Log(string(p))
-	return len(p), nil
-}
+func testLogger(t testing.TB) *slog.Logger { return testlog.New(t, slog.LevelWarn) }
 
 // setup starts a broker in a temp dir and a Server on 127.0.0.1:0, both
 // stopped in t.Cleanup. cfg may adjust the server's Config.

@@ -13,21 +13,13 @@ import (
 	"github.com/outboxrelay/relay/internal/broker/protocol"
 	"github.com/outboxrelay/relay/internal/sink/kafka"
 	"github.com/outboxrelay/relay/internal/sink/kafka/kafkatest"
+	"github.com/outboxrelay/relay/internal/testlog"
 	"github.com/outboxrelay/relay/relay"
 	"github.com/outboxrelay/relay/relay/relaytest"
 )
 
 // testLogger logs warnings and errors to the test output.
-func testLogger(t testing.TB) *slog.Logger {
-	return slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
-}
-
-type testWriter struct{ t testing.TB }
-
-func (w testWriter) Write(p []byte) (int, error) {
-	w.t.Log(string(p))
-	return len(p), nil
-}
+func testLogger(t testing.TB) *slog.Logger { return testlog.New(t, slog.LevelWarn) }
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
