@@ -158,7 +158,7 @@ func testRoundTrip(t *testing.T, h SinkHarness) {
 		}
 		lastIndex[string(m.Key)] = i
 	}
-	checkKeyOrder(t, records, "orders")
+	CheckKeyOrder(t, records, "orders")
 	if got := len(h.Read(t, "payments")); got < 10 {
 		t.Fatalf("payments has %d records, want 10", got)
 	}
@@ -166,7 +166,7 @@ func testRoundTrip(t *testing.T, h SinkHarness) {
 
 // checkKeyOrder asserts each key's values appear in increasing message
 // number, ignoring exact repeats of a value already seen.
-func checkKeyOrder(t *testing.T, records []Record, topic string) {
+func CheckKeyOrder(t *testing.T, records []Record, topic string) {
 	t.Helper()
 	last := map[string]int{}
 	seen := map[string]bool{}
@@ -245,7 +245,7 @@ func testLostAck(t *testing.T, h SinkHarness) {
 		t.Fatalf("%d duplicates after republishing; this sink promises exactly once", dups)
 	}
 	t.Logf("%d duplicates after republishing 60 messages (exactly once: %v)", dups, h.ExactlyOnce)
-	checkKeyOrder(t, records, "orders")
+	CheckKeyOrder(t, records, "orders")
 }
 
 func testReady(t *testing.T, h SinkHarness) {
@@ -311,5 +311,5 @@ func testPipelined(t *testing.T, h SinkHarness) {
 	if h.ExactlyOnce && dups > 0 {
 		t.Fatalf("%d duplicates after republishing pipelined batches; this sink promises exactly once", dups)
 	}
-	checkKeyOrder(t, records, "orders")
+	CheckKeyOrder(t, records, "orders")
 }

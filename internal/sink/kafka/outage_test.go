@@ -135,20 +135,7 @@ func check(t *testing.T, records []relaytest.Record, outbox []relay.Message) int
 	if len(records) != len(outbox)+dups {
 		t.Fatalf("%d records, want %d plus %d duplicates", len(records), len(outbox), dups)
 	}
-	last := map[string]int{}
-	seen := map[string]bool{}
-	for _, r := range records {
-		var n int
-		fmt.Sscanf(string(r.Value), "orders-%d", &n)
-		if seen[string(r.Value)] {
-			continue
-		}
-		seen[string(r.Value)] = true
-		if prev, ok := last[string(r.Key)]; ok && n <= prev {
-			t.Fatalf("key %s: message %d after %d", r.Key, n, prev)
-		}
-		last[string(r.Key)] = n
-	}
+	relaytest.CheckKeyOrder(t, records, "orders")
 	return dups
 }
 
