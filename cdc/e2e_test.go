@@ -119,7 +119,7 @@ func TestE2ECrashLoopExactlyOnce(t *testing.T) {
 // e2e_txs (a business row written in the same transaction, which the relay
 // never deletes) before recording it as committed or not.
 func resilientWrite(ctx context.Context, cfg e2e.WriterConfig, ledger *e2e.Ledger, retries *int64) error {
-	var mu sync.Mutex // guards ledger and retries
+	var mu sync.Mutex // guards retries
 	return e2e.EachWriter(cfg, func(w, n int) error {
 		return resilientWriter(ctx, cfg, w, n, ledger, &mu, retries)
 	})
@@ -152,37 +152,10 @@ func resilientWriter(ctx context.Context, cfg e2e.WriterConfig, w, n int, ledger
 	if err := connect(); err != nil {
 		return err
 	}
-	rng := rand.New(rand.NewPCG(uint64(w), 7))
-	var keys []string
-	for k := w; k < cfg.Keys; k += cfg.Writers {
-		keys = append(keys, fmt.Sprintf("key-%d", k))
-	}
-	seq := map[string]int{}
-	insert := `INSERT INTO outbox.events (topic, key, payload, headers) SELECT $1, k, convert_to(p, 'UTF8'), '{"test":"e2e"}' FROM unnest($2::text[], $3::text[]) AS e(k, p)`
-	pad := strings.Repeat("x", max(cfg.PayloadBytes-60, 0))
-	txNo := 0
-	for written := 0; written < n; {
-		txNo++
+	gen := e2e.NewTxGen(cfg, w, 7, nil)
+	for txNo, written := 1, 0; written < n; txNo++ {
 		txID := fmt.Sprintf("w%d-t%d", w, txNo)
-		count := min(1+rng.IntN(cfg.PerTx), n-written)
-		rollback := cfg.RollbackEvery > 0 && txNo%cfg.RollbackEvery == 0
-		var ps []e2e.Payload
-		var ks, bodies []string
-		next := map[string]int{}
-		for i := 0; i < count; i++ {
-			k := keys[rng.IntN(len(keys))]
-			s, ok := next[k]
-			if !ok {
-				s = seq[k]
-			}
-			next[k] = s + 1
-			p := e2e.Payload{ID: fmt.Sprintf("%s-%d", txID, i), Key: k, Seq: s}
-			body, _ := json.Marshal(struct {
-				e2e.Payload
-				Pad string `json:"pad,omitempty"`
-			}{p, pad})
-			ps, ks, bodies = append(ps, p), append(ks, k), append(bodies, string(body))
-		}
+		wt := gen.Next(txNo, txID, n-written)
 		committed, err := func() (bool, error) {
 			for attempt := 0; ; attempt++ {
 				if attempt > 0 {
@@ -201,7 +174,7 @@ func resilientWriter(ctx context.Context, cfg e2e.WriterConfig, w, n int, ledger
 				if err != nil {
 					continue
 				}
-				if _, err := tx.Exec(ctx, insert, cfg.Topic, ks, bodies); err != nil {
+				if err := gen.Insert(ctx, tx, wt); err != nil {
 					tx.Rollback(ctx)
 					continue
 				}
@@ -209,7 +182,7 @@ func resilientWriter(ctx context.Context, cfg e2e.WriterConfig, w, n int, ledger
 					tx.Rollback(ctx)
 					continue
 				}
-				if rollback {
+				if wt.Rollback {
 					if err := tx.Rollback(ctx); err != nil {
 						continue // the server went away: the transaction is gone either way
 					}
@@ -240,22 +213,10 @@ func resilientWriter(ctx context.Context, cfg e2e.WriterConfig, w, n int, ledger
 		if err != nil {
 			return err
 		}
-		mu.Lock()
+		ledger.Note(wt.Payloads, committed)
 		if committed {
-			for _, p := range ps {
-				ledger.Committed[p.ID] = p
-			}
-		} else {
-			for _, p := range ps {
-				ledger.RolledBack[p.ID] = true
-			}
-		}
-		mu.Unlock()
-		if committed {
-			for k, s := range next {
-				seq[k] = s
-			}
-			written += count
+			gen.Committed(wt)
+			written += len(wt.Payloads)
 		}
 	}
 	return nil

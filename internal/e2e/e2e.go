@@ -186,22 +186,19 @@ func (l *Ledger) Len() int {
 }
 
 // Record adds an event committed outside Write.
-func (l *Ledger) Record(p Payload) { l.commit([]Payload{p}) }
+func (l *Ledger) Record(p Payload) { l.Note([]Payload{p}, true) }
 
-func (l *Ledger) commit(ps []Payload) {
+// Note records ps as committed or rolled back.
+func (l *Ledger) Note(ps []Payload, committed bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for _, p := range ps {
-		l.Committed[p.ID] = p
-		l.nextSeq[p.Key] = max(l.nextSeq[p.Key], p.Seq+1)
-	}
-}
-
-func (l *Ledger) rollback(ps []Payload) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for _, p := range ps {
-		l.RolledBack[p.ID] = true
+		if committed {
+			l.Committed[p.ID] = p
+			l.nextSeq[p.Key] = max(l.nextSeq[p.Key], p.Seq+1)
+		} else {
+			l.RolledBack[p.ID] = true
+		}
 	}
 }
 
@@ -270,65 +267,103 @@ func writer(ctx context.Context, cfg WriterConfig, w, n, run int, startSeq map[s
 		return err
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	rng := rand.New(rand.NewPCG(uint64(w), 42))
-	var keys []string
-	for k := w; k < cfg.Keys; k += cfg.Writers {
-		keys = append(keys, fmt.Sprintf("key-%d", k))
-	}
-	seq := map[string]int{}
-	for _, k := range keys {
-		seq[k] = startSeq[k]
-	}
-	table := pgx.Identifier{cfg.Schema, "events"}.Sanitize()
-	insert := `INSERT INTO ` + table + ` (topic, key, payload, headers) SELECT $1, k, convert_to(p, 'UTF8'), '{"test":"e2e"}' FROM unnest($2::text[], $3::text[]) AS e(k, p)`
-	pad := string(bytes.Repeat([]byte("x"), max(cfg.PayloadBytes-60, 0)))
-	txNo := 0
-	for written := 0; written < n; {
-		txNo++
-		count := min(1+rng.IntN(cfg.PerTx), n-written)
-		rollback := cfg.RollbackEvery > 0 && txNo%cfg.RollbackEvery == 0
-		var ps []Payload
-		var ks, bodies []string
-		next := map[string]int{}
-		for i := 0; i < count; i++ {
-			k := keys[rng.IntN(len(keys))]
-			s, ok := next[k]
-			if !ok {
-				s = seq[k]
-			}
-			next[k] = s + 1
-			p := Payload{ID: fmt.Sprintf("r%d-w%d-t%d-%d", run, w, txNo, i), Key: k, Seq: s}
-			body, _ := json.Marshal(struct {
-				Payload
-				Pad string `json:"pad,omitempty"`
-			}{p, pad})
-			ps, ks, bodies = append(ps, p), append(ks, k), append(bodies, string(body))
-		}
+	gen := NewTxGen(cfg, w, 42, startSeq)
+	for txNo, written := 1, 0; written < n; txNo++ {
+		wt := gen.Next(txNo, fmt.Sprintf("r%d-w%d-t%d", run, w, txNo), n-written)
 		tx, err := conn.Begin(ctx)
 		if err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, insert, cfg.Topic, ks, bodies); err != nil {
+		if err := gen.Insert(ctx, tx, wt); err != nil {
 			tx.Rollback(ctx)
 			return err
 		}
-		if rollback {
+		if wt.Rollback {
 			if err := tx.Rollback(ctx); err != nil {
 				return err
 			}
-			ledger.rollback(ps)
+			ledger.Note(wt.Payloads, false)
 			continue
 		}
 		if err := tx.Commit(ctx); err != nil {
 			return err
 		}
-		for k, s := range next {
-			seq[k] = s
-		}
-		ledger.commit(ps)
-		written += count
+		gen.Committed(wt)
+		ledger.Note(wt.Payloads, true)
+		written += len(wt.Payloads)
 	}
 	return nil
+}
+
+// A TxGen composes one writer's transactions. Writer w owns the keys k
+// with k % Writers == w and numbers each key's events on from startSeq.
+type TxGen struct {
+	cfg    WriterConfig
+	rng    *rand.Rand
+	keys   []string
+	seq    map[string]int
+	pad    string
+	insert string
+}
+
+// WriterTx is one composed transaction.
+type WriterTx struct {
+	Payloads []Payload
+	// Rollback says the writer rolls this transaction back.
+	Rollback     bool
+	keys, bodies []string
+	next         map[string]int
+}
+
+// NewTxGen returns writer w's transaction generator; seed fixes its random
+// choices.
+func NewTxGen(cfg WriterConfig, w int, seed uint64, startSeq map[string]int) *TxGen {
+	g := &TxGen{cfg: cfg, rng: rand.New(rand.NewPCG(uint64(w), seed)), seq: map[string]int{},
+		pad: string(bytes.Repeat([]byte("x"), max(cfg.PayloadBytes-60, 0))),
+		insert: `INSERT INTO ` + pgx.Identifier{cfg.Schema, "events"}.Sanitize() +
+			` (topic, key, payload, headers) SELECT $1, k, convert_to(p, 'UTF8'), '{"test":"e2e"}' FROM unnest($2::text[], $3::text[]) AS e(k, p)`}
+	for k := w; k < cfg.Keys; k += cfg.Writers {
+		key := fmt.Sprintf("key-%d", k)
+		g.keys = append(g.keys, key)
+		g.seq[key] = startSeq[key]
+	}
+	return g
+}
+
+// Next composes transaction txNo: 1 to PerTx events (at most left) on the
+// writer's keys, with ids prefix-0, prefix-1, ...; every RollbackEvery-th
+// transaction is to be rolled back.
+func (g *TxGen) Next(txNo int, prefix string, left int) WriterTx {
+	count := min(1+g.rng.IntN(g.cfg.PerTx), left)
+	wt := WriterTx{Rollback: g.cfg.RollbackEvery > 0 && txNo%g.cfg.RollbackEvery == 0, next: map[string]int{}}
+	for i := 0; i < count; i++ {
+		k := g.keys[g.rng.IntN(len(g.keys))]
+		s, ok := wt.next[k]
+		if !ok {
+			s = g.seq[k]
+		}
+		wt.next[k] = s + 1
+		p := Payload{ID: fmt.Sprintf("%s-%d", prefix, i), Key: k, Seq: s}
+		body, _ := json.Marshal(struct {
+			Payload
+			Pad string `json:"pad,omitempty"`
+		}{p, g.pad})
+		wt.Payloads, wt.keys, wt.bodies = append(wt.Payloads, p), append(wt.keys, k), append(wt.bodies, string(body))
+	}
+	return wt
+}
+
+// Insert writes wt's events in tx.
+func (g *TxGen) Insert(ctx context.Context, tx pgx.Tx, wt WriterTx) error {
+	_, err := tx.Exec(ctx, g.insert, g.cfg.Topic, wt.keys, wt.bodies)
+	return err
+}
+
+// Committed moves the keys' sequence numbers past a committed wt.
+func (g *TxGen) Committed(wt WriterTx) {
+	for k, s := range wt.next {
+		g.seq[k] = s
+	}
 }
 
 // WaitDrained waits until the outbox table is empty.
