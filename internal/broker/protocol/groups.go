@@ -306,11 +306,7 @@ func (g *group) expire(m *member) {
 
 // removeMember drops a member and rebalances the rest.
 func (g *group) removeMember(m *member, code int16) {
-	m.timer.Stop()
-	delete(g.members, m.id)
-	if m.instanceID != nil && g.static[*m.instanceID] == m.id {
-		delete(g.static, *m.instanceID)
-	}
+	g.dropMember(m)
 	m.reply(code)
 	switch g.state {
 	case groupStable, groupCompletingRebalance:
@@ -318,6 +314,15 @@ func (g *group) removeMember(m *member, code int16) {
 		g.maybeCompleteJoin()
 	case groupPreparingRebalance:
 		g.maybeCompleteJoin()
+	}
+}
+
+// dropMember forgets a member, and its static instance id if it holds it.
+func (g *group) dropMember(m *member) {
+	m.timer.Stop()
+	delete(g.members, m.id)
+	if m.instanceID != nil && g.static[*m.instanceID] == m.id {
+		delete(g.static, *m.instanceID)
 	}
 }
 
@@ -401,11 +406,7 @@ func (g *group) completeJoin() {
 	for _, m := range g.members {
 		if m.join == nil {
 			g.c.s.log.Info("group member did not rejoin in time", "group", g.id, "member", m.id)
-			m.timer.Stop()
-			delete(g.members, m.id)
-			if m.instanceID != nil && g.static[*m.instanceID] == m.id {
-				delete(g.static, *m.instanceID)
-			}
+			g.dropMember(m)
 			m.reply(kerr.UnknownMemberID.Code)
 		}
 	}
@@ -500,11 +501,7 @@ func (g *group) syncTimeout(gen int32) {
 	for _, m := range g.members {
 		if m.sync == nil {
 			g.c.s.log.Info("group member did not sync in time", "group", g.id, "member", m.id)
-			m.timer.Stop()
-			delete(g.members, m.id)
-			if m.instanceID != nil && g.static[*m.instanceID] == m.id {
-				delete(g.static, *m.instanceID)
-			}
+			g.dropMember(m)
 		}
 	}
 	g.prepareRebalance()
