@@ -182,8 +182,6 @@ func (s *Source) Start(ctx context.Context, from relay.Position) error {
 	return nil
 }
 
-// reportSlotLoss says loudly that the slot is gone, unless this is the
-// first start.
 // Reset drops the slot and its creation record, for the core to call when
 // the relay switches here from the polling reader: the slot may hold
 // inserts the other reader already published (their rows are gone, their
@@ -211,6 +209,8 @@ func (s *Source) Reset(ctx context.Context) error {
 	return nil
 }
 
+// reportSlotLoss says loudly that the slot is gone, unless this is the
+// first start.
 func (s *Source) reportSlotLoss(st slotState, mk marker, from relay.Position) {
 	switch {
 	case st.lost():
