@@ -1,1 +1,2 @@
+DROP TABLE {{schema}}.leader_lease;
 DROP TABLE {{schema}}.leadership;
