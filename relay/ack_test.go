@@ -48,7 +48,10 @@ func TestAcknowledgementWaitsForVisibility(t *testing.T) {
 			committed <- lateTx.Commit(ctx)
 		}()
 		ids := []int64{visible, invisible}
-		err = r.commitAcks(ctx, []ack{{ids: ids, published: ids, count: 2, through: Position{Major: 1, Minor: uint64(invisible)}}})
+		// The migrated leadership row has epoch 0.
+		l := &lease{epoch: 0}
+		l.extend(time.Now(), time.Hour)
+		err = r.commitAcks(ctx, []ack{{ids: ids, published: ids, count: 2, through: Position{Major: 1, Minor: uint64(invisible)}}}, l)
 		r.pool.Close()
 		if err != nil {
 			t.Fatal(err)

@@ -6,10 +6,10 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"golang.org/x/sync/errgroup"
 )
 
 // ack is one published batch waiting for its Postgres acknowledgement.
@@ -41,39 +41,40 @@ type deadLetter struct {
 }
 
 // pipeline runs source -> sink -> acknowledgement until ctx ends (graceful)
-// or something fails. Four goroutines overlap the work: one reads the next
-// batch while another hands the current one to the sink, a third waits for
-// the sink to make earlier batches durable (a PipelinedSink takes several
-// before the first is), and a fourth commits the acknowledgements of
-// durable batches, several per transaction when they queue up.
-func (r *Relay) pipeline(ctx context.Context, lost <-chan error) error {
-	// hard ends all work: on failure, on a lost lock, or when a graceful
-	// stop overruns ShutdownTimeout.
-	hard, cancelHard := context.WithCancel(context.WithoutCancel(ctx))
-	defer cancelHard()
-	fe := &firstErr{cancel: cancelHard}
-	go func() {
-		select {
-		case err := <-lost:
-			fe.set(err)
-		case <-ctx.Done():
-			select {
-			case err := <-lost:
-				fe.set(err)
-			case <-time.After(r.cfg.ShutdownTimeout):
-				fe.set(fmt.Errorf("graceful stop took longer than %v", r.cfg.ShutdownTimeout))
-			case <-hard.Done():
-			}
-		case <-hard.Done():
-		}
-	}()
+// or something fails, while l is held: leading ends when the lease is lost.
+// Four stages overlap the work: one reads the next batch while another
+// hands the current one to the sink, a third waits for the sink to make
+// earlier batches durable (a PipelinedSink takes several before the first
+// is), and a fourth commits the acknowledgements of durable batches, several
+// per transaction when they queue up. They, the backlog sampler and the
+// pruner run in one errgroup, and all have returned when pipeline returns.
+func (r *Relay) pipeline(ctx, leading context.Context, l *lease) error {
+	// hard ends all work: on failure, when the lease is lost, or when a
+	// graceful stop overruns ShutdownTimeout.
+	hard, cancelHard := context.WithCancelCause(leading)
+	defer cancelHard(nil)
+	stopOverrun := context.AfterFunc(ctx, func() {
+		t := time.AfterFunc(r.cfg.ShutdownTimeout, func() {
+			cancelHard(fmt.Errorf("graceful stop took longer than %v", r.cfg.ShutdownTimeout))
+		})
+		context.AfterFunc(hard, func() { t.Stop() })
+	})
+	defer stopOverrun()
+	err := r.runPipeline(ctx, hard, l)
+	if cause := context.Cause(hard); err != nil && cause != nil && hard.Err() != nil && !errors.Is(cause, context.Canceled) {
+		// The stages report that their context ended; the cause says why.
+		return cause
+	}
+	return err
+}
 
+func (r *Relay) runPipeline(ctx, hard context.Context, l *lease) error {
 	ck, err := r.loadCheckpoint(hard)
 	if err != nil {
 		r.m.Errors.WithLabelValues("ack").Inc()
 		return err
 	}
-	if err := r.sink.Start(hard, ck.state); err != nil {
+	if err := r.sink.Start(hard, Session{State: ck.state, Fence: l.Fence}); err != nil {
 		r.m.Errors.WithLabelValues("sink").Inc()
 		return fmt.Errorf("starting the sink: %w", err)
 	}
@@ -89,56 +90,40 @@ func (r *Relay) pipeline(ctx context.Context, lost <-chan error) error {
 		return fmt.Errorf("starting the source: %w", err)
 	}
 	defer r.source.Close(context.WithoutCancel(ctx))
-	r.log.Info("pipeline started", "position", ck.position.String())
+	r.log.Info("pipeline started", "position", ck.position.String(), "epoch", l.epoch)
 	// Running again: readiness now follows the sink (which reports its own
 	// failures, a full disk for one) until the pipeline fails again.
 	r.lastErr.Store(nil)
 
-	// read ends on a graceful stop as well as on hard.
-	read, cancelRead := context.WithCancel(hard)
+	g, work := errgroup.WithContext(hard)
+	// read ends on a graceful stop as well as when work does.
+	read, cancelRead := context.WithCancel(work)
 	defer cancelRead()
-	go func() {
-		select {
-		case <-ctx.Done():
-		case <-hard.Done():
-		}
-		cancelRead()
-	}()
+	stopRead := context.AfterFunc(ctx, cancelRead)
+	defer stopRead()
 
-	go r.sampleBacklog(read)
+	g.Go(func() error { r.sampleBacklog(read); return nil })
 	if r.cfg.Retain > 0 {
-		go r.pruneArchive(read)
+		g.Go(func() error { r.pruneArchive(read); return nil })
 	}
 	batches := make(chan batch, 2)
 	flights := make(chan flight, maxInFlight-1)
 	acks := make(chan ack, 8)
 	tracker := newAckTracker()
-	var wg sync.WaitGroup
-	wg.Add(4)
-	go func() {
-		defer wg.Done()
+	g.Go(func() error {
 		defer close(batches)
-		fe.set(r.readLoop(read, batches, ck.position, tracker))
-	}()
-	go func() {
-		defer wg.Done()
+		return r.readLoop(read, batches, ck.position, tracker)
+	})
+	g.Go(func() error {
 		defer close(flights)
-		fe.set(r.publishLoop(hard, batches, flights))
-	}()
-	go func() {
-		defer wg.Done()
+		return r.publishLoop(work, batches, flights)
+	})
+	g.Go(func() error {
 		defer close(acks)
-		fe.set(r.durableLoop(hard, flights, acks, ck.state))
-	}()
-	go func() {
-		defer wg.Done()
-		fe.set(r.ackLoop(hard, acks, tracker))
-	}()
-	wg.Wait()
-	if fe.err != nil {
-		return fe.err
-	}
-	return nil
+		return r.durableLoop(work, flights, acks, ck.state)
+	})
+	g.Go(func() error { return r.ackLoop(work, acks, tracker, l) })
+	return g.Wait()
 }
 
 type liveBatch struct {
@@ -409,7 +394,7 @@ const maxMerge = 64
 
 // ackLoop commits acknowledgements in order, merging those that arrive
 // within AckInterval of the previous commit.
-func (r *Relay) ackLoop(ctx context.Context, in <-chan ack, tracker *ackTracker) error {
+func (r *Relay) ackLoop(ctx context.Context, in <-chan ack, tracker *ackTracker, l *lease) error {
 	var lastCommit time.Time
 	for a := range in {
 		merged := []ack{a}
@@ -441,7 +426,7 @@ func (r *Relay) ackLoop(ctx context.Context, in <-chan ack, tracker *ackTracker)
 				break more
 			}
 		}
-		if err := r.commitAcks(ctx, merged); err != nil {
+		if err := r.commitAcks(ctx, merged, l); err != nil {
 			r.m.Errors.WithLabelValues("ack").Inc()
 			return err
 		}
@@ -471,7 +456,7 @@ func (r *Relay) ackLoop(ctx context.Context, in <-chan ack, tracker *ackTracker)
 // commitAcks deletes (or archives) the published rows, records dead
 // letters, advances replay cursors and saves the checkpoint, all in one
 // transaction.
-func (r *Relay) commitAcks(ctx context.Context, acks []ack) error {
+func (r *Relay) commitAcks(ctx context.Context, acks []ack, l *lease) error {
 	var ids, archived []int64
 	var published int
 	for _, a := range acks {
@@ -481,6 +466,9 @@ func (r *Relay) commitAcks(ctx context.Context, acks []ack) error {
 	}
 	last := acks[len(acks)-1]
 	err := pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
+		if err := r.fence(ctx, tx, l); err != nil {
+			return err
+		}
 		if err := r.removeRows(ctx, tx, ids, archived); err != nil {
 			return err
 		}

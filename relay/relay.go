@@ -4,9 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"log/slog"
-	"sync"
+	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -45,9 +44,11 @@ type Config struct {
 	// ShutdownTimeout bounds how long a graceful stop may take to finish
 	// the in-flight batch before work is abandoned (default 30s).
 	ShutdownTimeout time.Duration
-	// LeaderCheckInterval is how often the leader checks that it still holds
-	// its lock (default 1s).
-	LeaderCheckInterval time.Duration
+	// Lease is how long a leader's renewal of its leadership counts (default
+	// 3s). A standby takes over after seeing no renewal for a whole lease;
+	// the leader stops appending and acknowledging a fifth of a lease
+	// before that (see leadership.go).
+	Lease time.Duration
 	// BacklogInterval is how often the backlog gauge is sampled (default
 	// 5s).
 	BacklogInterval time.Duration
@@ -86,8 +87,8 @@ func (c Config) WithDefaults() Config {
 	if c.ShutdownTimeout <= 0 {
 		c.ShutdownTimeout = 30 * time.Second
 	}
-	if c.LeaderCheckInterval <= 0 {
-		c.LeaderCheckInterval = time.Second
+	if c.Lease <= 0 {
+		c.Lease = 3 * time.Second
 	}
 	if c.BacklogInterval <= 0 {
 		c.BacklogInterval = 5 * time.Second
@@ -117,6 +118,9 @@ func (c Config) Validate() error {
 	}
 	if c.Retain < 0 {
 		return fmt.Errorf("retention %v is negative", c.Retain)
+	}
+	if c.Lease < 100*time.Millisecond {
+		return fmt.Errorf("lease %v is below the minimum of 100ms", c.Lease)
 	}
 	if c.BatchSize > 100_000 {
 		return fmt.Errorf("batch size %d is above the limit of 100000", c.BatchSize)
@@ -155,6 +159,9 @@ type Relay struct {
 
 	deleteSQL, deleteRangesSQL, deadSQL, checkpointSQL, loadSQL, backlogSQL string
 	replay                                                                  replaySQL
+	lease                                                                   leaseSQL
+	// holder names this process in the leadership table.
+	holder string
 	// published counts acknowledged live events, for the drain rate.
 	published atomic.Int64
 }
@@ -183,6 +190,8 @@ ON CONFLICT (name) DO UPDATE SET position_major = $2, position_minor = $3, sink_
 FROM (SELECT count(*) AS n FROM (SELECT 1 FROM ` + ident("events") + ` LIMIT 100001) AS l) AS b`,
 	}
 	r.replay = newReplaySQL(ident)
+	r.lease = newLeaseSQL(ident)
+	r.holder = holderName()
 	r.role.Store(RoleStarting)
 	return r, nil
 }
@@ -255,6 +264,9 @@ func (r *Relay) connectPool(ctx context.Context) (*pgxpool.Pool, error) {
 		return nil, err
 	}
 	cfg.ConnConfig = connCfg
+	// A transaction left open by a paused relay must not hold the
+	// leadership row (or the outbox's rows) past its lease.
+	cfg.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"] = strconv.FormatInt(r.cfg.Lease.Milliseconds(), 10)
 	cfg.MaxConns = 4
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
@@ -278,74 +290,53 @@ func (r *Relay) checkSchema(ctx context.Context) error {
 	return m.Check(ctx, conn.Conn())
 }
 
-// leadOnce waits for the leader lock, runs the pipeline while holding it,
-// and returns when the pipeline stops.
+// leadOnce waits for the leadership, runs the pipeline while it holds the
+// lease, and returns when the pipeline stops.
 func (r *Relay) leadOnce(ctx context.Context) error {
-	lock, err := pgconfig.Connect(ctx, r.cfg.DatabaseURL)
+	conn, err := pgconfig.Connect(ctx, r.cfg.DatabaseURL)
 	if err != nil {
 		r.m.Errors.WithLabelValues("leader").Inc()
 		return err
 	}
-	defer lock.Close(context.WithoutCancel(ctx))
-	key := leaderKey(r.cfg.Schema)
-	var got bool
-	if err := lock.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", key).Scan(&got); err != nil {
-		r.m.Errors.WithLabelValues("leader").Inc()
-		return fmt.Errorf("taking the leader lock: %w", err)
-	}
-	if !got {
-		r.role.Store(RoleStandby)
-		r.log.Info("another relay is the leader; waiting as standby", "schema", r.cfg.Schema)
-		// Blocks until the leader's session ends, however it ends.
-		if _, err := lock.Exec(ctx, "SELECT pg_advisory_lock($1)", key); err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			r.m.Errors.WithLabelValues("leader").Inc()
-			return fmt.Errorf("waiting for the leader lock: %w", err)
+	defer conn.Close(context.WithoutCancel(ctx))
+	l, err := r.acquire(ctx, conn)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
 		}
+		r.m.Errors.WithLabelValues("leader").Inc()
+		return err
 	}
 	r.role.Store(RoleLeader)
 	r.m.Leader.Set(1)
 	defer r.m.Leader.Set(0)
-	r.log.Info("became the leader", "schema", r.cfg.Schema)
+	r.log.Info("became the leader", "schema", r.cfg.Schema, "epoch", l.epoch)
 
-	lost := make(chan error, 1)
-	watchCtx, stopWatch := context.WithCancel(ctx)
-	defer stopWatch()
-	go r.watchLock(watchCtx, lock, lost)
-	err = r.pipeline(ctx, lost)
+	// leading ends when the lease is lost; the pipeline's hard stop follows.
+	leading, stopLeading := context.WithCancelCause(context.WithoutCancel(ctx))
+	defer stopLeading(nil)
+	keepDone := make(chan error, 1)
+	keepCtx, stopKeep := context.WithCancel(ctx)
+	go func() {
+		err := r.keepLease(keepCtx, conn, l)
+		if err != nil {
+			stopLeading(err)
+		}
+		keepDone <- err
+	}()
+	err = r.pipeline(ctx, leading, l)
+	stopKeep()
+	lost := <-keepDone
+	if lost == nil && ctx.Err() != nil && err == nil {
+		r.release(context.WithoutCancel(ctx), conn, l)
+	}
 	if err == nil {
 		r.lastErr.Store(nil)
 	}
-	return err
-}
-
-// watchLock reports on lost when the lock's session fails: then another
-// relay may already lead.
-func (r *Relay) watchLock(ctx context.Context, lock *pgx.Conn, lost chan<- error) {
-	t := time.NewTicker(r.cfg.LeaderCheckInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		pingCtx, cancel := context.WithTimeout(ctx, r.cfg.LeaderCheckInterval*3)
-		err := lock.Ping(pingCtx)
-		cancel()
-		if err != nil && ctx.Err() == nil {
-			lost <- fmt.Errorf("lost the leader lock's connection: %w", err)
-			return
-		}
+	if lost != nil && err == nil {
+		err = lost
 	}
-}
-
-func leaderKey(schema string) int64 {
-	h := fnv.New64a()
-	h.Write([]byte("relay.leader." + schema))
-	return int64(h.Sum64())
+	return err
 }
 
 type checkpoint struct {
@@ -374,22 +365,4 @@ func (r *Relay) loadCheckpoint(ctx context.Context) (checkpoint, error) {
 		ck.position, ck.switched = Position{}, true
 	}
 	return ck, nil
-}
-
-// firstErr keeps the first error of several goroutines and cancels their
-// context when it arrives.
-type firstErr struct {
-	once   sync.Once
-	err    error
-	cancel context.CancelFunc
-}
-
-func (f *firstErr) set(err error) {
-	if err == nil {
-		return
-	}
-	f.once.Do(func() {
-		f.err = err
-		f.cancel()
-	})
 }

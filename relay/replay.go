@@ -240,10 +240,6 @@ WHERE id = $1 AND status IN ('pending', 'running')`, id)
 	return tag.RowsAffected() == 1, nil
 }
 
-// LeaderLockKey is the Postgres advisory lock the leader of schema's outbox
-// holds, so inspection can tell whether a leader runs.
-func LeaderLockKey(schema string) int64 { return leaderKey(schema) }
-
 // replaySQL are the statements the leader runs for retention and replay.
 type replaySQL struct {
 	archive, prune, pick, resume, lockRequest, start, fail, chunk, mark, ack string

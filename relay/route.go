@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 )
 
@@ -77,6 +78,11 @@ func Route(e Event, maxBytes int) (Message, error) {
 	return Message{Topic: e.Topic, Key: e.Key, Value: e.Payload, Headers: headers, Timestamp: e.CreatedAt}, nil
 }
 
+// reservedHeaderPrefix starts the names of the headers the relay adds
+// (relay-event-id, relay-created-at, relay-replay). A row may not set them:
+// consumers deduplicate by relay-event-id, so it must not be forgeable.
+const reservedHeaderPrefix = "relay-"
+
 func parseHeaders(raw []byte) ([]Header, error) {
 	if raw == nil || string(raw) == "null" {
 		return nil, nil
@@ -92,6 +98,9 @@ func parseHeaders(raw []byte) ([]Header, error) {
 	sort.Strings(names)
 	headers := make([]Header, 0, len(names)+2)
 	for _, name := range names {
+		if len(name) >= len(reservedHeaderPrefix) && strings.EqualFold(name[:len(reservedHeaderPrefix)], reservedHeaderPrefix) {
+			return nil, fmt.Errorf("%w: header %q: names starting with %q belong to the relay", ErrInvalidHeaders, name, reservedHeaderPrefix)
+		}
 		var v *string
 		if err := json.Unmarshal(obj[name], &v); err != nil {
 			return nil, fmt.Errorf("%w: header %q is %s, not a string", ErrInvalidHeaders, name, truncate(obj[name]))

@@ -35,6 +35,39 @@ func (m Message) EventID() []byte {
 	return nil
 }
 
+// Identity names what m publishes: its event id and, for a republished
+// event, the replay request, so that a replay is never mistaken for the
+// event's first publication. Empty for a message without an event id.
+func (m Message) Identity() string {
+	var id, replay []byte
+	for i := len(m.Headers) - 1; i >= 0 && (id == nil || replay == nil); i-- {
+		switch m.Headers[i].Key {
+		case HeaderEventID:
+			if id == nil {
+				id = m.Headers[i].Value
+			}
+		case HeaderReplay:
+			if replay == nil {
+				replay = m.Headers[i].Value
+			}
+		}
+	}
+	return Identity(id, replay)
+}
+
+// Identity is the identity of a record with these relay-event-id and
+// relay-replay header values (nil when absent): what a sink compares to
+// tell whether an event is already in its log.
+func Identity(eventID, replay []byte) string {
+	if len(eventID) == 0 {
+		return ""
+	}
+	if replay == nil {
+		return string(eventID)
+	}
+	return string(eventID) + " replay " + string(replay)
+}
+
 // Record headers the core adds to every message, after the event's own.
 const (
 	// HeaderEventID carries the outbox row's event id, so any consumer can
@@ -44,6 +77,26 @@ const (
 	// nanoseconds (the record timestamp keeps only milliseconds).
 	HeaderCreatedAt = "relay-created-at"
 )
+
+// Session is what the core hands a sink when a pipeline session starts.
+type Session struct {
+	// State is the State saved with the last acknowledged batch (nil on
+	// the first start).
+	State []byte
+	// Fence returns nil while this relay is the leader, else an error
+	// wrapping ErrNotLeader. A sink calls it before every append and stops
+	// appending once it fails, so that a deposed leader writes nothing
+	// after its lease. Nil means never fenced.
+	Fence func() error
+}
+
+// CheckFence calls s.Fence when it is set.
+func (s Session) CheckFence() error {
+	if s.Fence == nil {
+		return nil
+	}
+	return s.Fence()
+}
 
 // PublishResult is what Publish reports for a batch it accepted.
 type PublishResult struct {
@@ -63,14 +116,15 @@ type PublishResult struct {
 // The core calls Publish with consecutive batches in source order and
 // acknowledges a batch's rows only after Publish returned for it. When
 // Publish returns an error the core stops, restarts the sink with Start and
-// the last saved state, and delivers the same messages again from the
-// source: a sink that can tell what it already made durable (the embedded
-// broker, through its idempotent producer state) must not publish those
-// messages a second time.
+// the last saved state, and delivers the unacknowledged events again from
+// the source, in an order and a set that may differ from the first time
+// (rows deleted by an operator, a WAL reader that lost its slot and reads
+// the table instead): a sink that can tell what it already made durable
+// (the embedded broker) decides it by each message's identity, its event id
+// and replay request, never by its position.
 type Sink interface {
-	// Start prepares the sink, with the State saved with the last
-	// acknowledged batch (nil on the first start).
-	Start(ctx context.Context, state []byte) error
+	// Start prepares the sink for a session of the pipeline.
+	Start(ctx context.Context, s Session) error
 	// Publish makes every message durable (embedded: fsynced; Kafka:
 	// acknowledged by all in-sync replicas), keeping their order within
 	// each partition, and returns only then.

@@ -14,6 +14,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/google/uuid"
 )
 
 // SyncPolicy says when appended data is fsynced.
@@ -194,7 +196,10 @@ type topic struct {
 
 // metadata is the broker-wide state in meta.json.
 type metadata struct {
-	Version        int                       `json:"version"`
+	Version int `json:"version"`
+	// LogID names this log, made when the data directory is created, so a
+	// writer can tell a replaced directory from the one it wrote to.
+	LogID          string                    `json:"log_id,omitempty"`
 	NextProducerID int64                     `json:"next_producer_id"`
 	Producers      map[string]stableProducer `json:"producers"`
 	Topics         map[string]TopicConfig    `json:"topics"`
@@ -203,6 +208,9 @@ type metadata struct {
 type stableProducer struct {
 	ID    int64 `json:"id"`
 	Epoch int16 `json:"epoch"`
+	// Internal marks an identity of the broker's own writers, which no
+	// Kafka client may produce under.
+	Internal bool `json:"internal,omitempty"`
 }
 
 // Broker is the embedded log: topics of partitioned, durable logs with
@@ -301,6 +309,12 @@ func (b *Broker) load(ctx context.Context) error {
 	case errors.Is(err, os.ErrNotExist):
 	default:
 		return storageErr("read metadata", err)
+	}
+	if b.meta.LogID == "" {
+		b.meta.LogID = uuid.NewString()
+		if err := b.saveMetaLocked(b.meta); err != nil {
+			return err
+		}
 	}
 	names := make([]string, 0, len(b.meta.Topics))
 	for n := range b.meta.Topics {
@@ -606,6 +620,16 @@ func (b *Broker) AppendAsync(ctx context.Context, topicName string, part int32, 
 
 func noWait() error { return nil }
 
+// ProduceAsync is AppendAsync for a batch from a Kafka client: a batch
+// under a producer id reserved for the broker's own writers is refused with
+// ErrReservedProducerID.
+func (b *Broker) ProduceAsync(ctx context.Context, topicName string, part int32, batch []byte) (AppendResult, func() error, error) {
+	if h, err := ParseBatchHeader(batch); err == nil && b.IsInternalProducer(h.ProducerID) {
+		return AppendResult{}, nil, fmt.Errorf("%w: producer id %d", ErrReservedProducerID, h.ProducerID)
+	}
+	return b.AppendAsync(ctx, topicName, part, batch)
+}
+
 // validateProduced applies the checks a produced batch must pass before
 // anything is written.
 func validateProduced(batch []byte, cfg TopicConfig) (BatchHeader, error) {
@@ -754,6 +778,25 @@ type ProducerID struct {
 // ErrInvalidProducerEpoch. When the epoch would overflow, the name moves to
 // a fresh id at epoch 0, as Kafka does.
 func (b *Broker) InitProducerID(ctx context.Context, stableName string) (ProducerID, error) {
+	return b.initProducerID(ctx, stableName, false)
+}
+
+// InitInternalProducer is InitProducerID for the broker's own writers (the
+// relay's sink): each call bumps the epoch of the identity named name, and
+// no Kafka client can produce under that identity (Produce refuses it with
+// ErrReservedProducerID), so nobody can fence it or advance its sequences.
+func (b *Broker) InitInternalProducer(ctx context.Context, name string) (ProducerID, error) {
+	if name == "" {
+		return ProducerID{}, fmt.Errorf("%w: an internal producer needs a name", ErrInvalidConfig)
+	}
+	return b.initProducerID(ctx, internalPrefix+name, true)
+}
+
+// internalPrefix keeps internal producer names apart from clients'
+// transactional ids.
+const internalPrefix = "\x00internal/"
+
+func (b *Broker) initProducerID(ctx context.Context, stableName string, internal bool) (ProducerID, error) {
 	if err := ctx.Err(); err != nil {
 		return ProducerID{}, err
 	}
@@ -770,7 +813,7 @@ func (b *Broker) InitProducerID(ctx context.Context, stableName string) (Produce
 		m.NextProducerID++
 	}
 	if stableName != "" {
-		m.Producers[stableName] = stableProducer(id)
+		m.Producers[stableName] = stableProducer{ID: id.ID, Epoch: id.Epoch, Internal: internal}
 	}
 	if err := b.saveMetaLocked(m); err != nil {
 		return ProducerID{}, err
@@ -779,6 +822,29 @@ func (b *Broker) InitProducerID(ctx context.Context, stableName string) (Produce
 	b.meta = m
 	b.mu.Unlock()
 	return id, nil
+}
+
+// IsInternalProducer reports whether id belongs to the broker's own
+// writers.
+func (b *Broker) IsInternalProducer(id int64) bool {
+	if id < 0 {
+		return false
+	}
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	for _, sp := range b.meta.Producers {
+		if sp.Internal && sp.ID == id {
+			return true
+		}
+	}
+	return false
+}
+
+// LogID names this data directory's log; it never changes once made.
+func (b *Broker) LogID() string {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	return b.meta.LogID
 }
 
 // Sync fsyncs every partition now (useful under SyncIntervalUnsafe).

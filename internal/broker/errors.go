@@ -44,6 +44,10 @@ var (
 	ErrInvalidProducerEpoch = errors.New("broker: invalid (stale) producer epoch")
 	// ErrUnknownProducerID means a producer id the broker never allocated.
 	ErrUnknownProducerID = errors.New("broker: unknown producer id")
+	// ErrReservedProducerID means a client produced under a producer id the
+	// broker reserved for its own writers (the relay's sink): only
+	// InitInternalProducer's holder may append under it.
+	ErrReservedProducerID = errors.New("broker: producer id reserved for the broker's own writers")
 	// ErrKeylessCompacted means a record without a key was sent to a topic
 	// with cleanup.policy=compact.
 	ErrKeylessCompacted = errors.New("broker: compacted topic requires record keys")
@@ -122,6 +126,8 @@ func KafkaErrorCode(err error) int16 {
 		return kerr.InvalidProducerEpoch.Code
 	case errors.Is(err, ErrUnknownProducerID):
 		return kerr.UnknownProducerID.Code
+	case errors.Is(err, ErrReservedProducerID):
+		return kerr.InvalidProducerIDMapping.Code
 	case errors.Is(err, ErrKeylessCompacted):
 		return kerr.InvalidRecord.Code
 	case errors.Is(err, ErrTransactionalUnsupported):

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net"
 	"sync"
@@ -24,17 +25,17 @@ type kafkaListener struct {
 	srv *protocol.Server
 }
 
-// attach is the embedded sink's OnOpen hook.
-func (k *kafkaListener) attach(b *broker.Broker) (stop func()) {
+// attach is the embedded sink's OnOpen hook. A listener that cannot start
+// (its address in use, say) fails the sink's start: the relay is then not
+// ready, says why, and tries again with its restart backoff.
+func (k *kafkaListener) attach(b *broker.Broker) (stop func(), err error) {
 	srv, err := protocol.NewServer(b, protocol.Config{AdvertisedAddr: k.advertised, AutoCreateTopics: true, Logger: k.log})
 	if err != nil {
-		k.log.Error("Kafka listener not started", "err", err)
-		return func() {}
+		return nil, fmt.Errorf("starting the Kafka listener: %w", err)
 	}
 	ln, err := net.Listen("tcp", k.addr)
 	if err != nil {
-		k.log.Error("Kafka listener not started", "addr", k.addr, "err", err)
-		return func() {}
+		return nil, fmt.Errorf("starting the Kafka listener on %s: %w", k.addr, err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -54,7 +55,7 @@ func (k *kafkaListener) attach(b *broker.Broker) (stop func()) {
 		k.mu.Unlock()
 		cancel()
 		<-done
-	}
+	}, nil
 }
 
 func (k *kafkaListener) Describe(ch chan<- *prometheus.Desc) {}

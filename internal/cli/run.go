@@ -195,7 +195,7 @@ func (f *runFlags) serve(ctx context.Context, log *slog.Logger) error {
 	if f.fsync == "interval" {
 		sync = broker.SyncIntervalUnsafe
 	}
-	var onOpen func(*broker.Broker) func()
+	var onOpen func(*broker.Broker) (func(), error)
 	if f.kafkaAddr != "" && f.sink == "embedded" {
 		kl := &kafkaListener{addr: f.kafkaAddr, advertised: f.kafkaAdvertised, log: log}
 		metrics.Registry.MustRegister(kl)

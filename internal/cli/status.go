@@ -25,8 +25,12 @@ func statusCommand() *command {
 // scripts.
 type statusReport struct {
 	Schema string `json:"schema"`
-	// LeaderRunning: some relay holds the outbox's leader lock.
+	// LeaderRunning: some relay holds an unexpired lease on the outbox
+	// (judged by the database's clock, for display only).
 	LeaderRunning bool `json:"leader_running"`
+	// LeaderEpoch and LeaderHolder name the current (or last) leader.
+	LeaderEpoch  int64  `json:"leader_epoch"`
+	LeaderHolder string `json:"leader_holder,omitempty"`
 	// Daemon is what the daemon at --http-addr says, when it answers.
 	Daemon      *daemonStatus         `json:"daemon,omitempty"`
 	Checkpoints []checkpointStatus    `json:"checkpoints"`
@@ -105,10 +109,10 @@ func status(ctx context.Context, stdio IO, args []string) error {
 func collectStatus(ctx context.Context, conn *pgx.Conn, schema string) (*statusReport, error) {
 	id := func(name string) string { return pgx.Identifier{schema, name}.Sanitize() }
 	rep := &statusReport{Schema: schema, Checkpoints: []checkpointStatus{}, Slots: []slotStatus{}}
-	err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted
-    AND objsubid = 1 AND ((classid::bigint << 32) | objid::bigint) = $1)`, relay.LeaderLockKey(schema)).Scan(&rep.LeaderRunning)
+	err := conn.QueryRow(ctx, `SELECT l.epoch, l.holder, NOT s.released AND s.renewed_at > now() - s.lease_ms * interval '1 millisecond'
+FROM `+id("leadership")+` l, `+id("leader_lease")+` s`).Scan(&rep.LeaderEpoch, &rep.LeaderHolder, &rep.LeaderRunning)
 	if err != nil {
-		return nil, fmt.Errorf("reading the leader lock: %w", err)
+		return nil, fmt.Errorf("reading the leadership (is the schema migrated?): %w", err)
 	}
 	rows, err := conn.Query(ctx, `SELECT name, source, position_major, position_minor, published, updated_at FROM `+id("checkpoints")+` ORDER BY name`)
 	if err != nil {
@@ -232,9 +236,9 @@ func scrapeGauges(r io.Reader, names ...string) map[string]float64 {
 
 func printStatus(w io.Writer, rep *statusReport) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	leader := "none (no relay holds the leader lock)"
+	leader := fmt.Sprintf("none (no relay holds an unexpired lease; last epoch %d)", rep.LeaderEpoch)
 	if rep.LeaderRunning {
-		leader = "running"
+		leader = fmt.Sprintf("running (epoch %d, %s)", rep.LeaderEpoch, rep.LeaderHolder)
 	}
 	fmt.Fprintf(tw, "schema\t%s\n", rep.Schema)
 	fmt.Fprintf(tw, "leader\t%s\n", leader)

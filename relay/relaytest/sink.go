@@ -73,7 +73,7 @@ func startSink(t *testing.T, h SinkHarness, state []byte) relay.Sink {
 	s := h.New(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if err := s.Start(ctx, state); err != nil {
+	if err := s.Start(ctx, relay.Session{State: state}); err != nil {
 		t.Fatalf("Start: %v", err)
 	}
 	return s

@@ -46,7 +46,7 @@ func (s *Server) handleProduce(ctx context.Context, req *kmsg.ProduceRequest) (k
 				p.ErrorCode = code
 				continue
 			}
-			res, wait, err := s.b.AppendAsync(ctx, rt.Topic, rp.Partition, rp.Records)
+			res, wait, err := s.b.ProduceAsync(ctx, rt.Topic, rp.Partition, rp.Records)
 			if err != nil {
 				setProduceError(p, err)
 				continue

@@ -1,34 +1,66 @@
 // Package embedded is the relay's sink into the embedded broker: it
-// publishes outbox events as an idempotent producer with a stable identity,
-// so that each event lands in the log exactly once, across crashes.
+// publishes outbox events as the broker's internal idempotent producer, so
+// that each event lands in the log exactly once, across crashes, takeovers
+// and whatever happened to the outbox meanwhile.
 //
-// # Exactly once, step by step
+// # Exactly once, by identity
 //
-//  1. Identity. On its first start against a data directory the sink asks
-//     the broker for a producer id and records it in the directory
-//     (relay-producer.json, replaced atomically). Every later start reuses
-//     that id and epoch: the leader lock and the directory's flock make sure
-//     only one relay produces with it.
-//  2. Sequences. Each (topic, partition) has a counter. A batch for a
-//     partition carries base sequence = the counter; the counter advances by
-//     the batch's record count. Counters are unbounded int64 here and wrap
-//     to Kafka's int32 sequence space on the wire.
-//  3. Checkpoint. After every Publish the sink hands the core its state (id,
-//     epoch, counters), which the core saves in Postgres in the same
-//     transaction that deletes the published rows. So the saved counters
-//     always describe exactly the rows that are gone.
-//  4. Crash. Rows still in the outbox are the events not acknowledged.
-//     Some of them may already be in the log (published, then the relay
-//     died before the acknowledgement committed).
-//  5. Restart. The source re-delivers those rows in the same order, and the
-//     core routes them to the same partitions, so the sink, starting from the
-//     saved counters, gives each the same sequence number it had before. The
-//     broker's producer state for each partition says the last sequence it
-//     made durable; a message whose sequence is at or below it is already
-//     in the log, and is skipped. The rest are appended. Were a retried
-//     batch sent anyway, the broker would answer it as a duplicate (it keeps
-//     the last five batches) or refuse it as out of order, never append it
-//     twice.
+// "Already published?" is decided by the event's identity (its
+// relay-event-id header, plus relay-replay for a republished event), never
+// by where it is expected to be.
+//
+//  1. Identity of the writer. At each session start the sink asks the
+//     broker for its internal producer "relay" (InitInternalProducer), which
+//     bumps the epoch: sequences start at 0, and any batch of an earlier
+//     session is refused as stale. No Kafka client can produce under that
+//     producer id (the broker refuses it), so its batches in the log are the
+//     relay's and nobody else's.
+//  2. What was acknowledged. When a batch is durable, the sink's state
+//     records, per partition, the log offset just after the relay's last
+//     batch there, with the broker's log id and the producer id. The core
+//     saves that state in the Postgres transaction that deletes the
+//     batch's rows: so every relay batch at or after the saved offsets may
+//     belong to rows that are still in the outbox.
+//  3. Session start (after a crash, a takeover, a pipeline restart). The
+//     sink reads each partition from its saved offset to the end and
+//     collects the identities of the records in batches of the relay's
+//     producer ids (this session's and the saved state's). A partition the
+//     state does not name, or a log whose id differs from the saved one (a
+//     replaced data directory), is read from its start, but only where the
+//     broker holds producer state for those ids. The cost is one read of
+//     the unacknowledged tail, bounded by what the pipeline keeps in flight
+//     (a few batches of --batch-size, plus the acknowledgements queued
+//     behind a slow Postgres); it grows only if acknowledgements keep
+//     failing session after session.
+//  4. Publishing. A message whose identity is in that set is already in
+//     the log: it is not appended again, it is reported published (so its
+//     row is deleted), and it leaves the set. Every other message is
+//     appended, whatever order or set of rows the source delivers: rows an
+//     operator deleted, rows a WAL reader re-read from the table after
+//     losing its slot in another order, a replay resumed by a new leader.
+//  5. Within a session, Kafka's idempotent sequences (starting at 0 with
+//     the new epoch, wrapping from MaxInt32 to 0 as Kafka's do) guard each
+//     partition's batches; the broker answers a retried batch as a
+//     duplicate and refuses a gap.
+//
+// # Fault model
+//
+//   - Process killed at any instruction: the rows of unacknowledged
+//     batches stay in the outbox; step 3 finds those already in the log.
+//   - Leadership lost while the process lives (a dead lock session, a
+//     network partition, a pause): the sink checks the session's fence
+//     before every append and appends nothing once it fails; the data
+//     directory's lock keeps a second process from opening the log until
+//     this one closed it, and the new leader's step 3 runs after that.
+//   - Operator deletes or truncates outbox rows between publish and ack:
+//     their events stay in the set, match nothing, and cost a few bytes
+//     until the session ends; no other event is skipped.
+//   - Sequence counters at their wrap points: nothing compares positions,
+//     so a session may append any number of records (tested across 2^30
+//     and 2^31).
+//   - A Kafka client reusing the relay's producer id, or forging
+//     relay-event-id headers: refused by the broker, and ignored by step 3
+//     (only the relay's producer ids count).
 //
 // The broker is opened in Start, that is only once this relay leads, and
 // closed in Close. Start waits while another process holds the directory.
@@ -55,8 +87,9 @@ type Config struct {
 	// Broker are the options the broker is opened with; Dir is required.
 	Broker broker.Options
 	// OnOpen, when set, runs after the broker opens, and its returned
-	// function before it closes: the Kafka listener attaches here.
-	OnOpen func(*broker.Broker) (stop func())
+	// function before it closes: the Kafka listener attaches here. An error
+	// fails Start.
+	OnOpen func(*broker.Broker) (stop func(), err error)
 	Logger *slog.Logger
 }
 
@@ -67,25 +100,34 @@ type Sink struct {
 	mu     sync.Mutex
 	b      *broker.Broker
 	stopFn func()
-	st     state
-	// durable is, per partition, the last sequence the broker had made
-	// durable for this producer when the sink started; messages at or below
-	// it are already in the log.
-	durable map[tp]int32
-	// checked marks partitions whose producer state was read this session.
-	checked map[tp]bool
-	// topics caches topic settings; a topic's partition count never
-	// changes.
-	topics map[string]broker.TopicConfig
+	fence  func() error
 	// failure is the last Publish error, until a Publish succeeds; it
 	// survives restarts of the sink.
 	failure error
+
+	// The fields below belong to the goroutine that calls PublishAsync.
+	id broker.ProducerID
+	st state
+	// seq is the next sequence per partition in this session.
+	seq map[tp]int32
+	// firstSeq is where a partition's sequence starts in a session (0; the
+	// tests start near the wrap points).
+	firstSeq int32
+	// seen holds the identities of the relay's records that the log holds
+	// after the acknowledged offsets, found at Start.
+	seen map[string]struct{}
+	// topics caches topic settings; a topic's partition count never
+	// changes.
+	topics map[string]broker.TopicConfig
 	// enc is the encoding buffer, reused from batch to batch.
 	enc []byte
 }
 
 // maxEncodeBuffer is the largest encoding buffer kept for reuse.
 const maxEncodeBuffer = 8 << 20
+
+// producerName is the broker's internal producer the relay writes as.
+const producerName = "relay"
 
 var _ relay.PipelinedSink = (*Sink)(nil)
 
@@ -96,29 +138,35 @@ type tp struct {
 
 // state is what the core saves with each acknowledgement.
 type state struct {
-	ProducerID int64                      `json:"producer_id"`
-	Epoch      int16                      `json:"epoch"`
-	Next       map[string]map[int32]int64 `json:"next"`
+	LogID      string `json:"log_id,omitempty"`
+	ProducerID int64  `json:"producer_id"`
+	// Acked is, per topic and partition, the offset just after the relay's
+	// last durable batch when this state was made: the relay's batches at
+	// or after it may be unacknowledged.
+	Acked map[string]map[int32]int64 `json:"acked,omitempty"`
 }
 
-func (s *state) next(k tp) int64 { return s.Next[k.topic][k.partition] }
-
-func (s *state) advance(k tp, n int) {
-	if s.Next[k.topic] == nil {
-		s.Next[k.topic] = map[int32]int64{}
-	}
-	s.Next[k.topic][k.partition] += int64(n)
+func (s *state) acked(k tp) (int64, bool) {
+	off, ok := s.Acked[k.topic][k.partition]
+	return off, ok
 }
 
 func (s *state) clone() state {
-	c := state{ProducerID: s.ProducerID, Epoch: s.Epoch, Next: make(map[string]map[int32]int64, len(s.Next))}
-	for t, parts := range s.Next {
-		c.Next[t] = make(map[int32]int64, len(parts))
+	c := state{LogID: s.LogID, ProducerID: s.ProducerID, Acked: make(map[string]map[int32]int64, len(s.Acked))}
+	for t, parts := range s.Acked {
+		c.Acked[t] = make(map[int32]int64, len(parts))
 		for p, n := range parts {
-			c.Next[t][p] = n
+			c.Acked[t][p] = n
 		}
 	}
 	return c
+}
+
+func (s *state) setAcked(k tp, off int64) {
+	if s.Acked[k.topic] == nil {
+		s.Acked[k.topic] = map[int32]int64{}
+	}
+	s.Acked[k.topic][k.partition] = off
 }
 
 // New returns a sink; Start opens the broker.
@@ -139,122 +187,182 @@ func (s *Sink) Broker() *broker.Broker {
 	return s.b
 }
 
-const identityFile = "relay-producer.json"
+// legacyIdentityFile held the producer id of earlier versions, which kept
+// it outside the broker; its id is the saved state's, so it is only
+// removed.
+const legacyIdentityFile = "relay-producer.json"
 
 // Start opens the broker (waiting while another process holds the
-// directory) and resumes from the saved state.
-func (s *Sink) Start(ctx context.Context, saved []byte) error {
+// directory), takes a new epoch of the relay's producer and reads the
+// identities of the unacknowledged tail (steps 1 and 3 of the package doc).
+func (s *Sink) Start(ctx context.Context, session relay.Session) error {
 	s.Close(ctx)
 	if err := os.MkdirAll(s.cfg.Broker.Dir, 0o755); err != nil {
 		return fmt.Errorf("embedded sink: %w", err)
 	}
-	var b *broker.Broker
+	var saved state
+	if session.State != nil {
+		if err := json.Unmarshal(session.State, &saved); err != nil {
+			return fmt.Errorf("embedded sink: reading the saved state: %w", err)
+		}
+	}
+	b, err := s.open(ctx)
+	if err != nil {
+		return err
+	}
+	id, err := b.InitInternalProducer(ctx, producerName)
+	if err != nil {
+		b.Close()
+		return fmt.Errorf("embedded sink: taking the relay's producer identity: %w", err)
+	}
+	st := state{LogID: b.LogID(), ProducerID: id.ID, Acked: map[string]map[int32]int64{}}
+	if saved.LogID == st.LogID {
+		st.Acked = saved.clone().Acked
+	}
+	ids := map[int64]bool{id.ID: true}
+	if session.State != nil {
+		ids[saved.ProducerID] = true
+	}
+	seen, err := unacknowledged(ctx, b, st, ids)
+	if err != nil {
+		b.Close()
+		return err
+	}
+	if len(seen) > 0 {
+		s.cfg.Logger.Info("the log holds unacknowledged events; they will not be appended again", "events", len(seen))
+	}
+	_ = os.Remove(filepath.Join(s.cfg.Broker.Dir, legacyIdentityFile))
+	var stop func()
+	if s.cfg.OnOpen != nil {
+		if stop, err = s.cfg.OnOpen(b); err != nil {
+			b.Close()
+			return fmt.Errorf("embedded sink: %w", err)
+		}
+	}
+	s.id, s.st, s.seen = id, st, seen
+	s.seq, s.topics = map[tp]int32{}, map[string]broker.TopicConfig{}
+	s.mu.Lock()
+	s.b, s.stopFn, s.fence = b, stop, session.CheckFence
+	s.mu.Unlock()
+	return nil
+}
+
+// open opens the broker, waiting while another process holds the
+// directory.
+func (s *Sink) open(ctx context.Context) (*broker.Broker, error) {
 	for waited := false; ; waited = true {
-		var err error
-		b, err = broker.Open(ctx, s.cfg.Broker)
+		b, err := broker.Open(ctx, s.cfg.Broker)
 		if err == nil {
-			break
+			return b, nil
 		}
 		if !errors.Is(err, syscall.EWOULDBLOCK) {
-			return fmt.Errorf("embedded sink: opening the broker: %w", err)
+			return nil, fmt.Errorf("embedded sink: opening the broker: %w", err)
 		}
 		if !waited {
 			s.cfg.Logger.Info("waiting for another process to release the data directory", "dir", s.cfg.Broker.Dir)
 		}
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
+			return nil, ctx.Err()
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
-	id, err := s.identity(ctx, b)
-	if err != nil {
-		b.Close()
-		return err
-	}
-	st := state{Next: map[string]map[int32]int64{}}
-	if saved != nil {
-		if err := json.Unmarshal(saved, &st); err != nil {
-			b.Close()
-			return fmt.Errorf("embedded sink: reading the saved state: %w", err)
-		}
-	}
-	if st.ProducerID != id.ID || st.Epoch != id.Epoch {
-		// A new data directory (or the first start): nothing published
-		// before is in this log, so numbering starts afresh.
-		st = state{ProducerID: id.ID, Epoch: id.Epoch, Next: map[string]map[int32]int64{}}
-	}
-	var stop func()
-	if s.cfg.OnOpen != nil {
-		stop = s.cfg.OnOpen(b)
-	}
-	s.mu.Lock()
-	s.b, s.st, s.stopFn = b, st, stop
-	s.durable, s.checked, s.topics = map[tp]int32{}, map[tp]bool{}, map[string]broker.TopicConfig{}
-	s.mu.Unlock()
-	return nil
 }
 
-// identity reads the producer id recorded in the data directory, or
-// allocates and records one.
-func (s *Sink) identity(ctx context.Context, b *broker.Broker) (broker.ProducerID, error) {
-	path := filepath.Join(s.cfg.Broker.Dir, identityFile)
-	var id broker.ProducerID
-	data, err := os.ReadFile(path)
-	if err == nil {
-		if err := json.Unmarshal(data, &id); err != nil {
-			return id, fmt.Errorf("embedded sink: %s is damaged: %w", path, err)
+// unacknowledged reads, in every partition, the batches of the producers
+// ids from st's acknowledged offset (or, where st names none, from the log
+// start where the broker knows one of ids) to the end, and returns the
+// identities of their records.
+func unacknowledged(ctx context.Context, b *broker.Broker, st state, ids map[int64]bool) (map[string]struct{}, error) {
+	seen := map[string]struct{}{}
+	var buf []byte
+	for _, t := range b.Topics() {
+		for _, p := range t.Partitions {
+			k := tp{t.Name, p.Partition}
+			from, ok := st.acked(k)
+			if !ok && !wroteTo(b, k, ids) {
+				continue
+			}
+			earliest, latest, err := b.Offsets(k.topic, k.partition)
+			if err != nil {
+				return nil, fmt.Errorf("embedded sink: %s/%d: %w", k.topic, k.partition, err)
+			}
+			from = min(max(from, earliest), latest)
+			for from < latest {
+				if err := ctx.Err(); err != nil {
+					return nil, err
+				}
+				res, err := b.FetchInto(ctx, k.topic, k.partition, from, 4<<20, buf[:0])
+				if err != nil {
+					return nil, fmt.Errorf("embedded sink: reading the unacknowledged tail of %s/%d at %d: %w", k.topic, k.partition, from, err)
+				}
+				buf = res.Batches
+				next, err := collectIdentities(res.Batches, ids, seen)
+				if err != nil {
+					return nil, fmt.Errorf("embedded sink: reading the unacknowledged tail of %s/%d at %d: %w", k.topic, k.partition, from, err)
+				}
+				if next <= from {
+					break
+				}
+				from = next
+			}
 		}
-		return id, nil
 	}
-	if !errors.Is(err, os.ErrNotExist) {
-		return id, fmt.Errorf("embedded sink: %w", err)
-	}
-	id, err = b.InitProducerID(ctx, "")
-	if err != nil {
-		return id, fmt.Errorf("embedded sink: allocating a producer id: %w", err)
-	}
-	data, _ = json.Marshal(id)
-	if err := writeFileAtomic(path, data); err != nil {
-		return id, fmt.Errorf("embedded sink: recording the producer id: %w", err)
-	}
-	return id, nil
+	return seen, nil
 }
 
-func writeFileAtomic(path string, data []byte) error {
-	tmp := path + ".tmp"
-	f, err := os.Create(tmp)
-	if err != nil {
-		return err
+// wroteTo reports whether one of ids has producer state in k.
+func wroteTo(b *broker.Broker, k tp, ids map[int64]bool) bool {
+	for id := range ids {
+		if _, ok, err := b.ProducerState(k.topic, k.partition, id); err == nil && ok {
+			return true
+		}
 	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
+	return false
+}
+
+// collectIdentities adds to seen the identities of the records in the
+// batches of ids, and returns the offset after the last batch.
+func collectIdentities(batches []byte, ids map[int64]bool, seen map[string]struct{}) (int64, error) {
+	next := int64(-1)
+	for raw, err := range broker.Batches(batches) {
+		if err != nil {
+			return 0, err
+		}
+		h, err := broker.ParseBatchHeader(raw)
+		if err != nil {
+			return 0, err
+		}
+		next = h.LastOffset() + 1
+		if !ids[h.ProducerID] || h.Control() {
+			continue
+		}
+		_, recs, err := broker.DecodeBatch(raw)
+		if err != nil {
+			return 0, err
+		}
+		for _, r := range recs {
+			var eventID, replay []byte
+			for _, hd := range r.Headers {
+				switch hd.Key {
+				case relay.HeaderEventID:
+					eventID = hd.Value
+				case relay.HeaderReplay:
+					replay = hd.Value
+				}
+			}
+			if id := relay.Identity(eventID, replay); id != "" {
+				seen[id] = struct{}{}
+			}
+		}
 	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return err
-	}
-	dir, err := os.Open(filepath.Dir(path))
-	if err != nil {
-		return err
-	}
-	defer dir.Close()
-	return dir.Sync()
+	return next, nil
 }
 
 // group is the messages of one partition within a Publish, in order.
 type group struct {
 	key     tp
 	indexes []int
-	// firstSeq is the sequence of the group's first message.
-	firstSeq int64
 }
 
 // Publish appends msgs, one batch (or more, when large) per partition, and
@@ -267,16 +375,23 @@ func (s *Sink) Publish(ctx context.Context, msgs []relay.Message) (relay.Publish
 	return wait()
 }
 
+// appended is one batch written to the log and not yet known durable.
+type appended struct {
+	key  tp
+	wait func() error
+	// end is the offset after the batch.
+	end int64
+}
+
 // PublishAsync writes msgs to the log, one batch (or more, when large) per
 // partition, behind everything written before, and returns without waiting
 // for the fsync; wait waits for it. So the core can encode and write the
 // next batch while this one's fsync runs, and one fsync covers several
-// batches. The sequence counters advance at once: a later error fails the
-// pipeline, and the restart (Start with the acknowledged state) rewinds
-// them.
+// batches. Messages the log already holds (step 4 of the package doc) are
+// reported published without being appended.
 func (s *Sink) PublishAsync(ctx context.Context, msgs []relay.Message) (wait func() (relay.PublishResult, error), err error) {
 	s.mu.Lock()
-	b := s.b
+	b, fence := s.b, s.fence
 	s.mu.Unlock()
 	if b == nil {
 		return nil, errors.New("embedded sink: Publish before Start")
@@ -284,7 +399,17 @@ func (s *Sink) PublishAsync(ctx context.Context, msgs []relay.Message) (wait fun
 	res := relay.PublishResult{Failed: map[int]error{}}
 	groups := map[tp]*group{}
 	var order []*group
+	skipped := 0
 	for i, m := range msgs {
+		if len(s.seen) > 0 {
+			if id := m.Identity(); id != "" {
+				if _, ok := s.seen[id]; ok {
+					delete(s.seen, id)
+					skipped++
+					continue
+				}
+			}
+		}
 		cfg, err := s.topicConfig(b, m.Topic)
 		if err != nil {
 			if errors.Is(err, broker.ErrInvalidTopic) {
@@ -311,26 +436,23 @@ func (s *Sink) PublishAsync(ctx context.Context, msgs []relay.Message) (wait fun
 		}
 		g.indexes = append(g.indexes, i)
 	}
-	next := s.st.clone()
-	for _, g := range order {
-		if err := s.learn(b, g.key, &next); err != nil {
-			return nil, err
-		}
-		g.firstSeq = next.next(g.key)
-		next.advance(g.key, len(g.indexes))
+	if skipped > 0 {
+		s.cfg.Logger.Info("skipped re-delivered events the log already holds", "events", skipped)
 	}
-	var waits []func() error
+	var batches []appended
 	for _, g := range order {
-		if err := s.appendGroup(ctx, b, g, msgs, next, &waits); err != nil {
+		if err := fence(); err != nil {
+			return nil, fmt.Errorf("embedded sink: not appending: %w", err)
+		}
+		if err := s.appendGroup(ctx, b, g, msgs, &batches); err != nil {
 			s.setFailure(err)
 			return nil, err
 		}
 	}
-	s.st = next
 	return func() (relay.PublishResult, error) {
 		var errs []error
-		for _, w := range waits {
-			if err := w(); err != nil {
+		for _, a := range batches {
+			if err := a.wait(); err != nil {
 				errs = append(errs, err)
 			}
 		}
@@ -340,7 +462,16 @@ func (s *Sink) PublishAsync(ctx context.Context, msgs []relay.Message) (wait fun
 			return relay.PublishResult{}, err
 		}
 		s.setFailure(nil)
-		state, err := json.Marshal(next)
+		// The waits run in PublishAsync's order, so s.st only moves
+		// forward; a copy goes with this batch's acknowledgement.
+		if len(batches) > 0 {
+			next := s.st.clone()
+			for _, a := range batches {
+				next.setAcked(a.key, a.end)
+			}
+			s.st = next
+		}
+		state, err := json.Marshal(s.st)
 		if err != nil {
 			return relay.PublishResult{}, err
 		}
@@ -349,23 +480,11 @@ func (s *Sink) PublishAsync(ctx context.Context, msgs []relay.Message) (wait fun
 	}, nil
 }
 
-// appendGroup writes one partition's messages, skipping those the broker
-// already holds, splitting batches that exceed the topic's size limit, and
-// adds what waits for their fsync to waits.
-func (s *Sink) appendGroup(ctx context.Context, b *broker.Broker, g *group, msgs []relay.Message, st state, waits *[]func() error) error {
-	seq := g.firstSeq
-	indexes := g.indexes
-	if last, ok := s.durable[g.key]; ok {
-		for len(indexes) > 0 && seqAtOrBefore(seq, last) {
-			indexes, seq = indexes[1:], seq+1
-		}
-		if skipped := len(g.indexes) - len(indexes); skipped > 0 {
-			s.cfg.Logger.Info("skipped re-delivered events the log already holds",
-				"topic", g.key.topic, "partition", g.key.partition, "events", skipped)
-		}
-	}
-	var appendRange func(idx []int, seq int64) error
-	appendRange = func(idx []int, seq int64) error {
+// appendGroup writes one partition's messages, splitting batches that
+// exceed the topic's size limit, and adds each batch to batches.
+func (s *Sink) appendGroup(ctx context.Context, b *broker.Broker, g *group, msgs []relay.Message, batches *[]appended) error {
+	var appendRange func(idx []int) error
+	appendRange = func(idx []int) error {
 		if len(idx) == 0 {
 			return nil
 		}
@@ -378,7 +497,11 @@ func (s *Sink) appendGroup(ctx context.Context, b *broker.Broker, g *group, msgs
 		for j, i := range idx {
 			records[j], headers = appendRecord(msgs[i], headers)
 		}
-		batch, err := broker.AppendBatch(s.enc[:0], broker.BatchOptions{ProducerID: st.ProducerID, ProducerEpoch: st.Epoch, BaseSequence: wireSeq(seq)}, records)
+		seq, ok := s.seq[g.key]
+		if !ok {
+			seq = s.firstSeq
+		}
+		batch, err := broker.AppendBatch(s.enc[:0], broker.BatchOptions{ProducerID: s.id.ID, ProducerEpoch: s.id.Epoch, BaseSequence: seq}, records)
 		if err != nil {
 			return fmt.Errorf("embedded sink: encoding a batch: %w", err)
 		}
@@ -387,51 +510,29 @@ func (s *Sink) appendGroup(ctx context.Context, b *broker.Broker, g *group, msgs
 		if cap(batch) <= maxEncodeBuffer {
 			s.enc = batch
 		}
-		_, wait, err := b.AppendAsync(ctx, g.key.topic, g.key.partition, batch)
+		res, wait, err := b.AppendAsync(ctx, g.key.topic, g.key.partition, batch)
 		switch {
 		case err == nil:
-			*waits = append(*waits, wait)
+			s.seq[g.key] = nextSeq(seq, len(idx))
+			*batches = append(*batches, appended{key: g.key, wait: wait, end: res.BaseOffset + int64(len(idx))})
 			return nil
 		case errors.Is(err, broker.ErrMessageTooLarge) && len(idx) > 1:
 			half := len(idx) / 2
-			if err := appendRange(idx[:half], seq); err != nil {
+			if err := appendRange(idx[:half]); err != nil {
 				return err
 			}
-			return appendRange(idx[half:], seq+int64(half))
+			return appendRange(idx[half:])
 		default:
 			return fmt.Errorf("embedded sink: appending to %s/%d: %w", g.key.topic, g.key.partition, err)
 		}
 	}
-	return appendRange(indexes, seq)
+	return appendRange(g.indexes)
 }
 
-// learn reads, once per session and partition, the last sequence the broker
-// made durable for this producer. When the log holds less than the saved
-// counter says (it lost acknowledged data: only possible under an unsafe
-// sync policy), numbering continues where the log is, with a warning, so
-// that appends are not refused as out of order forever.
-func (s *Sink) learn(b *broker.Broker, k tp, st *state) error {
-	if s.checked[k] {
-		return nil
-	}
-	ps, ok, err := b.ProducerState(k.topic, k.partition, st.ProducerID)
-	if err != nil {
-		return fmt.Errorf("embedded sink: reading producer state of %s/%d: %w", k.topic, k.partition, err)
-	}
-	s.checked[k] = true
-	if !ok || ps.Epoch != st.Epoch {
-		return nil
-	}
-	last := ps.LastSequence()
-	s.durable[k] = last
-	first := st.next(k)
-	gap := (int64(wireSeq(first)) - (int64(last) + 1) + 2<<31) % (1 << 31)
-	if gap > 0 && gap < 1<<30 {
-		s.cfg.Logger.Warn("the log is missing acknowledged records; continuing after its last sequence",
-			"topic", k.topic, "partition", k.partition, "missing", gap)
-		st.advance(k, -int(gap))
-	}
-	return nil
+// nextSeq advances a Kafka sequence by n records; sequences wrap from
+// MaxInt32 to 0.
+func nextSeq(seq int32, n int) int32 {
+	return int32((int64(seq) + int64(n)) % (1 << 31))
 }
 
 // partitionKey is what the partitioner hashes: the key, or for a keyless
@@ -493,17 +594,6 @@ func appendRecord(m relay.Message, hs []broker.Header) (broker.Record, []broker.
 	return broker.Record{Timestamp: m.Timestamp, Key: m.Key, Value: m.Value, Headers: hs[start:len(hs):len(hs)]}, hs
 }
 
-// wireSeq maps an unbounded sequence counter onto Kafka's int32 sequence,
-// which wraps from MaxInt32 to 0.
-func wireSeq(seq int64) int32 { return int32(seq % (1 << 31)) }
-
-// seqAtOrBefore reports whether counter seq is at or before the broker's
-// wrapped last sequence, assuming the two are within 2^30 of each other.
-func seqAtOrBefore(seq int64, last int32) bool {
-	d := (int64(last) - int64(wireSeq(seq)) + 1<<31) % (1 << 31)
-	return d < 1<<30
-}
-
 func (s *Sink) setFailure(err error) {
 	s.mu.Lock()
 	s.failure = err
@@ -528,7 +618,7 @@ func (s *Sink) Ready(context.Context) error {
 func (s *Sink) Close(context.Context) error {
 	s.mu.Lock()
 	b, stop := s.b, s.stopFn
-	s.b, s.stopFn = nil, nil
+	s.b, s.stopFn, s.fence = nil, nil, nil
 	s.mu.Unlock()
 	if stop != nil {
 		stop()

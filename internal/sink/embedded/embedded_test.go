@@ -54,7 +54,7 @@ func TestRepublishAfterLostAcknowledgement(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	s := newSink(t, dir)
-	if err := s.Start(ctx, nil); err != nil {
+	if err := s.Start(ctx, relay.Session{}); err != nil {
 		t.Fatal(err)
 	}
 	res, err := s.Publish(ctx, messages(0, 10))
@@ -72,7 +72,7 @@ func TestRepublishAfterLostAcknowledgement(t *testing.T) {
 	s.Close(ctx)
 
 	s = newSink(t, dir)
-	if err := s.Start(ctx, saved); err != nil {
+	if err := s.Start(ctx, relay.Session{State: saved}); err != nil {
 		t.Fatal(err)
 	}
 	// Redelivery in other batch sizes, then new events.

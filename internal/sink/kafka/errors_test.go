@@ -26,7 +26,7 @@ func start(t *testing.T, s relay.Sink, state []byte) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if err := s.Start(ctx, state); err != nil {
+	if err := s.Start(ctx, relay.Session{State: state}); err != nil {
 		t.Fatalf("Start: %v", err)
 	}
 	t.Cleanup(func() { s.Close(context.Background()) })
@@ -200,7 +200,7 @@ func TestTopicAuthorization(t *testing.T) {
 		c.SASL = kafka.SASLConfig{Mechanism: kafka.SASLScramSHA256, User: "relay", Password: "wrong-secret"}
 		c.DialTimeout = 2 * time.Second
 	})
-	err := bad.Start(context.Background(), nil)
+	err := bad.Start(context.Background(), relay.Session{})
 	if err == nil {
 		bad.Close(context.Background())
 		t.Fatal("Start with a wrong password succeeded")
@@ -222,7 +222,7 @@ func TestUnreachable(t *testing.T) {
 	ln.Close()
 	s := newSink(t, []string{dead}, func(c *kafka.Config) { c.DialTimeout = time.Second })
 	began := time.Now()
-	if err := s.Start(context.Background(), nil); err == nil {
+	if err := s.Start(context.Background(), relay.Session{}); err == nil {
 		t.Fatal("Start against a closed port succeeded")
 	} else {
 		t.Logf("Start: %v (after %v)", err, time.Since(began))
@@ -315,7 +315,7 @@ func TestNotReadyWhileRecovering(t *testing.T) {
 	})
 	s := newSink(t, c.Addrs(), transactional("recovering"))
 	started := make(chan error, 1)
-	go func() { started <- s.Start(context.Background(), nil) }()
+	go func() { started <- s.Start(context.Background(), relay.Session{}) }()
 	select {
 	case <-held:
 	case err := <-started:

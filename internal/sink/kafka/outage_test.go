@@ -45,7 +45,7 @@ func (c *core) restart() {
 	for {
 		s := c.newFn()
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		err := s.Start(ctx, c.saved)
+		err := s.Start(ctx, relay.Session{State: c.saved})
 		cancel()
 		if err == nil {
 			c.sink = s

@@ -58,6 +58,13 @@ type Sink struct {
 
 	// txn is the exactly-once progress, nil in at-least-once mode.
 	txn *txnState
+	// fence is the session's leadership fence, checked before records are
+	// handed to the client and while their acknowledgements are awaited:
+	// once it fails the sink produces nothing more and the core closes the
+	// client, failing what it still buffers. A produce request already on
+	// the wire then may still land, within the lease margin (a fifth of
+	// the lease) before any new leader starts.
+	fence func() error
 }
 
 var _ relay.Sink = (*Sink)(nil)
@@ -86,8 +93,10 @@ func New(cfg Config) (*Sink, error) {
 // Start connects to the cluster and, in exactly-once mode, fences any
 // earlier relay with the same transactional id and reads what it
 // committed after the saved state. It fails when no broker answers.
-func (s *Sink) Start(ctx context.Context, saved []byte) error {
+func (s *Sink) Start(ctx context.Context, session relay.Session) error {
 	s.Close(ctx)
+	saved := session.State
+	s.fence = session.CheckFence
 	opts, err := s.cfg.clientOpts()
 	if err != nil {
 		return err
@@ -374,6 +383,9 @@ func (s *Sink) produce(ctx context.Context, cl *kgo.Client, msgs []relay.Message
 	if extra != nil {
 		n++
 	}
+	if err := s.fence(); err != nil {
+		return nil, fmt.Errorf("kafka sink: not producing: %w", err)
+	}
 	errs := make([]error, n)
 	var wg sync.WaitGroup
 	wg.Add(n)
@@ -394,13 +406,25 @@ func (s *Sink) produce(ctx context.Context, cl *kgo.Client, msgs []relay.Message
 		wg.Wait()
 		close(done)
 	}()
-	select {
-	case <-done:
-		return errs, nil
-	case <-ctx.Done():
-		return nil, fmt.Errorf("kafka sink: %d records not acknowledged in time: %w", n, context.Cause(ctx))
+	fenced := time.NewTicker(fenceCheckInterval)
+	defer fenced.Stop()
+	for {
+		select {
+		case <-done:
+			return errs, nil
+		case <-ctx.Done():
+			return nil, fmt.Errorf("kafka sink: %d records not acknowledged in time: %w", n, context.Cause(ctx))
+		case <-fenced.C:
+			if err := s.fence(); err != nil {
+				return nil, fmt.Errorf("kafka sink: %d records not acknowledged before the lease ended: %w", n, err)
+			}
+		}
 	}
 }
+
+// fenceCheckInterval is how often the fence is checked while records are
+// in flight.
+const fenceCheckInterval = 20 * time.Millisecond
 
 // classify turns per-record errors into refusals (failed) or, when any
 // error might pass on a retry, one error for the whole Publish.
