@@ -63,6 +63,9 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/outboxrelay/relay/internal/pgconfig"
 )
 
 // ErrNotLeader is returned once this relay may no longer be the leader: its
@@ -225,9 +228,46 @@ func (r *Relay) takeOver(ctx context.Context, conn *pgx.Conn, seen leaseObservat
 
 var errRetryTakeover = errors.New("the lease moved")
 
+// Application names the relay's Postgres sessions carry, so operators (and
+// the fault tests) can tell them apart in pg_stat_activity.
+const (
+	ApplicationName      = "relay"
+	LeaseApplicationName = "relay leader lease"
+)
+
+// leaseConn is the lease's own connection, opened again when it breaks.
+type leaseConn struct {
+	r    *Relay
+	conn *pgx.Conn
+}
+
+func (c *leaseConn) get(ctx context.Context) (*pgx.Conn, error) {
+	if c.conn != nil && !c.conn.IsClosed() {
+		return c.conn, nil
+	}
+	c.close(ctx)
+	conn, err := pgconfig.ConnectWith(ctx, c.r.cfg.DatabaseURL, func(cfg *pgx.ConnConfig) {
+		cfg.RuntimeParams["application_name"] = LeaseApplicationName
+	})
+	if err != nil {
+		return nil, err
+	}
+	c.conn = conn
+	return conn, nil
+}
+
+func (c *leaseConn) close(ctx context.Context) {
+	if c.conn != nil {
+		c.conn.Close(ctx)
+		c.conn = nil
+	}
+}
+
 // keepLease renews l until ctx ends or the lease is lost, then returns why
-// it was lost (nil when ctx ended first).
-func (r *Relay) keepLease(ctx context.Context, conn *pgx.Conn, l *lease) error {
+// it was lost (nil when ctx ended first). A broken connection is opened
+// again; the lease survives that if a renewal succeeds within its trusted
+// part.
+func (r *Relay) keepLease(ctx context.Context, lc *leaseConn, l *lease) error {
 	t := time.NewTicker(renewInterval(r.cfg.Lease))
 	defer t.Stop()
 	expiry := time.NewTimer(l.remaining())
@@ -246,17 +286,17 @@ func (r *Relay) keepLease(ctx context.Context, conn *pgx.Conn, l *lease) error {
 		}
 		sent := time.Now()
 		rctx, cancel := context.WithTimeout(ctx, max(l.remaining(), time.Millisecond))
-		tag, err := conn.Exec(rctx, r.lease.renew, l.epoch)
+		tag, err := r.renew(rctx, lc, l)
 		cancel()
 		if ctx.Err() != nil {
 			return nil
 		}
 		if err != nil {
 			r.m.Errors.WithLabelValues("leader").Inc()
-			if conn.IsClosed() || l.remaining() <= 0 {
+			if l.remaining() <= 0 {
 				return fmt.Errorf("%w: renewing the lease of epoch %d: %w", ErrNotLeader, l.epoch, err)
 			}
-			r.log.Warn("renewing the leader lease failed; retrying", "epoch", l.epoch, "err", err, "trusted_for", l.remaining())
+			r.log.Warn("renewing the leader lease failed; retrying", "epoch", l.epoch, "err", err, "trusted_for", l.remaining().Round(time.Millisecond))
 			continue
 		}
 		if tag.RowsAffected() != 1 {
@@ -267,11 +307,23 @@ func (r *Relay) keepLease(ctx context.Context, conn *pgx.Conn, l *lease) error {
 	}
 }
 
+func (r *Relay) renew(ctx context.Context, lc *leaseConn, l *lease) (pgconn.CommandTag, error) {
+	conn, err := lc.get(ctx)
+	if err != nil {
+		return pgconn.CommandTag{}, err
+	}
+	return conn.Exec(ctx, r.lease.renew, l.epoch)
+}
+
 // release hands the leadership over at once after a clean stop.
-func (r *Relay) release(ctx context.Context, conn *pgx.Conn, l *lease) {
+func (r *Relay) release(ctx context.Context, lc *leaseConn, l *lease) {
 	rctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
-	if _, err := conn.Exec(rctx, r.lease.release, l.epoch); err != nil {
+	conn, err := lc.get(rctx)
+	if err == nil {
+		_, err = conn.Exec(rctx, r.lease.release, l.epoch)
+	}
+	if err != nil {
 		r.log.Warn("releasing the leader lease failed; a standby takes over when it expires", "err", err)
 	}
 }

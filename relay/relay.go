@@ -264,6 +264,7 @@ func (r *Relay) connectPool(ctx context.Context) (*pgxpool.Pool, error) {
 		return nil, err
 	}
 	cfg.ConnConfig = connCfg
+	cfg.ConnConfig.RuntimeParams["application_name"] = ApplicationName
 	// A transaction left open by a paused relay must not hold the
 	// leadership row (or the outbox's rows) past its lease.
 	cfg.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"] = strconv.FormatInt(r.cfg.Lease.Milliseconds(), 10)
@@ -293,12 +294,13 @@ func (r *Relay) checkSchema(ctx context.Context) error {
 // leadOnce waits for the leadership, runs the pipeline while it holds the
 // lease, and returns when the pipeline stops.
 func (r *Relay) leadOnce(ctx context.Context) error {
-	conn, err := pgconfig.Connect(ctx, r.cfg.DatabaseURL)
+	lc := &leaseConn{r: r}
+	conn, err := lc.get(ctx)
 	if err != nil {
 		r.m.Errors.WithLabelValues("leader").Inc()
 		return err
 	}
-	defer conn.Close(context.WithoutCancel(ctx))
+	defer lc.close(context.WithoutCancel(ctx))
 	l, err := r.acquire(ctx, conn)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -318,7 +320,7 @@ func (r *Relay) leadOnce(ctx context.Context) error {
 	keepDone := make(chan error, 1)
 	keepCtx, stopKeep := context.WithCancel(ctx)
 	go func() {
-		err := r.keepLease(keepCtx, conn, l)
+		err := r.keepLease(keepCtx, lc, l)
 		if err != nil {
 			stopLeading(err)
 		}
@@ -328,7 +330,7 @@ func (r *Relay) leadOnce(ctx context.Context) error {
 	stopKeep()
 	lost := <-keepDone
 	if lost == nil && ctx.Err() != nil && err == nil {
-		r.release(context.WithoutCancel(ctx), conn, l)
+		r.release(context.WithoutCancel(ctx), lc, l)
 	}
 	if err == nil {
 		r.lastErr.Store(nil)
