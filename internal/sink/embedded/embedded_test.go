@@ -2,6 +2,7 @@ package embedded_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -111,4 +112,214 @@ func TestSinkConformance(t *testing.T) {
 			ExactlyOnce: true,
 		}
 	})
+}
+
+// publishOK publishes msgs and fails the test on an error or a refusal.
+func publishOK(t *testing.T, s *embedded.Sink, msgs []relay.Message) relay.PublishResult {
+	t.Helper()
+	res, err := s.Publish(context.Background(), msgs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Failed) > 0 {
+		t.Fatalf("refused: %v", res.Failed)
+	}
+	return res
+}
+
+func pick(all []relay.Message, idx ...int) []relay.Message {
+	out := make([]relay.Message, 0, len(idx))
+	for _, i := range idx {
+		out = append(out, all[i])
+	}
+	return out
+}
+
+// TestRedeliveryInAnotherOrderAndSet: after a lost acknowledgement the
+// source may deliver the unacknowledged events in another order, without
+// some of them (rows an operator deleted), and mixed with new events (a
+// WAL reader that re-read the table after losing its slot). The sink skips
+// exactly the events the log holds, by event id, and appends every new one.
+func TestRedeliveryInAnotherOrderAndSet(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	all := messages(0, 40)
+	s := newSink(t, dir)
+	if err := s.Start(ctx, relay.Session{}); err != nil {
+		t.Fatal(err)
+	}
+	saved := publishOK(t, s, all[:10]).State
+	// Published, never acknowledged.
+	publishOK(t, s, all[10:20])
+	publishOK(t, s, all[20:30])
+	s.Close(ctx)
+
+	s = newSink(t, dir)
+	if err := s.Start(ctx, relay.Session{State: saved}); err != nil {
+		t.Fatal(err)
+	}
+	// 12 and 13 vanished from the outbox; the rest come back reversed,
+	// with new events in between.
+	var again []int
+	for i := 29; i >= 10; i-- {
+		if i != 12 && i != 13 {
+			again = append(again, i)
+		}
+		if i%5 == 0 {
+			again = append(again, 30+(29-i)/5)
+		}
+	}
+	publishOK(t, s, pick(all, again[:9]...))
+	publishOK(t, s, pick(all, again[9:]...))
+	publishOK(t, s, all[34:])
+	s.Close(ctx)
+
+	counts := readAll(t, dir)
+	for i := 0; i < 40; i++ {
+		if got := counts[fmt.Sprintf("event-%d", i)]; got != 1 {
+			t.Errorf("event-%d is in the log %d times", i, got)
+		}
+	}
+}
+
+// TestReplayIsNotItsOriginal: a republished event carries its original
+// event id and a relay-replay header; it is appended even while the
+// original sits in the unacknowledged tail, and itself skipped when it is
+// delivered again.
+func TestReplayIsNotItsOriginal(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	orig := messages(0, 3)
+	replayed := messages(0, 3)
+	for i := range replayed {
+		replayed[i].Headers = append(replayed[i].Headers, relay.Header{Key: relay.HeaderReplay, Value: []byte("7")})
+		replayed[i].Value = fmt.Appendf(nil, "replay-%d", i)
+	}
+	s := newSink(t, dir)
+	if err := s.Start(ctx, relay.Session{}); err != nil {
+		t.Fatal(err)
+	}
+	saved := publishOK(t, s, messages(100, 1)).State
+	publishOK(t, s, orig)
+	s.Close(ctx)
+
+	for round := 0; round < 2; round++ {
+		s = newSink(t, dir)
+		if err := s.Start(ctx, relay.Session{State: saved}); err != nil {
+			t.Fatal(err)
+		}
+		publishOK(t, s, append(append([]relay.Message(nil), orig...), replayed...))
+		s.Close(ctx)
+	}
+	counts := readAll(t, dir)
+	for i := 0; i < 3; i++ {
+		if counts[fmt.Sprintf("event-%d", i)] != 1 || counts[fmt.Sprintf("replay-%d", i)] != 1 {
+			t.Errorf("event %d: original %d times, replay %d times", i, counts[fmt.Sprintf("event-%d", i)], counts[fmt.Sprintf("replay-%d", i)])
+		}
+	}
+}
+
+// TestSequenceWrapPoints runs sink sessions whose sequences cross 2^30 and
+// 2^31 (where Kafka's sequences wrap to 0) within one session, with a lost
+// acknowledgement in the middle: nothing is skipped or doubled.
+func TestSequenceWrapPoints(t *testing.T) {
+	ctx := context.Background()
+	for _, start := range []int32{1<<30 - 7, 1<<31 - 7} {
+		t.Run(fmt.Sprint(start), func(t *testing.T) {
+			dir := t.TempDir()
+			open := func() *embedded.Sink {
+				s, err := embedded.New(embedded.Config{Broker: broker.Options{Dir: dir, DefaultPartitions: 1, JanitorInterval: -1}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return s
+			}
+			s := open()
+			embedded.SetFirstSequence(s, start)
+			if err := s.Start(ctx, relay.Session{}); err != nil {
+				t.Fatal(err)
+			}
+			all := messages(0, 60)
+			var saved []byte
+			for i := 0; i < 40; i += 4 {
+				res := publishOK(t, s, all[i:i+4])
+				if i == 8 {
+					saved = res.State // acknowledged through event 11
+				}
+			}
+			s.Close(ctx)
+			// A new session (sequences from 0 under a new epoch) gets
+			// events 12..39 again, in other batches, then 40..59.
+			s = open()
+			if err := s.Start(ctx, relay.Session{State: saved}); err != nil {
+				t.Fatal(err)
+			}
+			for i := 12; i < 60; i += 6 {
+				publishOK(t, s, all[i:i+6])
+			}
+			s.Close(ctx)
+			counts := readAll(t, dir)
+			for i := 0; i < 60; i++ {
+				if got := counts[fmt.Sprintf("event-%d", i)]; got != 1 {
+					t.Errorf("event-%d is in the log %d times", i, got)
+				}
+			}
+		})
+	}
+}
+
+// TestClientsCannotProduceAsTheRelay: the broker refuses a Kafka client's
+// batch under the relay's producer id, with the next sequence and with the
+// next epoch alike, and the relay keeps publishing.
+func TestClientsCannotProduceAsTheRelay(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	s := newSink(t, dir)
+	if err := s.Start(ctx, relay.Session{}); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(ctx)
+	publishOK(t, s, messages(0, 9))
+	b := s.Broker()
+	var relayID broker.ProducerID
+	for p := int32(0); p < 3; p++ {
+		res, err := b.Fetch(ctx, "orders", p, 0, 1<<20)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for raw, err := range broker.Batches(res.Batches) {
+			if err != nil {
+				t.Fatal(err)
+			}
+			h, _ := broker.ParseBatchHeader(raw)
+			relayID = broker.ProducerID{ID: h.ProducerID, Epoch: h.ProducerEpoch}
+		}
+	}
+	if !b.IsInternalProducer(relayID.ID) {
+		t.Fatalf("producer %d is not reserved", relayID.ID)
+	}
+	for _, forged := range []broker.BatchOptions{
+		{ProducerID: relayID.ID, ProducerEpoch: relayID.Epoch, BaseSequence: 3},
+		{ProducerID: relayID.ID, ProducerEpoch: relayID.Epoch + 1, BaseSequence: 0},
+	} {
+		batch, err := broker.AppendBatch(nil, forged, []broker.Record{{Key: []byte("key-0"), Value: []byte("forged"),
+			Headers: []broker.Header{{Key: relay.HeaderEventID, Value: []byte("id-9")}}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := b.ProduceAsync(ctx, "orders", 0, batch); !errors.Is(err, broker.ErrReservedProducerID) {
+			t.Fatalf("a client's batch as the relay (%+v): %v", forged, err)
+		}
+	}
+	publishOK(t, s, messages(9, 9))
+	s.Close(ctx)
+	counts := readAll(t, dir)
+	for i := 0; i < 18; i++ {
+		if got := counts[fmt.Sprintf("event-%d", i)]; got != 1 {
+			t.Errorf("event-%d is in the log %d times", i, got)
+		}
+	}
+	if counts["forged"] != 0 {
+		t.Errorf("a forged record is in the log")
+	}
 }
