@@ -75,7 +75,7 @@ func NewMetrics() *Metrics {
 		}, []string{"stage"}),
 		Leader: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "relay_leader",
-			Help: "1 while this process holds the outbox's leader lock, else 0.",
+			Help: "1 while this process holds the outbox's leader lease, else 0.",
 		}),
 		LastPublished: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "relay_last_publish_timestamp_seconds",

@@ -140,7 +140,7 @@ const (
 )
 
 // Relay moves events from a Source to a Sink while it holds the outbox's
-// leader lock.
+// leadership (see leadership.go).
 type Relay struct {
 	cfg    Config
 	source Source
