@@ -232,26 +232,39 @@ func (r *Relay) Run(ctx context.Context) error {
 		}
 		return err
 	}
-	backoff := time.Duration(0)
+	var b backoff
 	for ctx.Err() == nil {
-		err := r.leadOnce(ctx)
+		started := time.Now()
+		err := r.leadOnce(ctx, &b)
 		if ctx.Err() != nil {
 			return nil
 		}
 		if err == nil {
-			backoff = 0
 			continue
 		}
 		r.lastErr.Store(&err)
-		backoff = min(max(2*backoff, 200*time.Millisecond), 10*time.Second)
-		r.log.Error("relay pipeline stopped; restarting", "err", err, "retry_in", backoff)
-		select {
-		case <-ctx.Done():
+		wait := b.next(time.Since(started))
+		r.log.Error("relay stopped leading; trying again", "err", err, "retry_in", wait)
+		if sleepCtx(ctx, wait) != nil {
 			return nil
-		case <-time.After(backoff):
 		}
 	}
 	return nil
+}
+
+// backoff is the wait before a restart: 200 ms doubling to 10 s while
+// failures follow each other, and short again after a run that lasted
+// healthyRun.
+type backoff struct{ d time.Duration }
+
+const healthyRun = 30 * time.Second
+
+func (b *backoff) next(ran time.Duration) time.Duration {
+	if ran >= healthyRun {
+		b.d = 0
+	}
+	b.d = min(max(2*b.d, 200*time.Millisecond), 10*time.Second)
+	return b.d
 }
 
 func (r *Relay) connectPool(ctx context.Context) (*pgxpool.Pool, error) {
@@ -291,9 +304,11 @@ func (r *Relay) checkSchema(ctx context.Context) error {
 	return m.Check(ctx, conn.Conn())
 }
 
-// leadOnce waits for the leadership, runs the pipeline while it holds the
-// lease, and returns when the pipeline stops.
-func (r *Relay) leadOnce(ctx context.Context) error {
+// leadOnce waits for the leadership and runs the pipeline while it holds
+// the lease, restarting it after failures (the lease is kept meanwhile, so
+// no standby waits for it to run out). It returns when the lease is lost,
+// or nil after a graceful stop.
+func (r *Relay) leadOnce(ctx context.Context, b *backoff) error {
 	lc := &leaseConn{r: r}
 	conn, err := lc.get(ctx)
 	if err != nil {
@@ -326,17 +341,36 @@ func (r *Relay) leadOnce(ctx context.Context) error {
 		}
 		keepDone <- err
 	}()
-	err = r.pipeline(ctx, leading, l)
+	for {
+		started := time.Now()
+		err = r.pipeline(ctx, leading, l)
+		if ctx.Err() != nil || leading.Err() != nil {
+			break
+		}
+		r.lastErr.Store(&err)
+		wait := b.next(time.Since(started))
+		r.log.Error("relay pipeline stopped; restarting", "err", err, "retry_in", wait)
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+		case <-leading.Done():
+		}
+		t.Stop()
+		if ctx.Err() != nil || leading.Err() != nil {
+			break
+		}
+	}
 	stopKeep()
 	lost := <-keepDone
-	if lost == nil && ctx.Err() != nil && err == nil {
+	if lost == nil && ctx.Err() != nil {
 		r.release(context.WithoutCancel(ctx), lc, l)
 	}
-	if err == nil {
-		r.lastErr.Store(nil)
+	if lost != nil {
+		return lost
 	}
-	if lost != nil && err == nil {
-		err = lost
+	if ctx.Err() != nil && err == nil {
+		r.lastErr.Store(nil)
 	}
 	return err
 }

@@ -1,7 +1,10 @@
 package cli_test
 
 import (
+	"encoding/json"
 	"net"
+	"net/http"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -56,4 +59,46 @@ func TestRunRejectsBadFlags(t *testing.T) {
 			t.Errorf("relay run %v: exit %d, stderr %q; want exit 2 and a message", args, r.code, r.stderr)
 		}
 	}
+}
+
+// TestKafkaListenerThatCannotBindIsNotReady: with its Kafka address taken,
+// the leader reports not ready and says why, and becomes ready once the
+// address is free.
+func TestKafkaListenerThatCannotBindIsNotReady(t *testing.T) {
+	url, bin := e2e.Migrated(t)
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	httpAddr := e2e.FreeAddr(t)
+	p := e2e.Start(t, bin, nil, "run", "--database-url", url, "--data-dir", t.TempDir(), "--http-addr", httpAddr,
+		"--kafka-addr", taken.Addr().String())
+	deadline := time.Now().Add(time.Minute)
+	var body struct {
+		Ready  bool   `json:"ready"`
+		Reason string `json:"reason"`
+	}
+	for {
+		resp, err := http.Get("http://" + httpAddr + "/readyz")
+		if err == nil {
+			json.NewDecoder(resp.Body).Decode(&body)
+			resp.Body.Close()
+			if strings.Contains(body.Reason, "Kafka listener") {
+				break
+			}
+			if body.Ready {
+				t.Fatal("ready with its Kafka address taken")
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/readyz never named the Kafka listener; last reason %q\n%s", body.Reason, p.Output())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if !strings.Contains(body.Reason, taken.Addr().String()) {
+		t.Errorf("the reason does not name the address: %q", body.Reason)
+	}
+	taken.Close()
+	e2e.WaitReady(t, p, true, time.Minute)
 }
