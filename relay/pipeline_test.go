@@ -1,0 +1,228 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/outboxrelay/relay/internal/pgtest"
+)
+
+// tableSource is a Source over rows the test inserted: it delivers them in
+// id order after the position it starts from, as the core expects, and
+// checks that the core never runs it in two sessions at once.
+type tableSource struct {
+	events []Event
+
+	mu      sync.Mutex
+	cursor  int
+	started bool
+	acked   Position
+	inNext  atomic.Int32
+	starts  int
+	overlap error
+}
+
+func (s *tableSource) Start(_ context.Context, from Position) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.started || s.inNext.Load() != 0 {
+		s.overlap = errors.New("Start while the previous session's source was still open or read")
+	}
+	s.started = true
+	s.starts++
+	s.cursor = 0
+	for s.cursor < len(s.events) && !from.Less(s.events[s.cursor].Position) {
+		s.cursor++
+	}
+	return nil
+}
+
+func (s *tableSource) Next(ctx context.Context, max int) ([]Event, error) {
+	s.inNext.Add(1)
+	defer s.inNext.Add(-1)
+	for {
+		s.mu.Lock()
+		if s.cursor < len(s.events) {
+			n := min(max, 7, len(s.events)-s.cursor)
+			out := append([]Event(nil), s.events[s.cursor:s.cursor+n]...)
+			s.cursor += n
+			s.mu.Unlock()
+			return out, nil
+		}
+		s.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
+func (s *tableSource) Acked(_ context.Context, through Position) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if through.Less(s.acked) {
+		return fmt.Errorf("acknowledgement went back from %v to %v", s.acked, through)
+	}
+	s.acked = through
+	return nil
+}
+
+func (s *tableSource) Close(context.Context) error {
+	s.mu.Lock()
+	s.started = false
+	s.mu.Unlock()
+	return nil
+}
+
+// flakySink keeps what it was given, fails the publishes the test names,
+// and checks that no Publish of an old session overlaps a new one.
+type flakySink struct {
+	mu       sync.Mutex
+	open     bool
+	inFlight int
+	calls    int
+	failAt   map[int]bool
+	got      []Message
+	sessions int
+	overlap  error
+	fence    func() error
+}
+
+func (s *flakySink) Start(_ context.Context, sess Session) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.open || s.inFlight != 0 {
+		s.overlap = errors.New("Start while the previous session's sink was open or publishing")
+	}
+	s.open, s.fence = true, sess.CheckFence
+	s.sessions++
+	return nil
+}
+
+func (s *flakySink) Publish(ctx context.Context, msgs []Message) (PublishResult, error) {
+	s.mu.Lock()
+	s.calls++
+	call, fail, open := s.calls, s.failAt[s.calls], s.open
+	s.inFlight++
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		s.inFlight--
+		s.mu.Unlock()
+	}()
+	if !open {
+		return PublishResult{}, errors.New("Publish on a closed sink")
+	}
+	if err := s.fence(); err != nil {
+		return PublishResult{}, err
+	}
+	// A little time in flight, so the stages overlap.
+	time.Sleep(time.Millisecond)
+	if fail {
+		return PublishResult{}, fmt.Errorf("injected failure of publish %d", call)
+	}
+	s.mu.Lock()
+	s.got = append(s.got, msgs...)
+	s.mu.Unlock()
+	return PublishResult{State: fmt.Appendf(nil, "%d", call)}, nil
+}
+
+func (s *flakySink) Ready(context.Context) error { return nil }
+
+func (s *flakySink) Close(context.Context) error {
+	s.mu.Lock()
+	s.open = false
+	s.mu.Unlock()
+	return nil
+}
+
+// TestPipelineRestartsCleanly runs the real pipeline over real Postgres
+// with a sink that fails several publishes: each failure ends the session,
+// every stage of it (the sampler and pruner too) has returned before the
+// next starts, events come back from the checkpoint, and in the end every
+// row is published (at least once, as the sink cannot deduplicate) and
+// moved from the outbox to the archive.
+// Under -race this covers the restart path.
+func TestPipelineRestartsCleanly(t *testing.T) {
+	ctx := context.Background()
+	url := pgtest.NewDatabase(t)
+	conn := pgtest.Connect(t, url)
+	pgtest.Migrate(t, conn, "outbox")
+	const n = 400
+	rows, err := conn.Query(ctx, `INSERT INTO outbox.events (topic, key, payload)
+SELECT 'orders', 'k' || (g % 5), convert_to('e' || g, 'UTF8') FROM generate_series(1, $1) AS g RETURNING id, event_id::text, key, payload, created_at`, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := &tableSource{}
+	for rows.Next() {
+		var e Event
+		var key string
+		if err := rows.Scan(&e.ID, &e.EventID, &key, &e.Payload, &e.CreatedAt); err != nil {
+			t.Fatal(err)
+		}
+		e.Topic, e.Key, e.Position = "orders", []byte(key), Position{Major: 1, Minor: uint64(e.ID)}
+		src.events = append(src.events, e)
+	}
+	if rows.Err() != nil {
+		t.Fatal(rows.Err())
+	}
+	sink := &flakySink{failAt: map[int]bool{3: true, 9: true, 10: true, 20: true}}
+	r, err := New(Config{DatabaseURL: url, BatchSize: 50, BacklogInterval: 10 * time.Millisecond, Retain: time.Hour,
+		PruneInterval: 10 * time.Millisecond, Lease: time.Second, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, src, sink)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- r.Run(runCtx) }()
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		var left int
+		if err := conn.QueryRow(ctx, "SELECT count(*) FROM outbox.events").Scan(&left); err != nil {
+			t.Fatal(err)
+		}
+		if left == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d rows left in the outbox", left)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	stop()
+	if err := <-done; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if src.overlap != nil || sink.overlap != nil {
+		t.Fatalf("sessions overlapped: %v %v", src.overlap, sink.overlap)
+	}
+	if sink.sessions < 4 {
+		t.Fatalf("%d sink sessions; the 4 injected failures should each have restarted it", sink.sessions)
+	}
+	seen := map[string]int{}
+	for _, m := range sink.got {
+		seen[string(m.EventID())]++
+	}
+	for _, e := range src.events {
+		if seen[e.EventID] == 0 {
+			t.Errorf("event %d was never published", e.ID)
+		}
+	}
+	var archived int
+	if err := conn.QueryRow(ctx, "SELECT count(DISTINCT id) FROM outbox.events_archive").Scan(&archived); err != nil {
+		t.Fatal(err)
+	}
+	if archived != n {
+		t.Fatalf("%d rows archived, want %d", archived, n)
+	}
+	t.Logf("%d sessions, %d messages for %d events", sink.sessions, len(sink.got), n)
+}
