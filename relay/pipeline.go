@@ -491,7 +491,7 @@ func (r *Relay) commitAcks(ctx context.Context, acks []ack, l *lease) error {
 					k := string(e.Key)
 					key = &k
 				}
-				b.Queue(r.deadSQL, e.ID, e.EventID, e.Topic, key, e.Payload, headers, e.CreatedAt, d.err.Error())
+				b.Queue(r.deadSQL, e.ID, e.EventID, e.Topic, key, e.Payload, headers, e.CreatedAt, d.err.Error(), d.reason)
 			}
 		}
 		b.Queue(r.checkpointSQL, r.cfg.Name, int64(last.through.Major), int64(last.through.Minor), last.state, published, r.cfg.SourceKind)

@@ -178,8 +178,8 @@ func New(cfg Config, source Source, sink Sink) (*Relay, error) {
 		deleteSQL: `DELETE FROM ` + ident("events") + ` WHERE id = ANY($1::bigint[])`,
 		deleteRangesSQL: `DELETE FROM ` + ident("events") + ` e USING unnest($1::bigint[], $2::bigint[]) AS r(lo, hi)
 WHERE e.id BETWEEN r.lo AND r.hi`,
-		deadSQL: `INSERT INTO ` + ident("dead_letters") + ` (event_row_id, event_id, topic, key, payload, headers, created_at, error)
-VALUES ($1, $2::uuid, $3, $4, $5, $6::text::jsonb, $7, $8)`,
+		deadSQL: `INSERT INTO ` + ident("dead_letters") + ` (event_row_id, event_id, topic, key, payload, headers, created_at, error, reason)
+VALUES ($1, $2::uuid, $3, $4, $5, $6::text::jsonb, $7, $8, $9)`,
 		checkpointSQL: `INSERT INTO ` + ident("checkpoints") + ` AS c (name, position_major, position_minor, sink_state, published, source, updated_at)
 VALUES ($1, $2, $3, $4, $5, $6, now())
 ON CONFLICT (name) DO UPDATE SET position_major = $2, position_minor = $3, sink_state = $4,

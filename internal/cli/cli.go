@@ -50,6 +50,7 @@ func commands() *command {
 			logCommand(),
 			benchCommand(),
 			replayCommand(),
+			deadLettersCommand(),
 			statusCommand(),
 			topicsCommand(),
 			groupsCommand(),
