@@ -1,0 +1,290 @@
+package relay
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// maxMerge is the most batches one acknowledgement transaction covers.
+const maxMerge = 64
+
+// ackLoop commits acknowledgements in order, merging those that arrive
+// within AckInterval of the previous commit.
+func (r *Relay) ackLoop(ctx context.Context, in <-chan ack, tracker *ackTracker, l *lease) error {
+	var lastCommit time.Time
+	for a := range in {
+		merged := []ack{a}
+		if wait := time.Until(lastCommit.Add(r.cfg.AckInterval)); wait > 0 {
+			timer := time.NewTimer(wait)
+		collect:
+			for len(merged) < maxMerge {
+				select {
+				case next, ok := <-in:
+					if !ok {
+						break collect
+					}
+					merged = append(merged, next)
+				case <-timer.C:
+					break collect
+				}
+			}
+			timer.Stop()
+		}
+	more:
+		for len(merged) < maxMerge {
+			select {
+			case next, ok := <-in:
+				if !ok {
+					break more
+				}
+				merged = append(merged, next)
+			default:
+				break more
+			}
+		}
+		if err := r.commitAcks(ctx, merged, l); err != nil {
+			r.m.Errors.WithLabelValues("ack").Inc()
+			return err
+		}
+		lastCommit = time.Now()
+		tracker.ackedBatches(len(merged))
+		last := merged[len(merged)-1]
+		if !last.through.IsZero() {
+			if err := r.source.Acked(ctx, last.through); err != nil {
+				r.m.Errors.WithLabelValues("source").Inc()
+				return fmt.Errorf("confirming to the source: %w", err)
+			}
+		}
+		for _, m := range merged {
+			for topic, n := range m.byTopic {
+				r.m.Published.WithLabelValues(topic).Add(float64(n))
+			}
+			r.published.Add(int64(m.count))
+			if m.replay != nil {
+				r.m.Replayed.Add(float64(m.replay.sent))
+			}
+		}
+		r.m.LastPublished.SetToCurrentTime()
+	}
+	return nil
+}
+
+// commitAcks deletes (or archives) the published rows, records dead
+// letters, advances replay cursors and saves the checkpoint, all in one
+// transaction.
+func (r *Relay) commitAcks(ctx context.Context, acks []ack, l *lease) error {
+	var ids, archived []int64
+	var published int
+	for _, a := range acks {
+		ids = append(ids, a.ids...)
+		archived = append(archived, a.published...)
+		published += a.count
+	}
+	last := acks[len(acks)-1]
+	err := pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
+		if err := r.fence(ctx, tx, l); err != nil {
+			return err
+		}
+		if err := r.removeRows(ctx, tx, ids, archived); err != nil {
+			return err
+		}
+		b := &pgx.Batch{}
+		for _, a := range acks {
+			if a.replay != nil {
+				b.Queue(r.replay.ack, a.replay.request, a.replay.through, a.replay.sent)
+			}
+		}
+		for _, a := range acks {
+			for _, d := range a.dead {
+				e := d.event
+				var headers *string
+				if e.Headers != nil {
+					h := string(e.Headers)
+					headers = &h
+				}
+				var key *string
+				if e.Key != nil {
+					k := string(e.Key)
+					key = &k
+				}
+				b.Queue(r.deadSQL, e.ID, e.EventID, e.Topic, key, e.Payload, headers, e.CreatedAt, d.err.Error(), d.reason)
+			}
+		}
+		b.Queue(r.checkpointSQL, r.cfg.Name, int64(last.through.Major), int64(last.through.Minor), last.state, published, r.cfg.SourceKind)
+		return tx.SendBatch(ctx, b).Close()
+	})
+	if err != nil {
+		return fmt.Errorf("acknowledging %d events: %w", len(ids), err)
+	}
+	for _, a := range acks {
+		for _, d := range a.dead {
+			r.m.DeadLetters.WithLabelValues(d.reason).Inc()
+			r.log.Warn("event moved to the dead letters", "event_id", d.event.EventID, "id", d.event.ID,
+				"topic", d.event.Topic, "reason", d.reason, "err", d.err)
+		}
+	}
+	return nil
+}
+
+// removeRows deletes (or archives) the acknowledged rows. The WAL reader
+// can deliver a transaction before the transaction is visible to other
+// sessions: PostgreSQL streams the commit record before it marks the
+// transaction committed in shared memory. A row not found yet is looked for
+// again in a fresh snapshot (each statement of a READ COMMITTED transaction
+// takes one) after a short wait, so that no published row stays in the
+// outbox, where a later read of the table would publish it again. Rows
+// still missing after about 130 ms were deleted by someone else.
+func (r *Relay) removeRows(ctx context.Context, tx pgx.Tx, ids, archived []int64) error {
+	if r.cfg.Retain > 0 {
+		return r.archiveRows(ctx, tx, ids, archived)
+	}
+	runs := idRunsOf(ids)
+	var removed int64
+	return r.untilRemoved(ctx, func() (int, []any, error) {
+		n, err := r.deleteRuns(ctx, tx, runs)
+		removed += n
+		return runs.count - int(removed), nil, err
+	})
+}
+
+// untilRemoved calls try, which removes what it can of the acknowledged
+// rows and says how many are still missing, until none is, waiting
+// removeWait between attempts. After maxRemoveAttempts retries (about
+// 130 ms, not a visibility delay: those last microseconds) the rows were
+// deleted by someone else; that is logged, with what try described.
+func (r *Relay) untilRemoved(ctx context.Context, try func() (missing int, detail []any, err error)) error {
+	for attempt := 0; ; attempt++ {
+		missing, detail, err := try()
+		if err != nil || missing <= 0 {
+			return err
+		}
+		if attempt == maxRemoveAttempts {
+			r.log.Warn("acknowledged rows were not in the outbox (deleted by someone else?)", append([]any{"rows", missing}, detail...)...)
+			return nil
+		}
+		if err := sleepCtx(ctx, removeWait(attempt)); err != nil {
+			return err
+		}
+	}
+}
+
+// maxRemoveAttempts retries, with removeWait between them, last about
+// 130 ms.
+const maxRemoveAttempts = 7
+
+func removeWait(attempt int) time.Duration {
+	return min(time.Millisecond<<attempt, 100*time.Millisecond)
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// idRuns is a set of row ids as runs of consecutive ids, deleted by range
+// (an index range scan, about half the cost of looking each id up), and
+// the ids outside runs.
+type idRuns struct {
+	lo, hi  []int64
+	singles []int64
+	count   int
+}
+
+// minRun is the shortest run of consecutive ids deleted as a range.
+const minRun = 4
+
+func idRunsOf(ids []int64) idRuns {
+	sorted := slices.Clone(ids)
+	slices.Sort(sorted)
+	sorted = slices.Compact(sorted)
+	runs := idRuns{count: len(sorted)}
+	for i := 0; i < len(sorted); {
+		j := i + 1
+		for j < len(sorted) && sorted[j] == sorted[j-1]+1 {
+			j++
+		}
+		if j-i >= minRun {
+			runs.lo = append(runs.lo, sorted[i])
+			runs.hi = append(runs.hi, sorted[j-1])
+		} else {
+			runs.singles = append(runs.singles, sorted[i:j]...)
+		}
+		i = j
+	}
+	return runs
+}
+
+// deleteRuns deletes the rows of runs, returning how many it found. Every
+// id inside a run was published, so a range deletes nothing else.
+func (r *Relay) deleteRuns(ctx context.Context, tx pgx.Tx, runs idRuns) (int64, error) {
+	var n int64
+	if len(runs.lo) > 0 {
+		tag, err := tx.Exec(ctx, r.deleteRangesSQL, runs.lo, runs.hi)
+		if err != nil {
+			return 0, err
+		}
+		n += tag.RowsAffected()
+	}
+	if len(runs.singles) > 0 {
+		tag, err := tx.Exec(ctx, r.deleteSQL, runs.singles)
+		if err != nil {
+			return 0, err
+		}
+		n += tag.RowsAffected()
+	}
+	return n, nil
+}
+
+// archiveRows moves the acknowledged rows to the archive, retrying those
+// not visible yet as removeRows does.
+func (r *Relay) archiveRows(ctx context.Context, tx pgx.Tx, ids, archived []int64) error {
+	pending := ids
+	return r.untilRemoved(ctx, func() (int, []any, error) {
+		rows, err := tx.Query(ctx, r.replay.archive, pending, keepOrder(archived, pending))
+		if err != nil {
+			return 0, nil, err
+		}
+		removed, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+		if err != nil {
+			return 0, nil, err
+		}
+		gone := make(map[int64]bool, len(removed))
+		for _, id := range removed {
+			gone[id] = true
+		}
+		var rest []int64
+		for _, id := range pending {
+			if !gone[id] {
+				rest = append(rest, id)
+			}
+		}
+		pending = rest
+		return len(pending), []any{"ids", pending[:min(len(pending), 10)]}, nil
+	})
+}
+
+// keepOrder returns the elements of ordered that are in subset, in
+// ordered's order.
+func keepOrder(ordered, subset []int64) []int64 {
+	in := make(map[int64]bool, len(subset))
+	for _, id := range subset {
+		in[id] = true
+	}
+	var out []int64
+	for _, id := range ordered {
+		if in[id] {
+			out = append(out, id)
+		}
+	}
+	return out
+}

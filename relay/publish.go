@@ -1,0 +1,168 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+)
+
+// flight is a batch the sink took and may not have made durable yet.
+type flight struct {
+	a      ack
+	routed []Event
+	// wait returns the sink's result once the batch is durable; nil when
+	// nothing was published (every event went to the dead letters).
+	wait func() (PublishResult, error)
+}
+
+// maxInFlight is how many batches may be written to a PipelinedSink and
+// not yet durable.
+const maxInFlight = 4
+
+// publishLoop routes each batch and hands it to the sink; durableLoop
+// waits for the sink to make it durable.
+func (r *Relay) publishLoop(ctx context.Context, in <-chan batch, out chan<- flight) error {
+	for b := range in {
+		events := b.events
+		f := flight{
+			a: ack{
+				ids:       make([]int64, 0, len(events)),
+				published: make([]int64, 0, len(events)),
+				through:   events[len(events)-1].Position,
+				byTopic:   map[string]int{},
+				replay:    b.replay,
+			},
+			routed: make([]Event, 0, len(events)),
+		}
+		var replayHeader Header
+		if b.replay != nil {
+			f.a.through = b.replay.after
+			replayHeader = Header{Key: HeaderReplay, Value: []byte(strconv.FormatInt(b.replay.request, 10))}
+		}
+		msgs := make([]Message, 0, len(events))
+		for _, e := range events {
+			msg, err := Route(e, r.cfg.MaxMessageBytes)
+			if b.replay != nil {
+				// An archived event was published once; one that no
+				// longer routes (a lower size limit) is skipped.
+				if err != nil {
+					r.log.Warn("replay skips an event that no longer routes", "request", b.replay.request, "event_id", e.EventID, "err", err)
+					continue
+				}
+				msg.Headers = append(msg.Headers, replayHeader)
+				msgs = append(msgs, msg)
+				f.routed = append(f.routed, e)
+				continue
+			}
+			f.a.ids = append(f.a.ids, e.ID)
+			if err != nil {
+				var re *RouteError
+				errors.As(err, &re)
+				f.a.dead = append(f.a.dead, deadLetter{event: e, reason: re.Reason, err: err})
+				continue
+			}
+			msgs = append(msgs, msg)
+			f.routed = append(f.routed, e)
+		}
+		if len(msgs) > 0 {
+			wait, err := r.startPublish(ctx, msgs)
+			if err != nil {
+				if ctx.Err() == nil {
+					r.m.Errors.WithLabelValues("sink").Inc()
+				}
+				return fmt.Errorf("publishing: %w", err)
+			}
+			f.wait = wait
+			r.m.BatchSize.Observe(float64(len(msgs)))
+		}
+		select {
+		case out <- f:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+// startPublish hands msgs to the sink: without waiting for durability when
+// the sink can pipeline, else with Publish.
+func (r *Relay) startPublish(ctx context.Context, msgs []Message) (func() (PublishResult, error), error) {
+	if ps, ok := r.sink.(PipelinedSink); ok {
+		return ps.PublishAsync(ctx, msgs)
+	}
+	res, err := r.sink.Publish(ctx, msgs)
+	if err != nil {
+		return nil, err
+	}
+	return func() (PublishResult, error) { return res, nil }, nil
+}
+
+// durableLoop waits, in order, for each batch in flight to be durable,
+// completes its acknowledgement and passes it on.
+func (r *Relay) durableLoop(ctx context.Context, in <-chan flight, out chan<- ack, state []byte) error {
+	for f := range in {
+		a := f.a
+		if f.wait != nil {
+			res, err := f.wait()
+			if err != nil {
+				if ctx.Err() == nil {
+					r.m.Errors.WithLabelValues("sink").Inc()
+				}
+				return fmt.Errorf("publishing: %w", err)
+			}
+			r.settle(&a, f.routed, res)
+			if res.State != nil {
+				state = res.State
+			}
+		}
+		a.state = state
+		select {
+		case out <- a:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+// settle records in a the sink's verdict on each published event, and the
+// latency of those now durable.
+func (r *Relay) settle(a *ack, routed []Event, res PublishResult) {
+	now := time.Now()
+	var worst, worstCommit time.Duration
+	for i, e := range routed {
+		if a.replay != nil {
+			if ferr, failed := res.Failed[i]; failed {
+				r.log.Warn("replay skips an event the sink refuses", "request", a.replay.request, "event_id", e.EventID, "err", ferr)
+			} else {
+				a.replay.sent++
+			}
+			continue
+		}
+		if ferr, failed := res.Failed[i]; failed {
+			a.dead = append(a.dead, deadLetter{event: e, reason: ReasonSinkRejected, err: ferr})
+			continue
+		}
+		a.count++
+		a.published = append(a.published, e.ID)
+		a.byTopic[e.Topic]++
+		lat := now.Sub(e.CreatedAt)
+		r.m.Latency.Observe(lat.Seconds())
+		worst = max(worst, lat)
+		if !e.CommittedAt.IsZero() {
+			lat := now.Sub(e.CommittedAt)
+			r.m.CommitLatency.Observe(lat.Seconds())
+			worstCommit = max(worstCommit, lat)
+		}
+	}
+	if worst > r.maxLatency {
+		r.maxLatency = worst
+		r.m.LatencyMax.Set(worst.Seconds())
+	}
+	if worstCommit > r.maxCommitLatency {
+		r.maxCommitLatency = worstCommit
+		r.m.CommitMax.Set(worstCommit.Seconds())
+	}
+}

@@ -1,0 +1,329 @@
+package relay
+
+// Retention and replay.
+//
+// With Config.Retain > 0 the acknowledgement moves published rows into
+// <schema>.events_archive in publication order (its seq), and a pruner
+// deletes rows published longer ago than Retain.
+//
+// A replay request (<schema>.replay_requests, written by `relay replay`) is
+// executed by the leader inside its read loop, between live batches, as
+// chunks of archived events that go through the same publish and ack path
+// as live batches. Each republished event carries its original
+// relay-event-id and a relay-replay header naming the request, so its
+// identity differs from its first publication's: after a crash or a
+// takeover the embedded sink skips exactly the chunk events its log
+// already holds, whatever order they come back in. The acknowledgement of
+// a chunk, in the same fenced transaction as the live checkpoint, advances
+// the request's cursor, so a deposed leader can never mark a replay done.
+//
+// The read loop still keeps the interleaving simple, so that a request's
+// progress is one cursor:
+//
+//  1. Before a chunk, the read loop waits until every batch it sent is
+//     acknowledged: nothing live is in flight.
+//  2. It then records the chunk's extent (inflight_through) on the request,
+//     in its own transaction, and hands the chunk to the publisher.
+//  3. The chunk's acknowledgement advances the request's cursor and clears
+//     inflight_through.
+//  4. After a crash, a request with inflight_through set is republished
+//     from its cursor to inflight_through before any live batch (the sink
+//     skips what it holds). The pruner never deletes rows above the cursor
+//     of a running or in-flight request, and the archive only grows above
+//     a request's bound, so the rows of a chunk are the same when
+//     republished.
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// replaySQL are the statements the leader runs for retention and replay.
+type replaySQL struct {
+	archive, prune, pick, resume, lockRequest, start, fail, chunk, mark, ack string
+}
+
+func newReplaySQL(ident func(string) string) replaySQL {
+	events, archive, requests := ident("events"), ident("events_archive"), ident("replay_requests")
+	return replaySQL{
+		// $1: every acknowledged row id; $2: the published ones in
+		// publication order, which the identity seq keeps.
+		// Returns the ids it removed (archived or, dead letters, just
+		// deleted), so that the caller can tell which were not yet visible.
+		archive: `WITH moved AS (DELETE FROM ` + events + ` WHERE id = ANY($1::bigint[]) RETURNING *),
+kept AS (
+    INSERT INTO ` + archive + ` (id, txid, event_id, topic, key, payload, headers, created_at)
+    SELECT m.id, m.txid, m.event_id, m.topic, m.key, m.payload, m.headers, m.created_at
+    FROM unnest($2::bigint[]) WITH ORDINALITY AS o(id, n) JOIN moved AS m ON m.id = o.id
+    ORDER BY o.n
+    RETURNING 1)
+SELECT id FROM moved`,
+		prune: `DELETE FROM ` + archive + ` WHERE seq IN (
+    SELECT seq FROM ` + archive + ` WHERE published_at < now() - $1::interval
+      AND seq <= coalesce((SELECT min(cursor) FROM ` + requests + ` WHERE status = 'running' OR inflight_through IS NOT NULL), 9223372036854775807)
+    ORDER BY seq LIMIT $2)`,
+		pick:        `SELECT id FROM ` + requests + ` WHERE status IN ('pending', 'running') AND inflight_through IS NULL ORDER BY id LIMIT 1`,
+		resume:      `SELECT id, filter::text, cursor, inflight_through FROM ` + requests + ` WHERE inflight_through IS NOT NULL ORDER BY id LIMIT 1`,
+		lockRequest: `SELECT filter::text, status, cursor, bound, inflight_through FROM ` + requests + ` WHERE id = $1 FOR UPDATE`,
+		start: `UPDATE ` + requests + ` SET status = 'running', cursor = $2, bound = $3, total = $4, started_at = now(), updated_at = now()
+WHERE id = $1`,
+		fail:  `UPDATE ` + requests + ` SET status = 'failed', error = $2, finished_at = now(), updated_at = now() WHERE id = $1`,
+		chunk: `SELECT seq, id, event_id::text, topic, key, payload, headers::text, created_at FROM ` + archive + ` WHERE seq > $1 AND seq <= $2` + archiveFilter + ` ORDER BY seq LIMIT $7`,
+		mark:  `UPDATE ` + requests + ` SET inflight_through = $2, updated_at = now() WHERE id = $1`,
+		ack: `UPDATE ` + requests + ` SET cursor = $2, inflight_through = NULL, done = done + $3, updated_at = now(),
+    status = CASE WHEN status = 'running' AND $2 >= bound THEN 'done' ELSE status END,
+    finished_at = CASE WHEN status = 'running' AND $2 >= bound THEN now() ELSE finished_at END
+WHERE id = $1`,
+	}
+}
+
+// replayChunk is a batch of archived events being republished.
+type replayChunk struct {
+	request int64
+	// through is the archive seq the acknowledgement moves the cursor to.
+	through int64
+	// after is the live position already sent, which the acknowledgement
+	// saves again as the checkpoint.
+	after Position
+	// sent counts the messages the sink accepted, filled by the publisher.
+	sent int
+}
+
+// ackTracker lets the read loop wait until every batch it sent is
+// acknowledged.
+type ackTracker struct {
+	sent, acked atomic.Int64
+	wake        chan struct{}
+}
+
+func newAckTracker() *ackTracker { return &ackTracker{wake: make(chan struct{}, 1)} }
+
+func (t *ackTracker) ackedBatches(n int) {
+	t.acked.Add(int64(n))
+	select {
+	case t.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (t *ackTracker) waitIdle(ctx context.Context) error {
+	for t.acked.Load() < t.sent.Load() {
+		select {
+		case <-t.wake:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+// replayer is the read loop's replay state.
+type replayer struct {
+	r       *Relay
+	tracker *ackTracker
+	// chunkSent is set while a chunk this session sent may be
+	// unacknowledged.
+	chunkSent bool
+}
+
+// resume republishes the chunk a previous leader handed to the sink without
+// seeing its acknowledgement, if any. It runs before any live batch.
+func (p *replayer) resume(ctx context.Context, out chan<- batch, after Position) error {
+	var id, cursor, through int64
+	var filter string
+	err := p.r.pool.QueryRow(ctx, p.r.replay.resume).Scan(&id, &filter, &cursor, &through)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("looking for an unacknowledged replay chunk: %w", err)
+	}
+	var f ReplayFilter
+	if err := json.Unmarshal([]byte(filter), &f); err != nil {
+		return fmt.Errorf("replay request %d: %w", id, err)
+	}
+	events, err := p.r.archivedEvents(ctx, p.r.pool, cursor, through, f, 1<<31-1)
+	if err != nil {
+		return err
+	}
+	p.r.log.Info("republishing the replay chunk in flight at the last stop", "request", id, "after_seq", cursor, "through_seq", through, "events", len(events))
+	return p.send(ctx, out, batch{events: events, replay: &replayChunk{request: id, through: through, after: after}})
+}
+
+func (p *replayer) send(ctx context.Context, out chan<- batch, b batch) error {
+	if len(b.events) == 0 {
+		// Nothing to publish: the acknowledgement alone moves the cursor.
+		_, err := p.r.pool.Exec(ctx, p.r.replay.ack, b.replay.request, b.replay.through, 0)
+		return err
+	}
+	p.tracker.sent.Add(1)
+	p.chunkSent = true
+	select {
+	case out <- b:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// step hands the next chunk of the oldest unfinished replay request to the
+// publisher. It reports false when there is no replay work.
+func (p *replayer) step(ctx context.Context, out chan<- batch, after Position) (bool, error) {
+	r := p.r
+	if p.chunkSent {
+		// The request's last chunk must be acknowledged before the next
+		// one is taken.
+		if err := p.tracker.waitIdle(ctx); err != nil {
+			return false, err
+		}
+		p.chunkSent = false
+	}
+	var id int64
+	err := r.pool.QueryRow(ctx, r.replay.pick).Scan(&id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("looking for replay requests: %w", err)
+	}
+	// Step 1: nothing live may be in flight when a chunk is recorded.
+	if err := p.tracker.waitIdle(ctx); err != nil {
+		return false, err
+	}
+	var chunk *batch
+	err = pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
+		chunk = nil
+		var filter, status string
+		var cursor int64
+		var bound, inflight *int64
+		if err := tx.QueryRow(ctx, r.replay.lockRequest, id).Scan(&filter, &status, &cursor, &bound, &inflight); err != nil {
+			return err
+		}
+		if inflight != nil || (status != ReplayPending && status != ReplayRunning) {
+			return nil // cancelled meanwhile
+		}
+		var f ReplayFilter
+		if err := json.Unmarshal([]byte(filter), &f); err != nil {
+			_, err = tx.Exec(ctx, r.replay.fail, id, "unreadable filter: "+err.Error())
+			return err
+		}
+		if status == ReplayPending {
+			if err := f.Validate(); err != nil {
+				_, err = tx.Exec(ctx, r.replay.fail, id, err.Error())
+				return err
+			}
+			start, ok, err := replayStart(ctx, tx, r.cfg.Schema, f)
+			if err != nil {
+				return err
+			}
+			if !ok {
+				_, err = tx.Exec(ctx, r.replay.fail, id, fmt.Sprintf("event %s is not in the archive", f.FromEvent))
+				return err
+			}
+			var top, total int64
+			if err := tx.QueryRow(ctx, `SELECT coalesce(max(seq), 0) FROM `+ident(r.cfg.Schema, "events_archive")).Scan(&top); err != nil {
+				return err
+			}
+			args := append([]any{start, top}, filterArgs(f)...)
+			if err := tx.QueryRow(ctx, `SELECT count(*) FROM `+ident(r.cfg.Schema, "events_archive")+` WHERE seq > $1 AND seq <= $2`+archiveFilter, args...).Scan(&total); err != nil {
+				return err
+			}
+			if _, err := tx.Exec(ctx, r.replay.start, id, start, top, total); err != nil {
+				return err
+			}
+			r.log.Info("replay started", "request", id, "events", total, "filter", filter)
+			cursor, bound = start, &top
+		}
+		events, err := r.archivedEvents(ctx, tx, cursor, *bound, f, r.cfg.BatchSize)
+		if err != nil {
+			return err
+		}
+		through := *bound
+		if len(events) == r.cfg.BatchSize {
+			through = int64(events[len(events)-1].Position.Major)
+		}
+		// Step 2: the chunk's extent is recorded before the sink sees it.
+		if len(events) > 0 {
+			if _, err := tx.Exec(ctx, r.replay.mark, id, through); err != nil {
+				return err
+			}
+		}
+		chunk = &batch{events: events, replay: &replayChunk{request: id, through: through, after: after}}
+		return nil
+	})
+	if err != nil {
+		return false, fmt.Errorf("replay request %d: %w", id, err)
+	}
+	if chunk == nil {
+		return true, nil
+	}
+	if err := p.send(ctx, out, *chunk); err != nil {
+		return false, err
+	}
+	return true, nil
+}
+
+// archivedEvents reads up to limit archived events in (after, through]
+// matching f, in publication order. Each event's Position.Major is its
+// archive seq.
+func (r *Relay) archivedEvents(ctx context.Context, db DB, after, through int64, f ReplayFilter, limit int) ([]Event, error) {
+	args := append([]any{after, through}, filterArgs(f)...)
+	rows, err := db.Query(ctx, r.replay.chunk, append(args, limit)...)
+	if err != nil {
+		return nil, fmt.Errorf("reading archived events: %w", err)
+	}
+	defer rows.Close()
+	var out []Event
+	for rows.Next() {
+		var e Event
+		var seq int64
+		var key, headers *string
+		if err := rows.Scan(&seq, &e.ID, &e.EventID, &e.Topic, &key, &e.Payload, &headers, &e.CreatedAt); err != nil {
+			return nil, fmt.Errorf("reading archived events: %w", err)
+		}
+		if key != nil {
+			e.Key = []byte(*key)
+		}
+		if headers != nil {
+			e.Headers = []byte(*headers)
+		}
+		e.Position = Position{Major: uint64(seq)}
+		out = append(out, e)
+	}
+	return out, rows.Err()
+}
+
+// pruneArchive deletes archived events older than the retention in bounded
+// batches, every PruneInterval, while ctx lasts.
+func (r *Relay) pruneArchive(ctx context.Context) {
+	t := time.NewTicker(r.cfg.PruneInterval)
+	defer t.Stop()
+	interval := strconv.FormatInt(r.cfg.Retain.Microseconds(), 10) + " microseconds"
+	for {
+		for ctx.Err() == nil {
+			tag, err := r.pool.Exec(ctx, r.replay.prune, interval, r.cfg.PruneBatch)
+			if err != nil {
+				if ctx.Err() == nil {
+					r.log.Warn("pruning the archive failed", "err", err)
+				}
+				break
+			}
+			r.m.ArchivePruned.Add(float64(tag.RowsAffected()))
+			if tag.RowsAffected() < int64(r.cfg.PruneBatch) {
+				break
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
