@@ -642,3 +642,33 @@ func TestWriteAndReadFaults(t *testing.T) {
 	checkAcked(t, b, "w", producers)
 	checkAcked(t, openTest(t, ffs.crashCopy(t, dir), nil), "w", producers)
 }
+
+// relay log dump no longer skips damaged batches silently: before the
+// damage is known it stops with an error naming the segment and byte;
+// once reported, it dumps around the lost range and then fails naming it.
+func TestDumpReportsLostData(t *testing.T) {
+	t.Parallel()
+	dir, batches := writeSegments(t)
+	victim := batches[3]
+	flipByte(t, segmentName(partitionDir(dir, "i", 0), 0, logSuffix), victim.pos+60)
+	var out bytes.Buffer
+	err := Dump(context.Background(), &out, DumpOptions{DataDir: dir, Partition: -1, Format: "json"})
+	if !errors.Is(err, ErrInvalidCRC) || !strings.Contains(err.Error(), fmt.Sprintf("at byte %d", victim.pos)) {
+		t.Fatalf("dump over unreported damage: %v", err)
+	}
+	b := openTest(t, dir, func(o *Options) { o.ScrubBytesPerSecond = -1 })
+	if _, err := b.Scrub(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	out.Reset()
+	err = Dump(context.Background(), &out, DumpOptions{DataDir: dir, Partition: -1, Format: "json"})
+	if !errors.Is(err, ErrDataLost) || !strings.Contains(err.Error(), fmt.Sprintf("offsets %d to %d", victim.first, victim.last)) {
+		t.Fatalf("dump over reported damage: %v", err)
+	}
+	if n := strings.Count(out.String(), "\n"); n != 177 {
+		t.Fatalf("dumped %d records, want 177", n)
+	}
+}
