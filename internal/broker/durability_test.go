@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -670,5 +671,58 @@ func TestDumpReportsLostData(t *testing.T) {
 	}
 	if n := strings.Count(out.String(), "\n"); n != 177 {
 		t.Fatalf("dumped %d records, want 177", n)
+	}
+}
+
+// Offsets that no file holds any more, with later ones still there, are a
+// gap the partition reports: a fetch from below stops before it and the
+// next one fails, instead of skipping it. The gap is found between the
+// active segment and the journal, or between an inactive segment's end and
+// the next segment.
+func TestGapIsReported(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name      string
+		segmentMs int64
+	}{
+		{"journal", 1 << 50},
+		{"inactive segment", 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			b := openTest(t, dir, nil)
+			// Batch timestamps are from 2023: with the default segment.ms
+			// the reopened broker rolls before appending c.
+			mustCreate(t, b, "g", TopicConfig{SegmentMs: c.segmentMs})
+			mustAppend(t, b, "g", 0, EncodeBatch(2, 0, 0, recs("a", 3)))
+			mustAppend(t, b, "g", 0, EncodeBatch(2, 0, 3, recs("b", 3)))
+			if err := b.Close(); err != nil {
+				t.Fatal(err)
+			}
+			b = openTest(t, dir, nil)
+			mustAppend(t, b, "g", 0, EncodeBatch(2, 0, 6, recs("c", 3)))
+			mustAppend(t, b, "g", 0, EncodeBatch(2, 0, 9, recs("d", 3)))
+			killed := t.TempDir()
+			if out, err := exec.Command("cp", "-a", dir+"/.", killed).CombinedOutput(); err != nil {
+				t.Fatalf("copy: %v: %s", err, out)
+			}
+			path := segmentName(partitionDir(killed, "g", 0), 0, logSuffix)
+			if err := os.Truncate(path, int64(segmentBatches(t, path)[1].pos)); err != nil {
+				t.Fatal(err)
+			}
+			logger, logs := captureLogs()
+			r := openTest(t, killed, func(o *Options) { o.Logger = logger })
+			wantLost(t, r, "g", 0, [2]int64{3, 5})
+			logs.wantLostLogged(t, "g", 0, 3, 5)
+			res, err := r.Fetch(context.Background(), "g", 0, 0, 1<<20)
+			if end, _ := lastBatchEnd(res.Batches); err != nil || end != 3 {
+				t.Fatalf("fetch from 0 served up to %d: %v", end, err)
+			}
+			vals, errs := readAround(t, r, "g", 0)
+			if got := strings.Join(vals, ","); got != "a-v0,a-v1,a-v2,c-v0,c-v1,c-v2,d-v0,d-v1,d-v2" || len(errs) != 1 {
+				t.Fatalf("read %s and %v", got, errs)
+			}
+		})
 	}
 }

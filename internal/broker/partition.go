@@ -151,30 +151,40 @@ func (p *partition) openInactive(s *segment, end int64) error {
 	if n := len(s.idx); n > 0 {
 		pos, first = int64(s.idx[n-1].pos), s.base+int64(s.idx[n-1].rel)
 	}
-	p.verifyRangeLocked(s, f, pos, s.size, first, end, "damaged batch at the end of an inactive segment, found on open")
+	last := p.verifyRangeLocked(s, f, pos, s.size, first, end, "damaged batch at the end of an inactive segment, found on open")
+	// Offsets are dense up to the next segment, except where compaction
+	// removed records.
+	if last < end && p.set.cfg.CleanupPolicy != CleanupCompact {
+		p.recordLostLocked(LostRange{First: last, Last: end - 1, Segment: -1,
+			Reason: fmt.Sprintf("inactive segment %d ends before the next segment's base, found on open", s.base)})
+	}
 	s.idx, s.tidx, s.loaded = nil, nil, false
 	return nil
 }
 
 // verifyRangeLocked checks the CRC of every batch of s in [pos, limit),
 // whose first offset is at least first and whose offsets end before end,
-// reporting each damaged one as lost. It returns how many it found.
-func (p *partition) verifyRangeLocked(s *segment, f File, pos, limit, first, end int64, reason string) int {
-	found := 0
+// reporting each damaged one as lost. It returns the offset after the last
+// batch, good or reported.
+func (p *partition) verifyRangeLocked(s *segment, f File, pos, limit, first, end int64, reason string) int64 {
 	for pos < limit {
 		stop, err := scanBatchesSkip(f, pos, limit, true, s.damaged, func(h BatchHeader, _ int64, _ []byte) error {
 			first = h.LastOffset() + 1
 			return nil
 		})
 		if err == nil || stop >= limit {
-			return found
+			break
 		}
 		size, last := locateDamage(f, stop, limit, first, end)
 		p.recordLostLocked(LostRange{First: first, Last: last, Segment: s.base, Pos: stop, Size: size, Reason: reason + ": " + err.Error()})
-		found++
 		pos, first = stop+size, last+1
 	}
-	return found
+	for _, r := range p.lost {
+		if r.Segment == s.base && r.Last+1 > first && r.Last < end {
+			first = r.Last + 1
+		}
+	}
+	return first
 }
 
 // recoverActiveLocked verifies every batch of the active segment and
@@ -693,6 +703,12 @@ func (p *partition) rewindTo(offset int64) error {
 		return err
 	}
 	p.candidates = append(p.candidates, cands...)
+	// Producer state as of the cut; the replay adds the batches again.
+	_, snaps, err := listSegmentBases(p.set.fs, p.dir, false)
+	if err != nil {
+		return storageErr("list snapshots", err)
+	}
+	p.rebuildProducersLocked(snaps)
 	return nil
 }
 
@@ -884,11 +900,13 @@ func (p *partition) fetch(offset int64, maxBytes int, buf []byte) (FetchResult, 
 			p.mu.Unlock()
 			return res, nil
 		}
+		var lost []LostRange
 		if len(p.lost) > 0 {
 			if r, ok := p.lostAtLocked(offset); ok {
 				p.mu.Unlock()
 				return res, p.lostErr(r)
 			}
+			lost = append(lost, p.lost...)
 		}
 		i := sort.Search(len(p.segs), func(i int) bool { return p.segs[i].base > offset }) - 1
 		s := p.segs[i]
@@ -934,6 +952,13 @@ func (p *partition) fetch(offset int64, maxBytes int, buf []byte) (FetchResult, 
 		if err != nil {
 			return res, storageErr("read segment", err)
 		}
+		if r, ok := nextLost(lost, offset); ok && len(data) > 0 {
+			// Serve up to the next lost range, so that the next fetch
+			// asks for it and fails instead of skipping it.
+			if data = batchesBefore(data, r.First); len(data) == 0 {
+				return res, p.lostErr(r)
+			}
+		}
 		if len(data) > 0 || nextBase < 0 {
 			res.Batches = data
 			return res, nil
@@ -941,6 +966,31 @@ func (p *partition) fetch(offset int64, maxBytes int, buf []byte) (FetchResult, 
 		// The rest of this segment was compacted away: continue in the next.
 		offset = nextBase
 	}
+}
+
+// nextLost returns the first lost range of known extent above offset.
+func nextLost(lost []LostRange, offset int64) (LostRange, bool) {
+	var next LostRange
+	found := false
+	for _, r := range lost {
+		if r.Last >= r.First && r.First > offset && (!found || r.First < next.First) {
+			next, found = r, true
+		}
+	}
+	return next, found
+}
+
+// batchesBefore cuts b before its first batch reaching offset end.
+func batchesBefore(b []byte, end int64) []byte {
+	pos := 0
+	for pos+BatchHeaderSize <= len(b) {
+		h, err := ParseBatchHeader(b[pos:])
+		if err != nil || h.LastOffset() >= end {
+			break
+		}
+		pos += h.Size()
+	}
+	return b[:pos]
 }
 
 // badBatch is where a read met a damaged batch (pos -1: it did not), with
