@@ -34,9 +34,10 @@ import (
 // records: uint32 length and uint32 CRC-32C of the rest, then the topic
 // name (uint16 length, bytes), the partition (int32) and the batch as
 // stored, base offset included. A file ends at its first short or damaged
-// record. After a failed write or fsync the journal starts a new file whose
-// header bounds the old one at what was last made durable, so records
-// written but never acknowledged are not replayed.
+// record. After a write that failed and could not be truncated away the
+// journal starts a new file whose header bounds the old one at what was
+// last made durable, so the torn record is not replayed. A failed fsync is
+// not handled here: it fails the broker (health.go) until it is reopened.
 
 const (
 	journalDir       = "journal"
