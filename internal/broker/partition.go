@@ -936,14 +936,16 @@ func (p *partition) fetch(offset int64, maxBytes int, buf []byte) (FetchResult, 
 			// log as if it ended there.
 			size, last := locateDamage(s.log, bad.pos, limit, max(first, bad.first), end)
 			p.mu.Lock()
+			deleted := s.deleted
 			var r LostRange
-			if !s.deleted {
+			if !deleted {
 				r = p.recordLostLocked(LostRange{First: max(first, bad.first), Last: last, Segment: s.base, Pos: bad.pos, Size: size,
 					Reason: "damaged batch found by a read: " + bad.err.Error()})
 			}
 			p.mu.Unlock()
 			p.unpin(s)
-			if s.deleted {
+			if deleted {
+				// Retention or compaction replaced the segment meanwhile.
 				continue
 			}
 			return res, p.lostErr(r)
