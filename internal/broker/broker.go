@@ -299,13 +299,13 @@ func Open(ctx context.Context, opts Options) (*Broker, error) {
 func (b *Broker) start(ctx context.Context, h *health) error {
 	b.stop = make(chan struct{})
 	if err := b.load(ctx, h); err != nil {
-		b.releaseFiles(false)
+		_ = b.releaseFiles(false)
 		return err
 	}
 	if b.opts.Sync == SyncBeforeAck {
 		j, err := openJournal(b.opts.FS, b.opts.Dir, b.opts.Logger, h, b.partitionFor)
 		if err != nil {
-			b.releaseFiles(false)
+			_ = b.releaseFiles(false)
 			return err
 		}
 		b.mu.Lock()
@@ -871,7 +871,8 @@ func (b *Broker) Wait(ctx context.Context, topicName string, part int32, offset 
 		return err
 	}
 	for {
-		if err := b.health.Load().check(); err != nil {
+		h := b.health.Load()
+		if err := h.check(); err != nil {
 			return err
 		}
 		p.mu.Lock()
@@ -885,6 +886,7 @@ func (b *Broker) Wait(ctx context.Context, topicName string, part int32, offset 
 		}
 		select {
 		case <-ch:
+		case <-h.failed:
 		case <-ctx.Done():
 			return ctx.Err()
 		}

@@ -726,3 +726,55 @@ func TestGapIsReported(t *testing.T) {
 		})
 	}
 }
+
+// Damaged whole batches at the end of the active segment after a clean
+// stop are cut aside, as a torn tail is, but reported lost with their
+// offsets: nothing in the journal says they were never acknowledged.
+func TestDamagedTailAfterCleanStopIsReported(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name    string
+		victims []int
+		first   int64
+	}{
+		{"last batch", []int{9}, 27},
+		{"two batches then a good one", []int{7, 8}, 21},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			dir, path := writeBatches(t, 10)
+			batches := segmentBatches(t, path)
+			for _, v := range c.victims {
+				flipByte(t, path, batches[v].pos+80)
+			}
+			logger, logs := captureLogs()
+			b := openTest(t, dir, func(o *Options) { o.Logger = logger })
+			wantLost(t, b, "r", 0, [2]int64{c.first, 29})
+			logs.wantLostLogged(t, "r", 0, c.first, 29)
+			if vals, errs := readAround(t, b, "r", 0); int64(len(vals)) != c.first || len(errs) != 1 || !errors.Is(errs[0], ErrDataLost) {
+				t.Fatalf("read %d records and %v", len(vals), errs)
+			}
+			if cuts := cutFiles(t, dir); len(cuts) != 1 {
+				t.Fatalf("cut files %v", cuts)
+			}
+			// The lost offsets are not handed out again, even after a
+			// restart with nothing appended.
+			if err := b.Close(); err != nil {
+				t.Fatal(err)
+			}
+			b = openTest(t, dir, nil)
+			if res := mustAppend(t, b, "r", 0, EncodeBatch(-1, -1, -1, recs("new", 2))); res.BaseOffset != 30 {
+				t.Fatalf("new append at %d", res.BaseOffset)
+			}
+			if err := b.Close(); err != nil {
+				t.Fatal(err)
+			}
+			again := openTest(t, dir, nil)
+			wantLost(t, again, "r", 0, [2]int64{c.first, 29})
+			vals, errs := readAround(t, again, "r", 0)
+			if int64(len(vals)) != c.first+2 || len(errs) != 1 || vals[len(vals)-1] != "new-v1" {
+				t.Fatalf("after reopening read %d records and %v", len(vals), errs)
+			}
+		})
+	}
+}

@@ -17,19 +17,24 @@ import (
 type health struct {
 	logger *slog.Logger
 	err    atomic.Pointer[failedError]
+	// failed is closed on the first failure, waking waiters.
+	failed chan struct{}
 
 	mu sync.Mutex
 	// reopenErr is why the last attempt to reopen failed.
 	reopenErr error
 }
 
-func newHealth(logger *slog.Logger) *health { return &health{logger: logger} }
+func newHealth(logger *slog.Logger) *health {
+	return &health{logger: logger, failed: make(chan struct{})}
+}
 
 // fail records a storage failure (the first one wins) and returns the
 // error every caller sees from now on.
 func (h *health) fail(op string, cause error) error {
 	fe := &failedError{op: op, cause: cause}
 	if h.err.CompareAndSwap(nil, fe) {
+		close(h.failed)
 		h.logger.Error("storage failed: acknowledgements stopped until the broker is reopened from disk",
 			"op", op, "err", cause)
 		return fe

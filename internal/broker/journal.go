@@ -240,6 +240,11 @@ func replayJournals(fsys FS, dir string, nums []int64, logger *slog.Logger, look
 		}
 		skipped += n
 	}
+	for p, pl := range plans {
+		p.mu.Lock()
+		p.journalEnd = pl.next
+		p.mu.Unlock()
+	}
 	if skipped == 0 {
 		for p, pl := range plans {
 			if !pl.broken {

@@ -62,6 +62,9 @@ type partition struct {
 	// found while opening that the journal may still repair.
 	lost       []LostRange
 	candidates []LostRange
+	// journalEnd is the offset after the last batch the journal held for
+	// the partition when it opened (0: none).
+	journalEnd int64
 	broken     error
 	closed     bool
 	clock      uint64
@@ -245,15 +248,12 @@ func (p *partition) recoverActiveLocked() ([]LostRange, error) {
 		next := end + int64(h.Size())
 		nh, ok := goodBatchAt(s.log, next, size)
 		if !ok || nh.BaseOffset < expect {
-			if next == size {
-				// A whole last batch whose CRC fails.
-				last := expect
-				if h.LastOffset() >= expect {
-					last = h.LastOffset()
-				}
-				cands = append(cands, LostRange{First: expect, Last: last, Segment: -1,
-					Reason: "damaged last batch of the active segment, cut on open: " + scanErr.Error()})
-			}
+			// Whole batches in the cut tail, the first one damaged: lost
+			// unless the journal restores them or shows they were never
+			// acknowledged (settleDamageLocked).
+			last := max(expect, cutTailEnd(s.log, end, size)-1)
+			cands = append(cands, LostRange{First: expect, Last: last, Segment: -1,
+				Reason: "damaged batches at the end of the active segment, cut on open: " + scanErr.Error()})
 			break
 		}
 		cands = append(cands, LostRange{First: expect, Last: nh.BaseOffset - 1, Segment: s.base, Pos: end, Size: int64(h.Size()),
@@ -285,13 +285,39 @@ func (p *partition) recoverActiveLocked() ([]LostRange, error) {
 	return cands, nil
 }
 
+// cutTailEnd walks the batch headers of a tail about to be cut, from pos
+// up to limit, while they parse and fit, and returns the offset after the
+// last one (0 when none does).
+func cutTailEnd(f File, pos, limit int64) int64 {
+	var hdr [BatchHeaderSize]byte
+	end := int64(0)
+	for limit-pos >= BatchHeaderSize {
+		if _, err := f.ReadAt(hdr[:], pos); err != nil {
+			break
+		}
+		h, err := ParseBatchHeader(hdr[:])
+		if err != nil || int64(h.Size()) > limit-pos {
+			break
+		}
+		end = max(end, h.LastOffset()+1)
+		pos += int64(h.Size())
+	}
+	return end
+}
+
 // settleDamageLocked reports the damage recovery found in the active
 // segment and the journal did not repair: a candidate whose bytes are still
-// in place is lost; a cut last batch is lost unless the log now holds its
-// offsets again.
+// in place is lost; a cut tail is lost unless the log now holds its offsets
+// again, or the journal's batches for the partition end before it (it was
+// written after the last one acknowledged, so never acknowledged).
 func (p *partition) settleDamageLocked() {
 	active := p.segs[len(p.segs)-1]
 	for _, c := range p.candidates {
+		if c.Segment < 0 && p.journalEnd > 0 && c.First >= p.journalEnd {
+			p.set.logger.Warn("cut unacknowledged batches from the active segment", "topic", p.topic, "partition", p.id,
+				"first_offset", c.First, "last_offset", c.Last)
+			continue
+		}
 		if c.Segment >= 0 {
 			if c.Segment != active.base || c.Pos+c.Size > active.size || skipAt(active.damaged, c.Pos) == 0 {
 				p.set.logger.Warn("damaged batch repaired from the journal", "topic", p.topic, "partition", p.id,
@@ -306,6 +332,13 @@ func (p *partition) settleDamageLocked() {
 		p.recordLostLocked(c)
 	}
 	p.candidates = nil
+	for _, r := range p.lost {
+		if r.Last >= p.next {
+			// Those offsets were handed out: new appends start after them.
+			p.next = r.Last + 1
+			p.durable, p.hw = p.next, p.next
+		}
+	}
 }
 
 // rebuildProducersLocked loads the newest usable snapshot and replays the
