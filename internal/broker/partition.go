@@ -357,20 +357,32 @@ func (p *partition) rebuildProducersLocked(snaps []int64) {
 			var err error
 			f, err = p.set.fs.OpenFile(segmentName(p.dir, s.base, logSuffix), os.O_RDONLY, 0)
 			if err != nil {
+				p.producerStateIncomplete(s, err)
 				continue
 			}
 		}
-		_, _ = scanBatchesSkip(f, 0, s.size, false, s.damaged, func(h BatchHeader, _ int64, _ []byte) error {
+		_, err := scanBatchesSkip(f, 0, s.size, false, s.damaged, func(h BatchHeader, _ int64, _ []byte) error {
 			if h.BaseOffset >= from {
 				table.update(h)
 			}
 			return nil
 		})
+		if err != nil {
+			p.producerStateIncomplete(s, err)
+		}
 		if f != s.log {
 			_ = f.Close()
 		}
 	}
 	p.producers = table
+}
+
+// producerStateIncomplete reports that rebuilding producer state could not
+// read a segment: duplicates of the batches it holds may then be accepted
+// again.
+func (p *partition) producerStateIncomplete(s *segment, err error) {
+	p.set.logger.Error("producer state rebuilt without a segment it could not read; retried batches from it may be duplicated",
+		"topic", p.topic, "partition", p.id, "segment", s.base, "err", err)
 }
 
 func (p *partition) notifyLocked() {

@@ -179,6 +179,13 @@ func (p *partition) scrubSegment(ctx context.Context, th *throttle, s *segment, 
 	for pos < limit {
 		p.mu.Lock()
 		skip, deleted := skipAt(s.damaged, pos), s.deleted
+		if skip > 0 {
+			for _, r := range p.lost {
+				if r.Segment == s.base && r.Pos == pos {
+					first = max(first, r.Last+1)
+				}
+			}
+		}
 		p.mu.Unlock()
 		if deleted {
 			return true
