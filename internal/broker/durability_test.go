@@ -157,7 +157,11 @@ func readAround(t *testing.T, b *Broker, topic string, part int32) ([]string, []
 				vals = append(vals, string(r.Value))
 			}
 		}
-		off, _ = lastBatchEnd(res.Batches)
+		end, err := lastBatchEnd(res.Batches)
+		if err != nil || end <= off {
+			t.Fatalf("fetch at %d: batches end at %d: %v", off, end, err)
+		}
+		off = end
 	}
 	return vals, errs
 }

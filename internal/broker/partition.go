@@ -251,9 +251,10 @@ func (p *partition) recoverActiveLocked() ([]LostRange, error) {
 			// Whole batches in the cut tail, the first one damaged: lost
 			// unless the journal restores them or shows they were never
 			// acknowledged (settleDamageLocked).
-			last := max(expect, cutTailEnd(s.log, end, size)-1)
-			cands = append(cands, LostRange{First: expect, Last: last, Segment: -1,
-				Reason: "damaged batches at the end of the active segment, cut on open: " + scanErr.Error()})
+			if last, ok := cutTailEnd(s.log, end, size, expect); ok {
+				cands = append(cands, LostRange{First: expect, Last: last, Segment: -1,
+					Reason: "damaged batches at the end of the active segment, cut on open: " + scanErr.Error()})
+			}
 			break
 		}
 		cands = append(cands, LostRange{First: expect, Last: nh.BaseOffset - 1, Segment: s.base, Pos: end, Size: int64(h.Size()),
@@ -285,12 +286,15 @@ func (p *partition) recoverActiveLocked() ([]LostRange, error) {
 	return cands, nil
 }
 
-// cutTailEnd walks the batch headers of a tail about to be cut, from pos
-// up to limit, while they parse and fit, and returns the offset after the
-// last one (0 when none does).
-func cutTailEnd(f File, pos, limit int64) int64 {
+// cutTailEnd walks the whole batches of a tail about to be cut, from pos
+// up to limit, the first of them damaged, and returns the last offset they
+// held. Only batches that look like ones the broker wrote count: the base
+// offset (which the broker sets, outside the CRC) continuing the log, and
+// for a damaged one a last offset delta smaller than its size. ok is false
+// when the tail is not such a batch (random bytes, a torn write).
+func cutTailEnd(f File, pos, limit, expect int64) (last int64, ok bool) {
 	var hdr [BatchHeaderSize]byte
-	end := int64(0)
+	next := expect
 	for limit-pos >= BatchHeaderSize {
 		if _, err := f.ReadAt(hdr[:], pos); err != nil {
 			break
@@ -299,10 +303,16 @@ func cutTailEnd(f File, pos, limit int64) int64 {
 		if err != nil || int64(h.Size()) > limit-pos {
 			break
 		}
-		end = max(end, h.LastOffset()+1)
+		if g, good := goodBatchAt(f, pos, limit); good && g.BaseOffset >= next && g.BaseOffset-next < 1<<20 {
+			next = g.LastOffset() + 1
+		} else if h.BaseOffset == next && h.LastOffsetDelta >= 0 && int(h.LastOffsetDelta) < h.Size() {
+			next = h.LastOffset() + 1
+		} else {
+			break
+		}
 		pos += int64(h.Size())
 	}
-	return end
+	return next - 1, next > expect
 }
 
 // settleDamageLocked reports the damage recovery found in the active
