@@ -782,3 +782,43 @@ func TestDamagedTailAfterCleanStopIsReported(t *testing.T) {
 		})
 	}
 }
+
+// Damage the background check found in the active segment, in batches the
+// journal still holds, is repaired by the next open after a kill, and the
+// report is withdrawn.
+func TestReportedDamageRepairedFromJournalAfterKill(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	b := openTest(t, dir, func(o *Options) { o.ScrubBytesPerSecond = -1 })
+	mustCreate(t, b, "k", TopicConfig{})
+	var want []string
+	for i := 0; i < 10; i++ {
+		mustAppend(t, b, "k", 0, EncodeBatch(8, 0, int32(i*3), recs(fmt.Sprint(i), 3)))
+		for j := 0; j < 3; j++ {
+			want = append(want, fmt.Sprintf("%d-v%d", i, j))
+		}
+	}
+	path := segmentName(partitionDir(dir, "k", 0), 0, logSuffix)
+	flipByte(t, path, segmentBatches(t, path)[5].pos+70)
+	if rep, err := b.Scrub(context.Background()); err != nil || rep.Lost != 1 {
+		t.Fatalf("scrub: %+v %v", rep, err)
+	}
+	wantLost(t, b, "k", 0, [2]int64{15, 17})
+	killed := t.TempDir()
+	if out, err := exec.Command("cp", "-a", dir+"/.", killed).CombinedOutput(); err != nil {
+		t.Fatalf("copy: %v: %s", err, out)
+	}
+	logger, logs := captureLogs()
+	r := openTest(t, killed, func(o *Options) { o.Logger = logger })
+	wantLost(t, r, "k", 0)
+	if got := strings.Join(values(t, r, "k", 0), ","); got != strings.Join(want, ",") {
+		t.Fatalf("log holds %s", got)
+	}
+	if len(logs.lines(t, "damaged batch repaired from the journal")) != 1 {
+		t.Fatal("the repair was not logged")
+	}
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
+	}
+	wantLost(t, openTest(t, killed, nil), "k", 0)
+}

@@ -753,6 +753,23 @@ func (p *partition) rewindTo(offset int64) error {
 	if err := s.log.Truncate(pos); err != nil {
 		return storageErr("truncate for journal replay", err)
 	}
+	// Losses recorded in the rewritten range are open again: the replay
+	// may restore them (settleDamageLocked decides).
+	kept := p.lost[:0]
+	for _, r := range p.lost {
+		if r.Segment == s.base && r.Pos >= pos {
+			r.Segment, r.Pos, r.Size = -1, 0, 0
+			p.candidates = append(p.candidates, r)
+			continue
+		}
+		kept = append(kept, r)
+	}
+	if len(kept) < len(p.lost) {
+		p.lost = kept
+		if err := p.saveLostLocked(); err != nil {
+			return err
+		}
+	}
 	cands, err := p.recoverActiveLocked()
 	if err != nil {
 		return err
