@@ -525,6 +525,19 @@ func (b *Broker) openTopic(name string, cfg TopicConfig, h *health, known bool) 
 		}
 		t.parts = append(t.parts, p)
 	}
+	if !known {
+		// The directories must be durable before meta.json lists the
+		// topic: a partition directory missing later is lost data.
+		topicDir := filepath.Dir(partitionDir(b.opts.Dir, name, 0))
+		for _, dir := range []string{topicDir, filepath.Dir(topicDir)} {
+			if err := h.syncDir(b.opts.FS, dir, "fsync topic dir"); err != nil {
+				for _, q := range t.parts {
+					_ = q.close()
+				}
+				return nil, err
+			}
+		}
+	}
 	return t, nil
 }
 

@@ -24,7 +24,9 @@
 // File names carry the 20-digit, zero-padded base offset: the offset of the
 // first record the segment may hold (for a snapshot, the offset it is valid
 // at). meta.json is replaced atomically (write a temp file, fsync, rename,
-// fsync the directory); so are snapshots and rewritten offsets files.
+// fsync the directory); so are snapshots and rewritten offsets files. A new
+// topic's partition directories are fsynced into their parents before
+// meta.json lists it, so a directory missing later is lost data.
 //
 // # Segments (.log)
 //
