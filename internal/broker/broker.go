@@ -12,6 +12,7 @@ import (
 	"sort"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -144,6 +145,21 @@ type Options struct {
 	Now func() time.Time
 	// Logger receives recovery and janitor events (default slog.Default()).
 	Logger *slog.Logger
+	// ReopenInterval is how often a broker whose storage failed (Health)
+	// tries to reopen itself from disk (default 10s; negative disables, so
+	// only Reopen does).
+	ReopenInterval time.Duration
+	// ScrubBytesPerSecond bounds the background check that reads every
+	// segment and verifies its batches' CRCs, pass after pass (default
+	// 8 MiB/s; negative disables it).
+	ScrubBytesPerSecond int64
+	// ScrubPause is the rest between two passes of the check (default 1
+	// minute).
+	ScrubPause time.Duration
+	// AllowLostPartitions opens a topic whose partition directory vanished
+	// by recreating it empty and reporting the loss (PartitionInfo.Lost);
+	// without it Open fails with ErrPartitionLost.
+	AllowLostPartitions bool
 }
 
 func (o Options) withDefaults() Options {
@@ -173,6 +189,15 @@ func (o Options) withDefaults() Options {
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
+	}
+	if o.ReopenInterval == 0 {
+		o.ReopenInterval = 10 * time.Second
+	}
+	if o.ScrubBytesPerSecond == 0 {
+		o.ScrubBytesPerSecond = 8 << 20
+	}
+	if o.ScrubPause <= 0 {
+		o.ScrubPause = time.Minute
 	}
 	return o
 }
@@ -223,14 +248,26 @@ type Broker struct {
 	topics map[string]*topic
 	meta   metadata
 	closed bool
+	// health is the current storage state; a new one comes with each
+	// successful (re)open.
+	health atomic.Pointer[health]
 
 	metaMu sync.Mutex // serialises meta.json rewrites
 	groups *groupStore
 	// journal makes appends durable under SyncBeforeAck (journal.go).
 	journal *journal
 
-	stop chan struct{}
-	wg   sync.WaitGroup
+	// reopenMu serialises Reopen and Close; running says the files are
+	// open (a failed Reopen leaves them closed).
+	reopenMu sync.Mutex
+	running  bool
+	// stop ends the background work of the current open; done ends the
+	// reopen loop at Close.
+	stop   chan struct{}
+	wg     sync.WaitGroup
+	done   chan struct{}
+	loopWG sync.WaitGroup
+	scrub  scrubStats
 }
 
 const metaFile = "meta.json"
@@ -250,24 +287,46 @@ func Open(ctx context.Context, opts Options) (*Broker, error) {
 	if err != nil {
 		return nil, err
 	}
-	b := &Broker{opts: opts, lock: lock, topics: map[string]*topic{}, stop: make(chan struct{})}
-	if err := b.load(ctx); err != nil {
-		b.closeParts()
+	b := &Broker{opts: opts, lock: lock, topics: map[string]*topic{}, done: make(chan struct{})}
+	h := newHealth(opts.Logger)
+	b.health.Store(h)
+	if err := b.start(ctx, h); err != nil {
 		_ = lock.Close()
 		return nil, err
 	}
+	if b.opts.ReopenInterval > 0 {
+		b.loopWG.Add(1)
+		go b.reopenLoop()
+	}
+	return b, nil
+}
+
+// start loads the data directory (recovery and journal replay included)
+// with h as its storage state and starts the background work. On failure
+// everything it opened is closed again.
+func (b *Broker) start(ctx context.Context, h *health) error {
+	b.stop = make(chan struct{})
+	if err := b.load(ctx, h); err != nil {
+		_ = b.releaseFiles(false)
+		return err
+	}
 	if b.opts.Sync == SyncBeforeAck {
-		j, err := openJournal(b.opts.FS, b.opts.Dir, b.opts.Logger, b.partitionFor)
+		j, err := openJournal(b.opts.FS, b.opts.Dir, b.opts.Logger, h, b.partitionFor)
 		if err != nil {
-			b.closeParts()
-			_ = lock.Close()
-			return nil, err
+			_ = b.releaseFiles(false)
+			return err
 		}
+		b.mu.Lock()
 		b.journal = j
+		b.mu.Unlock()
 		for _, p := range b.allPartitions() {
 			p.set.journal = j
+			p.mu.Lock()
+			p.settleDamageLocked()
+			p.mu.Unlock()
 		}
 	}
+	b.running = true
 	if b.opts.Sync == SyncIntervalUnsafe {
 		b.wg.Add(1)
 		go b.syncLoop()
@@ -276,7 +335,115 @@ func Open(ctx context.Context, opts Options) (*Broker, error) {
 		b.wg.Add(1)
 		go b.janitorLoop()
 	}
-	return b, nil
+	if b.opts.ScrubBytesPerSecond > 0 {
+		b.wg.Add(1)
+		go b.scrubLoop()
+	}
+	return nil
+}
+
+// releaseFiles closes the partitions, journal and group offsets of the
+// current open. clean lets the journal go when every segment was fsynced.
+func (b *Broker) releaseFiles(clean bool) error {
+	perr := b.closeParts()
+	errs := []error{perr}
+	b.mu.Lock()
+	// The closed group store stays in place: readers of committed
+	// offsets keep working, commits fail with ErrClosed.
+	j, g := b.journal, b.groups
+	b.journal, b.topics = nil, map[string]*topic{}
+	b.mu.Unlock()
+	if j != nil {
+		errs = append(errs, j.close(clean && perr == nil && b.health.Load().check() == nil))
+	}
+	if g != nil {
+		errs = append(errs, g.close())
+	}
+	return errors.Join(errs...)
+}
+
+// shutdownLocked stops the background work and closes the files of the
+// current open, if any; reopenMu must be held.
+func (b *Broker) shutdownLocked(clean bool) error {
+	if !b.running {
+		return nil
+	}
+	b.running = false
+	close(b.stop)
+	b.wg.Wait()
+	return b.releaseFiles(clean)
+}
+
+// Health reports whether the broker may acknowledge: nil while its storage
+// is sound, an error wrapping ErrStorageFailed (and the I/O error) once an
+// fsync failed. A relay should turn not ready with it. It stays failed
+// until Reopen (or the automatic reopen, Options.ReopenInterval) opened
+// the data directory again.
+func (b *Broker) Health() error {
+	return b.health.Load().report()
+}
+
+// Reopen closes every file of a broker whose storage failed, without
+// trusting anything written since the failure, and opens the data
+// directory again as Open does: torn tails cut, the journal replayed by
+// rewriting everything it covers (so data the kernel may have dropped
+// after the failed fsync is written and fsynced anew), producer state
+// rebuilt. Appends fail with ErrStorageFailed until it succeeded. With a
+// healthy broker it does nothing.
+func (b *Broker) Reopen(ctx context.Context) error {
+	b.reopenMu.Lock()
+	defer b.reopenMu.Unlock()
+	b.mu.RLock()
+	closed := b.closed
+	b.mu.RUnlock()
+	if closed {
+		return ErrClosed
+	}
+	old := b.health.Load()
+	if old.check() == nil {
+		return nil
+	}
+	b.opts.Logger.Warn("reopening the broker from disk after a storage failure", "cause", old.check())
+	b.metaMu.Lock()
+	defer b.metaMu.Unlock()
+	if err := b.shutdownLocked(false); err != nil {
+		b.opts.Logger.Warn("closing files after a storage failure", "err", err)
+	}
+	h := newHealth(b.opts.Logger)
+	if err := b.start(ctx, h); err != nil {
+		old.setReopenErr(fmt.Errorf("reopen: %w", err))
+		return err
+	}
+	b.mu.Lock()
+	b.health.Store(h)
+	b.mu.Unlock()
+	b.opts.Logger.Warn("broker reopened from disk; acknowledging again")
+	return nil
+}
+
+func (b *Broker) reopenLoop() {
+	defer b.loopWG.Done()
+	tick := time.NewTicker(b.opts.ReopenInterval)
+	defer tick.Stop()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		<-b.done
+		cancel()
+	}()
+	for {
+		select {
+		case <-b.done:
+			return
+		case <-tick.C:
+			if b.health.Load().check() == nil {
+				continue
+			}
+			if err := b.Reopen(ctx); err != nil && ctx.Err() == nil {
+				b.opts.Logger.Error("reopening the broker failed; will try again", "err", err)
+			}
+		}
+	}
 }
 
 // lockDir takes an exclusive flock so two daemons never write one log.
@@ -292,32 +459,35 @@ func lockDir(dir string) (*os.File, error) {
 	return f, nil
 }
 
-func (b *Broker) load(ctx context.Context) error {
-	b.meta = metadata{Version: 1, NextProducerID: 1, Producers: map[string]stableProducer{}, Topics: map[string]TopicConfig{}}
+func (b *Broker) load(ctx context.Context, h *health) error {
+	m := metadata{Version: 1, NextProducerID: 1, Producers: map[string]stableProducer{}, Topics: map[string]TopicConfig{}}
 	data, err := readFile(b.opts.FS, filepath.Join(b.opts.Dir, metaFile))
 	switch {
 	case err == nil:
-		if err := json.Unmarshal(data, &b.meta); err != nil {
+		if err := json.Unmarshal(data, &m); err != nil {
 			return fmt.Errorf("broker: parse %s: %w", metaFile, err)
 		}
-		if b.meta.Producers == nil {
-			b.meta.Producers = map[string]stableProducer{}
+		if m.Producers == nil {
+			m.Producers = map[string]stableProducer{}
 		}
-		if b.meta.Topics == nil {
-			b.meta.Topics = map[string]TopicConfig{}
+		if m.Topics == nil {
+			m.Topics = map[string]TopicConfig{}
 		}
 	case errors.Is(err, os.ErrNotExist):
 	default:
 		return storageErr("read metadata", err)
 	}
-	if b.meta.LogID == "" {
-		b.meta.LogID = uuid.NewString()
-		if err := b.saveMetaLocked(b.meta); err != nil {
+	if m.LogID == "" {
+		m.LogID = uuid.NewString()
+		if err := b.saveMetaLocked(m); err != nil {
 			return err
 		}
 	}
-	names := make([]string, 0, len(b.meta.Topics))
-	for n := range b.meta.Topics {
+	b.mu.Lock()
+	b.meta = m
+	b.mu.Unlock()
+	names := make([]string, 0, len(m.Topics))
+	for n := range m.Topics {
 		names = append(names, n)
 	}
 	sort.Strings(names)
@@ -325,22 +495,30 @@ func (b *Broker) load(ctx context.Context) error {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		t, err := b.openTopic(n, b.meta.Topics[n])
+		t, err := b.openTopic(n, m.Topics[n], h, true)
 		if err != nil {
 			return err
 		}
+		b.mu.Lock()
 		b.topics[n] = t
+		b.mu.Unlock()
 	}
-	gs, err := openGroupStore(b.opts.FS, filepath.Join(b.opts.Dir, "groups"), b.opts.OffsetsCompactBytes, b.opts.Logger)
+	gs, err := openGroupStore(b.opts.FS, filepath.Join(b.opts.Dir, "groups"), b.opts.OffsetsCompactBytes, b.opts.Logger, h)
 	if err != nil {
 		return err
 	}
+	b.mu.Lock()
 	b.groups = gs
+	b.mu.Unlock()
 	return nil
 }
 
-func (b *Broker) openTopic(name string, cfg TopicConfig) (*topic, error) {
+// openTopic opens a topic's partitions; known says meta.json lists it, so
+// a missing partition directory is lost data, not a new partition.
+func (b *Broker) openTopic(name string, cfg TopicConfig, h *health, known bool) (*topic, error) {
 	set := &partitionSettings{
+		health:         h,
+		allowLost:      b.opts.AllowLostPartitions,
 		fs:             b.opts.FS,
 		syncBeforeAck:  b.opts.Sync == SyncBeforeAck,
 		indexInterval:  b.opts.IndexIntervalBytes,
@@ -352,7 +530,7 @@ func (b *Broker) openTopic(name string, cfg TopicConfig) (*topic, error) {
 	}
 	t := &topic{name: name, cfg: cfg}
 	for i := int32(0); i < cfg.Partitions; i++ {
-		p, err := openPartition(set, partitionDir(b.opts.Dir, name, i), name, i)
+		p, err := openPartition(set, partitionDir(b.opts.Dir, name, i), name, i, known)
 		if err != nil {
 			for _, q := range t.parts {
 				_ = q.close()
@@ -360,6 +538,19 @@ func (b *Broker) openTopic(name string, cfg TopicConfig) (*topic, error) {
 			return nil, fmt.Errorf("open %s/%d: %w", name, i, err)
 		}
 		t.parts = append(t.parts, p)
+	}
+	if !known {
+		// The directories must be durable before meta.json lists the
+		// topic: a partition directory missing later is lost data.
+		topicDir := filepath.Dir(partitionDir(b.opts.Dir, name, 0))
+		for _, dir := range []string{topicDir, filepath.Dir(topicDir)} {
+			if err := h.syncDir(b.opts.FS, dir, "fsync topic dir"); err != nil {
+				for _, q := range t.parts {
+					_ = q.close()
+				}
+				return nil, err
+			}
+		}
 	}
 	return t, nil
 }
@@ -417,14 +608,18 @@ func (b *Broker) CreateTopic(name string, cfg TopicConfig) (TopicInfo, error) {
 	b.mu.RLock()
 	_, exists := b.topics[name]
 	closed := b.closed
+	h := b.health.Load()
 	b.mu.RUnlock()
 	if closed {
 		return TopicInfo{}, ErrClosed
 	}
+	if err := h.check(); err != nil {
+		return TopicInfo{}, err
+	}
 	if exists {
 		return TopicInfo{}, fmt.Errorf("%w: %s", ErrTopicExists, name)
 	}
-	t, err := b.openTopic(name, cfg)
+	t, err := b.openTopic(name, cfg, h, false)
 	if err != nil {
 		return TopicInfo{}, err
 	}
@@ -600,6 +795,9 @@ func (b *Broker) AppendAsync(ctx context.Context, topicName string, part int32, 
 	if err := ctx.Err(); err != nil {
 		return AppendResult{}, nil, err
 	}
+	if err := b.health.Load().check(); err != nil {
+		return AppendResult{}, nil, err
+	}
 	t, p, err := b.lookup(topicName, part, true)
 	if err != nil {
 		return AppendResult{}, nil, err
@@ -710,6 +908,10 @@ func (b *Broker) Wait(ctx context.Context, topicName string, part int32, offset 
 		return err
 	}
 	for {
+		h := b.health.Load()
+		if err := h.check(); err != nil {
+			return err
+		}
 		p.mu.Lock()
 		hw, ch, closed := p.hw, p.hwCh, p.closed
 		p.mu.Unlock()
@@ -721,6 +923,7 @@ func (b *Broker) Wait(ctx context.Context, topicName string, part int32, offset 
 		}
 		select {
 		case <-ch:
+		case <-h.failed:
 		case <-ctx.Done():
 			return ctx.Err()
 		}
@@ -892,18 +1095,11 @@ func (b *Broker) Close() error {
 	}
 	b.closed = true
 	b.mu.Unlock()
-	close(b.stop)
-	b.wg.Wait()
-	perr := b.closeParts()
-	errs := []error{perr}
-	if b.journal != nil {
-		errs = append(errs, b.journal.close(perr == nil))
-	}
-	if b.groups != nil {
-		errs = append(errs, b.groups.close())
-	}
-	errs = append(errs, b.lock.Close())
-	return errors.Join(errs...)
+	close(b.done)
+	b.loopWG.Wait()
+	b.reopenMu.Lock()
+	defer b.reopenMu.Unlock()
+	return errors.Join(b.shutdownLocked(true), b.lock.Close())
 }
 
 func (b *Broker) closeParts() error {

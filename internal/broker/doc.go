@@ -17,12 +17,16 @@
 //	    00000000000000000000.index      sparse offset index
 //	    00000000000000000000.timeindex  sparse time index
 //	    00000000000000001234.snapshot   producer state as of offset 1234
-//	    00000000000000001234.log.cut-N  bytes cut from a corrupt tail
+//	    00000000000000001234.log.cut-N  bytes cut from a corrupt tail, or a
+//	                                    damaged range rewritten from the journal
+//	    lost.json                       offset ranges found lost (see Lost data)
 //
 // File names carry the 20-digit, zero-padded base offset: the offset of the
 // first record the segment may hold (for a snapshot, the offset it is valid
 // at). meta.json is replaced atomically (write a temp file, fsync, rename,
-// fsync the directory); so are snapshots and rewritten offsets files.
+// fsync the directory); so are snapshots and rewritten offsets files. A new
+// topic's partition directories are fsynced into their parents before
+// meta.json lists it, so a directory missing later is lost data.
 //
 // # Segments (.log)
 //
@@ -64,16 +68,47 @@
 // # Recovery
 //
 // On open every batch of each partition's active segment is read and its
-// CRC checked, and offsets must increase. The first batch that fails (a torn
-// write, flipped bits, a zero-filled tail after a power loss) and everything
-// after it is copied to NNN.log.cut-<unix nanos> and truncated off, then the
-// file is fsynced. Under fsync-before-ack no acknowledged batch can be in
-// the cut part: an append is acknowledged only after the fsync that covered
-// it, and the high watermark (what consumers can read) follows the fsyncs.
-// Under SyncBeforeAck the fsync that acknowledged a batch may have been the
-// journal's, not the segment's: the journal is then replayed into the
-// partitions (see Durability), restoring whatever a power loss took from
-// the active segments.
+// CRC checked, and offsets must increase. A damaged batch that good batches
+// follow (its length field sound, the next batch's CRC good) is bit rot,
+// not a torn write: it stays in place and the batches after it are kept. A
+// damaged tail (a torn write, a zero-filled tail after a power loss) is
+// copied to NNN.log.cut-<unix nanos> and truncated off, then the file is
+// fsynced. Under fsync-before-ack no acknowledged batch is lost by the cut:
+// an append is acknowledged only after the fsync that covered it, and the
+// high watermark (what consumers can read) follows the fsyncs. Under
+// SyncBeforeAck that fsync may have been the journal's, not the segment's:
+// the journal is then replayed into the partitions (see Durability),
+// rewriting the range it covers, which repairs damage there. Damage left
+// unrepaired (in place, or a cut whole batch whose offsets the journal did
+// not restore) is reported lost. Of an inactive segment, open checks the
+// indexes (rebuilt when unsound), the batches from the last index entry on,
+// and, unless the topic is compacted, that its offsets reach the next
+// segment's base; the rest is left to reads and the background check.
+//
+// # Lost data
+//
+// Every read verifies the CRC of each batch it serves. A batch that fails
+// is never served, nor skipped as if the log ended there: the read stops
+// before it, and a fetch of its offsets fails with ErrDataLost (the
+// listener answers CORRUPT_MESSAGE). The background check (scrub.go,
+// Options.ScrubBytesPerSecond, 8 MiB/s by default, Options.ScrubPause
+// between passes) reads every segment the same way, so damage nobody reads
+// is found too. Damage found on open, by a read or by the check, offsets
+// missing from both a segment and the journal, and a partition directory
+// that vanished are reported: an ERROR log "data lost" naming topic,
+// partition and offsets; PartitionInfo.Lost and Broker.Lost; and the
+// partition's lost.json (version 1, a list of {first, last, reason,
+// detected, segment, pos, size}: the offsets, and where damaged bytes stay
+// in place, which reads and scans hop over), written atomically, read on
+// open and by Inspect, so the report survives restarts. Damaged bytes are
+// never deleted; compaction skips a partition with lost ranges. Deleting
+// lost.json while the broker is stopped forgets the report.
+//
+// A partition directory that vanished while meta.json lists its topic is
+// lost data, not a new partition: Open fails with ErrPartitionLost naming
+// it and recreates nothing, unless Options.AllowLostPartitions (relay:
+// --allow-lost-partitions) is set, when it is recreated empty with a lost
+// range of unknown extent (last -1) on record.
 //
 // # Producer state (.snapshot)
 //
@@ -115,18 +150,39 @@
 // topic | int32 partition | the batch as stored. A file ends at its first
 // short or damaged record.
 //
-// A failed write is truncated away before the error returns. A failed fsync
-// rolls the partitions concerned back to their last durable position (the
-// kernel may have dropped the dirty pages), fsyncs the truncation, rebuilds
-// producer state from disk, and fails every append not yet covered; appends
-// resume once the disk works again, in a new journal file whose bound
-// excludes the records that were rolled back. AppendAsync splits Append into
+// Replay runs in two passes. The first finds, per partition, the first
+// batch the journal holds for the active segment; when the journal holds
+// an unbroken run from there, the segment is cut back to that batch (damaged
+// bytes in the cut range are kept in a .cut file first) and the second pass
+// appends the run again, so everything since the last checkpoint is
+// rewritten and fsynced rather than trusted from the page cache. The second
+// pass skips batches the log holds, appends those that continue it, and a
+// batch beyond the log end is appended after the offsets in between are
+// reported lost. A damaged journal record that good records follow is
+// skipped with an ERROR log (its batch then shows as a gap if no segment
+// holds it); one at the end is a torn write, never acknowledged.
+//
+// A failed write is truncated away before the error returns; the append
+// fails, nothing else does. A failed fsync is sticky (health.go): the
+// broker fails every append waiting for it and every later one, Wait and
+// CommitOffsets too, with ErrStorageFailed wrapping the I/O error, and
+// Health returns it, until the broker was reopened from disk (Reopen, or
+// the automatic reopen every Options.ReopenInterval, 10s by default). The
+// fsync is never retried: after a failed fsync Linux may have dropped the
+// dirty pages and marked them clean, so a second fsync can succeed without
+// them. No journal file is deleted while the broker is failed, and a
+// checkpoint deletes journal files only after every segment they cover was
+// fsynced. Reopening replays the journal as above, rewriting the covered
+// range of each active segment, so the data is written anew and fsynced
+// once the disk works. AppendAsync splits Append into
 // the write and a wait for the covering fsync, so a caller (the protocol
 // server, per connection; the relay's sink, per batch) can write its next
 // batch while the previous one is being fsynced; its result may be
 // acknowledged only once the wait returned nil. SyncIntervalUnsafe
 // acknowledges after the write and fsyncs each partition on an interval,
-// without a journal: a crash can lose acknowledged data.
+// without a journal: a crash can lose acknowledged data; its interval
+// fsync is sticky too, but with no journal a reopen keeps what the segment
+// files hold.
 //
 // # Consumer group offsets (groups/offsets.log)
 //
@@ -153,4 +209,55 @@
 // missing index is rebuilt. Rewritten batches keep their base offset, last
 // offset delta, producer fields and timestamps. Tombstones (null values) go
 // once their batch's max timestamp is older than delete.retention.ms.
+//
+// # Fault model
+//
+// What the log survives, and the test that shows it. The fault-injecting
+// file system injectFS (faultfs_test.go) fails chosen writes (ENOSPC,
+// short writes), fsyncs, reads and directory fsyncs (EIO), and models what
+// a machine crash leaves: each file cut to its last good fsync, and the
+// pages dirty at a failed fsync lost even after a later good one unless
+// written again.
+//
+//   - Process kill at any point (SIGKILL): nothing acknowledged lost, no
+//     duplicate; TestKillDuringAppend.
+//   - Power loss: segments lose what no fsync covered, the journal restores
+//     it; TestJournalRestoresWhatSegmentsLost,
+//     TestJournalTornWriteKeepsEarlierBatches.
+//   - Torn or zero-filled tail: cut aside; TestCorruptTailRecovery.
+//   - Full disk, short writes (ENOSPC): the append fails, the next one
+//     works; TestDiskFaults, TestWriteAndReadFaults.
+//   - fsync EIO on a segment or on the journal, under load: no append that
+//     starts after the failure is acknowledged and the waiting ones fail;
+//     nothing acknowledged is lost in the crash model; Reopen brings the
+//     broker back, and a crash after it loses nothing either (that needs
+//     the rewrite from the journal: without it the test fails);
+//     TestFsyncEIOUnderLoad, TestDiskFaults,
+//     TestJournalBoundsFileAfterFailedFsync,
+//     TestReopensItselfWhenTheDiskWorksAgain.
+//   - EIO on read: the fetch fails with ErrStorage (KAFKA_STORAGE_ERROR,
+//     which clients retry) and nothing is reported lost;
+//     TestWriteAndReadFaults.
+//   - A flipped bit in the active segment: repaired from the journal when
+//     it covers the batch (after a kill), else reported lost with the exact
+//     offsets and the later batches kept (after a clean stop);
+//     TestFlippedByteInActiveSegmentAfterKill,
+//     TestFlippedByteInActiveSegmentAfterCleanStop.
+//   - A flipped bit in an inactive segment: found by a read, by the
+//     background check, or on open when in its last batches, and reported
+//     with the exact offsets; TestFlippedByteInInactiveSegment,
+//     TestFlippedLastBatchOfInactiveSegmentFoundOnOpen, TestDumpReportsLostData,
+//     and TestKgoConsumerGetsAnErrorForLostData in the protocol package.
+//   - Offsets missing from every file (a segment cut while the journal
+//     holds later batches, an inactive segment cut short): reported as a
+//     gap; TestGapIsReported.
+//   - A deleted partition directory: refused, or recreated and reported;
+//     TestVanishedPartitionDirectory.
+//
+// Not survived: damage to meta.json or the group offsets file beyond a
+// torn tail; damage to a journal record whose batch no segment holds
+// (reported lost, not repaired); damage in an inactive segment (reported,
+// not repaired: the journal only covers active segments once they rolled
+// and were fsynced); under SyncIntervalUnsafe, anything written since the
+// last interval fsync.
 package broker

@@ -111,6 +111,10 @@ func dumpPartition(ctx context.Context, w io.Writer, opts DumpOptions, topicName
 	if err != nil {
 		return fmt.Errorf("broker: list segments of %s/%d: %w", topicName, part, err)
 	}
+	lost, err := readLost(OSFS{}, dir)
+	if err != nil {
+		return err
+	}
 	enc := json.NewEncoder(w)
 	for i, base := range bases {
 		if i+1 < len(bases) && bases[i+1] <= opts.FromOffset {
@@ -126,9 +130,16 @@ func dumpPartition(ctx context.Context, w io.Writer, opts DumpOptions, topicName
 			}
 			return fmt.Errorf("broker: open segment: %w", err)
 		}
+		var skip []span
+		for _, r := range lost {
+			if r.Segment == base && r.Size > 0 {
+				skip = append(skip, span{pos: r.Pos, size: r.Size})
+			}
+		}
 		size, err := fileSize(f)
 		if err == nil {
-			_, err = scanBatches(f, 0, size, true, func(h BatchHeader, _ int64, b []byte) error {
+			var stop int64
+			stop, err = scanBatchesSkip(f, 0, size, true, skip, func(h BatchHeader, _ int64, b []byte) error {
 				if h.LastOffset() < opts.FromOffset {
 					return nil
 				}
@@ -146,10 +157,17 @@ func dumpPartition(ctx context.Context, w io.Writer, opts DumpOptions, topicName
 				}
 				return nil
 			})
-			if errors.Is(err, ErrCorruptBatch) || errors.Is(err, ErrUnsupportedMagic) {
+			if (errors.Is(err, ErrCorruptBatch) || errors.Is(err, ErrUnsupportedMagic)) && i == len(bases)-1 {
 				// A batch being written right now, or a torn tail the
-				// broker will cut on its next open: stop quietly.
-				err = nil
+				// broker will cut on its next open: stop quietly,
+				// unless good batches follow (damage, not a tail).
+				n := batchSizeAt(f, stop)
+				if _, good := goodBatchAt(f, stop+int64(n), size); n == 0 || !good {
+					err = nil
+				}
+			}
+			if err != nil {
+				err = fmt.Errorf("damaged batch in segment %d at byte %d: %w", base, stop, err)
 			}
 		}
 		_ = f.Close()
@@ -157,7 +175,27 @@ func dumpPartition(ctx context.Context, w io.Writer, opts DumpOptions, topicName
 			return fmt.Errorf("broker: dump %s/%d: %w", topicName, part, err)
 		}
 	}
-	return nil
+	var errs []error
+	for _, r := range lost {
+		if r.Last < 0 || r.Last >= opts.FromOffset {
+			errs = append(errs, &lostError{topic: topicName, partition: part, first: r.First, last: r.Last, reason: r.Reason})
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// batchSizeAt is the size the batch header at pos claims, 0 when there is
+// no parsable header.
+func batchSizeAt(f File, pos int64) int {
+	var hdr [BatchHeaderSize]byte
+	if _, err := f.ReadAt(hdr[:], pos); err != nil {
+		return 0
+	}
+	h, err := ParseBatchHeader(hdr[:])
+	if err != nil {
+		return 0
+	}
+	return h.Size()
 }
 
 func dumpBytes(b []byte, binary bool) *string {

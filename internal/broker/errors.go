@@ -3,6 +3,7 @@ package broker
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 )
@@ -62,6 +63,20 @@ var (
 	ErrStorage = errors.New("broker: storage error")
 	// ErrUnknownGroup means no offsets were ever committed for the group.
 	ErrUnknownGroup = errors.New("broker: unknown consumer group")
+	// ErrStorageFailed means an fsync (or the truncation that has to follow
+	// a failed write) failed earlier: the kernel may have dropped data the
+	// broker had written, so nothing is acknowledged until the broker was
+	// reopened from disk (Reopen, or the automatic reopen). Health returns
+	// it. It wraps ErrStorage.
+	ErrStorageFailed = &wrapped{msg: "broker: storage failed; the broker must be reopened from disk", parent: ErrStorage}
+	// ErrDataLost means the requested offsets are in a range the broker
+	// found damaged or missing and could not repair (PartitionInfo.Lost).
+	// It wraps ErrCorruptBatch, so the listener answers CORRUPT_MESSAGE.
+	ErrDataLost = &wrapped{msg: "broker: data lost", parent: ErrCorruptBatch}
+	// ErrPartitionLost means a partition directory of a topic that
+	// meta.json knows is missing; Open refuses unless
+	// Options.AllowLostPartitions is set.
+	ErrPartitionLost = errors.New("broker: partition directory missing")
 )
 
 // wrapped lets one sentinel match a broader one via errors.Is.
@@ -95,6 +110,31 @@ func storageErr(op string, err error) error {
 	}
 	return &storageError{op: op, cause: err}
 }
+
+// failedError is ErrStorageFailed with the operation and I/O error that
+// caused it.
+type failedError struct {
+	op    string
+	cause error
+}
+
+func (e *failedError) Error() string {
+	return "broker: storage failed during " + e.op + " (reopen required): " + e.cause.Error()
+}
+func (e *failedError) Unwrap() []error { return []error{ErrStorageFailed, e.cause} }
+
+// lostError is ErrDataLost for one partition's range.
+type lostError struct {
+	topic       string
+	partition   int32
+	first, last int64
+	reason      string
+}
+
+func (e *lostError) Error() string {
+	return fmt.Sprintf("broker: data lost in %s/%d offsets %d to %d: %s", e.topic, e.partition, e.first, e.last, e.reason)
+}
+func (e *lostError) Unwrap() error { return ErrDataLost }
 
 // KafkaErrorCode maps an error returned by this package to the Kafka protocol
 // error code a listener should put in its response (0 for nil).

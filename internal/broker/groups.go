@@ -44,6 +44,7 @@ type groupStore struct {
 	dir          string
 	compactBytes int64
 	logger       *slog.Logger
+	health       *health
 
 	mu      sync.Mutex
 	f       File
@@ -117,11 +118,11 @@ func parseOffsetFrame(b []byte) (groupKey, CommittedOffset, int, error) {
 	return k, c, int(8 + n), nil
 }
 
-func openGroupStore(fsys FS, dir string, compactBytes int64, logger *slog.Logger) (*groupStore, error) {
+func openGroupStore(fsys FS, dir string, compactBytes int64, logger *slog.Logger, h *health) (*groupStore, error) {
 	if err := fsys.MkdirAll(dir, 0o755); err != nil {
 		return nil, storageErr("create groups dir", err)
 	}
-	g := &groupStore{fs: fsys, dir: dir, compactBytes: compactBytes, logger: logger, offsets: map[groupKey]CommittedOffset{}}
+	g := &groupStore{fs: fsys, dir: dir, compactBytes: compactBytes, logger: logger, health: h, offsets: map[groupKey]CommittedOffset{}}
 	path := filepath.Join(dir, offsetsFile)
 	data, err := readFile(fsys, path)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -167,13 +168,15 @@ func (g *groupStore) commit(group string, commits []OffsetCommit, now time.Time)
 	if g.f == nil {
 		return ErrClosed
 	}
+	if err := g.health.check(); err != nil {
+		return err
+	}
 	if _, err := g.f.Write(buf); err != nil {
 		_ = g.f.Truncate(g.size)
 		return storageErr("write offsets", err)
 	}
-	if err := g.f.Sync(); err != nil {
-		_ = g.f.Truncate(g.size)
-		return storageErr("fsync offsets", err)
+	if err := g.health.sync(g.f, "fsync offsets"); err != nil {
+		return err
 	}
 	g.size += int64(len(buf))
 	for _, c := range commits {
@@ -249,15 +252,16 @@ func (b *Broker) CommitOffsets(ctx context.Context, group string, commits []Offs
 			return err
 		}
 	}
-	return b.groups.commit(group, commits, b.opts.Now())
+	return b.groupStore().commit(group, commits, b.opts.Now())
 }
 
 // FetchOffset returns a group's committed offset for a partition; ok is
 // false when the group never committed one.
 func (b *Broker) FetchOffset(group, topicName string, part int32) (c CommittedOffset, ok bool) {
-	b.groups.mu.Lock()
-	defer b.groups.mu.Unlock()
-	c, ok = b.groups.offsets[groupKey{group, topicName, part}]
+	g := b.groupStore()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	c, ok = g.offsets[groupKey{group, topicName, part}]
 	return c, ok
 }
 
@@ -271,14 +275,15 @@ type GroupOffset struct {
 // GroupOffsets lists a group's committed offsets sorted by topic and
 // partition.
 func (b *Broker) GroupOffsets(group string) []GroupOffset {
-	b.groups.mu.Lock()
+	g := b.groupStore()
+	g.mu.Lock()
 	var out []GroupOffset
-	for k, c := range b.groups.offsets {
+	for k, c := range g.offsets {
 		if k.group == group {
 			out = append(out, GroupOffset{Topic: k.topic, Partition: k.partition, CommittedOffset: c})
 		}
 	}
-	b.groups.mu.Unlock()
+	g.mu.Unlock()
 	sort.Slice(out, func(i, j int) bool {
 		if out[i].Topic != out[j].Topic {
 			return out[i].Topic < out[j].Topic
@@ -290,12 +295,13 @@ func (b *Broker) GroupOffsets(group string) []GroupOffset {
 
 // Groups lists groups with committed offsets.
 func (b *Broker) Groups() []string {
-	b.groups.mu.Lock()
+	g := b.groupStore()
+	g.mu.Lock()
 	seen := map[string]bool{}
-	for k := range b.groups.offsets {
+	for k := range g.offsets {
 		seen[k.group] = true
 	}
-	b.groups.mu.Unlock()
+	g.mu.Unlock()
 	out := make([]string, 0, len(seen))
 	for g := range seen {
 		out = append(out, g)
@@ -342,4 +348,11 @@ func (b *Broker) GroupLag(group string) ([]PartitionLag, error) {
 		out = append(out, pl)
 	}
 	return out, nil
+}
+
+// groupStore returns the group offsets of the current open.
+func (b *Broker) groupStore() *groupStore {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	return b.groups
 }

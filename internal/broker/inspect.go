@@ -123,9 +123,14 @@ func inspectPartition(dir string, id int32) (PartitionInfo, error) {
 	pi := PartitionInfo{Partition: id}
 	bases, _, err := listSegmentBases(OSFS{}, dir, false)
 	if errors.Is(err, os.ErrNotExist) {
-		return pi, nil // created, nothing appended yet
+		// Creating a topic creates its partition directories.
+		pi.Lost = []LostRange{{First: 0, Last: -1, Segment: -1, Reason: "partition directory missing"}}
+		return pi, nil
 	}
 	if err != nil {
+		return pi, err
+	}
+	if pi.Lost, err = readLost(OSFS{}, dir); err != nil {
 		return pi, err
 	}
 	if len(bases) == 0 {

@@ -154,6 +154,12 @@ func (p *partition) compact(ctx context.Context, nowMs int64) error {
 		p.mu.Unlock()
 		return ErrClosed
 	}
+	if len(p.lost) > 0 {
+		// Rewriting segments would drop the damaged bytes kept in place
+		// and shift the positions lost.json names.
+		p.mu.Unlock()
+		return nil
+	}
 	segs := append([]*segment(nil), p.segs[:len(p.segs)-1]...)
 	keepBatch := map[int64]bool{}
 	for _, e := range p.producers {
@@ -260,7 +266,7 @@ func (p *partition) cleanSegment(s *segment, latest map[keyHash]int64, keepBatch
 		return nil
 	})
 	if err == nil && changed {
-		err = storageErr("fsync cleaned segment", out.Sync())
+		err = p.set.health.sync(out, "fsync cleaned segment")
 	}
 	if cerr := out.Close(); err == nil {
 		err = storageErr("close cleaned segment", cerr)

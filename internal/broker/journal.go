@@ -34,9 +34,10 @@ import (
 // records: uint32 length and uint32 CRC-32C of the rest, then the topic
 // name (uint16 length, bytes), the partition (int32) and the batch as
 // stored, base offset included. A file ends at its first short or damaged
-// record. After a failed write or fsync the journal starts a new file whose
-// header bounds the old one at what was last made durable, so records
-// written but never acknowledged are not replayed.
+// record. After a write that failed and could not be truncated away the
+// journal starts a new file whose header bounds the old one at what was
+// last made durable, so the torn record is not replayed. A failed fsync is
+// not handled here: it fails the broker (health.go) until it is reopened.
 
 const (
 	journalDir       = "journal"
@@ -62,6 +63,7 @@ type journal struct {
 	fs     FS
 	dir    string
 	logger *slog.Logger
+	health *health
 
 	// syncMu serialises fsyncs so concurrent waiters share one.
 	syncMu sync.Mutex
@@ -121,9 +123,9 @@ func listJournals(fsys FS, dir string) ([]int64, error) {
 }
 
 // openJournal replays the journal files in dataDir into the partitions
-// that lookup finds, makes the replayed partitions durable, deletes the
-// replayed files and starts a new one.
-func openJournal(fsys FS, dataDir string, logger *slog.Logger, lookup func(topic string, part int32) *partition) (*journal, error) {
+// that lookup finds (see replayJournals), makes the replayed partitions
+// durable, deletes the replayed files and starts a new one.
+func openJournal(fsys FS, dataDir string, logger *slog.Logger, h *health, lookup func(topic string, part int32) *partition) (*journal, error) {
 	dir := filepath.Join(dataDir, journalDir)
 	if err := fsys.MkdirAll(dir, 0o755); err != nil {
 		return nil, storageErr("create journal dir", err)
@@ -132,22 +134,16 @@ func openJournal(fsys FS, dataDir string, logger *slog.Logger, lookup func(topic
 	if err != nil {
 		return nil, storageErr("list journal", err)
 	}
-	replayed := map[*partition]struct{}{}
-	for i, num := range nums {
-		limit := int64(-1)
-		if i+1 < len(nums) {
-			limit = readJournalBound(fsys, journalName(dir, nums[i+1]))
-		}
-		if err := replayJournal(fsys, journalName(dir, num), limit, logger, lookup, replayed); err != nil {
-			return nil, err
-		}
+	replayed, err := replayJournals(fsys, dir, nums, logger, lookup)
+	if err != nil {
+		return nil, err
 	}
 	for p := range replayed {
 		if err := p.syncSegment(); err != nil {
 			return nil, err
 		}
 	}
-	j := &journal{fs: fsys, dir: dir, logger: logger, dirty: map[*partition]struct{}{},
+	j := &journal{fs: fsys, dir: dir, logger: logger, health: h, dirty: map[*partition]struct{}{},
 		ckpt: make(chan struct{}, 1), stop: make(chan struct{})}
 	next := int64(1)
 	if len(nums) > 0 {
@@ -158,11 +154,13 @@ func openJournal(fsys FS, dataDir string, logger *slog.Logger, lookup func(topic
 	}
 	for _, num := range nums {
 		if err := fsys.Remove(journalName(dir, num)); err != nil {
+			_ = j.f.Close()
 			return nil, storageErr("remove replayed journal", err)
 		}
 	}
-	if err := fsys.SyncDir(dir); err != nil {
-		return nil, storageErr("fsync journal dir", err)
+	if err := h.syncDir(fsys, dir, "fsync journal dir"); err != nil {
+		_ = j.f.Close()
+		return nil, err
 	}
 	j.wg.Add(1)
 	go j.checkpointLoop()
@@ -184,80 +182,197 @@ func readJournalBound(fsys FS, path string) int64 {
 	return int64(binary.BigEndian.Uint64(hdr[8:]))
 }
 
-func replayJournal(fsys FS, path string, limit int64, logger *slog.Logger, lookup func(string, int32) *partition, replayed map[*partition]struct{}) error {
+// replayPlan is what the first pass over the journal learns about one
+// partition: the first batch it holds at or above the active segment's
+// base, where its batches end, and whether they form one unbroken run.
+type replayPlan struct {
+	first, next int64
+	broken      bool
+}
+
+// replayJournals replays the journal files nums in two passes. The first
+// finds, per partition, the first batch the journal holds for its active
+// segment. When the journal holds an unbroken run of batches from there,
+// the segment is cut back to that batch and the run is appended again:
+// everything written since the last checkpoint is rewritten and fsynced,
+// so neither a torn write nor bytes the kernel dropped after a failed
+// fsync (while the page cache still shows them) nor a flipped bit in that
+// range survives. The second pass appends: a batch the log holds already is
+// skipped, one that continues it is appended, and one beyond the log end
+// is appended after reporting the offsets in between as lost. It returns
+// the partitions it appended to.
+func replayJournals(fsys FS, dir string, nums []int64, logger *slog.Logger, lookup func(string, int32) *partition) (map[*partition]struct{}, error) {
+	bounds := make([]int64, len(nums))
+	for i := range nums {
+		bounds[i] = -1
+		if i+1 < len(nums) {
+			bounds[i] = readJournalBound(fsys, journalName(dir, nums[i+1]))
+		}
+	}
+	plans := map[*partition]*replayPlan{}
+	skipped := 0
+	for i, num := range nums {
+		n, err := walkJournal(fsys, journalName(dir, num), bounds[i], logger, true, func(p *partition, batch []byte) error {
+			h, err := VerifyBatch(batch)
+			if err != nil {
+				if pl := plans[p]; pl != nil {
+					pl.broken = true
+				}
+				return nil
+			}
+			base := p.activeBase()
+			if h.LastOffset() < base {
+				return nil
+			}
+			pl := plans[p]
+			switch {
+			case pl == nil:
+				plans[p] = &replayPlan{first: h.BaseOffset, next: h.LastOffset() + 1}
+			case h.BaseOffset != pl.next:
+				pl.broken = true
+			default:
+				pl.next = h.LastOffset() + 1
+			}
+			return nil
+		}, lookup)
+		if err != nil {
+			return nil, err
+		}
+		skipped += n
+	}
+	for p, pl := range plans {
+		p.mu.Lock()
+		p.journalEnd = pl.next
+		p.mu.Unlock()
+	}
+	if skipped == 0 {
+		for p, pl := range plans {
+			if !pl.broken {
+				if err := p.rewindTo(pl.first); err != nil {
+					return nil, err
+				}
+			}
+		}
+	}
+	replayed := map[*partition]struct{}{}
+	for i, num := range nums {
+		path := journalName(dir, num)
+		records, appended := 0, 0
+		_, err := walkJournal(fsys, path, bounds[i], logger, false, func(p *partition, batch []byte) error {
+			records++
+			did, err := p.replay(batch)
+			if did {
+				appended++
+				replayed[p] = struct{}{}
+			}
+			return err
+		}, lookup)
+		if err != nil {
+			return nil, err
+		}
+		if appended > 0 {
+			logger.Info("replayed the journal into the segments", "file", path, "records", records, "appended", appended)
+		}
+	}
+	return replayed, nil
+}
+
+// walkJournal calls fn for each record of a journal file whose partition
+// lookup finds, up to limit bytes (-1: all). A file ends at its first short
+// record, or at a damaged one that no good record follows (a torn write,
+// never acknowledged); a damaged record with good ones after it is skipped
+// and reported. It returns the number of records skipped so.
+func walkJournal(fsys FS, path string, limit int64, logger *slog.Logger, quiet bool, fn func(p *partition, batch []byte) error, lookup func(string, int32) *partition) (int, error) {
 	f, err := fsys.OpenFile(path, os.O_RDONLY, 0)
 	if err != nil {
-		return storageErr("open journal", err)
+		return 0, storageErr("open journal", err)
 	}
 	defer f.Close()
 	size, err := fileSize(f)
 	if err != nil {
-		return storageErr("stat journal", err)
+		return 0, storageErr("stat journal", err)
 	}
 	if limit >= 0 && limit < size {
 		size = limit
 	}
 	var hdr [journalHeader]byte
 	if size < journalHeader {
-		return nil
+		return 0, nil
 	}
 	if _, err := f.ReadAt(hdr[:], 0); err != nil {
-		return storageErr("read journal", err)
+		return 0, storageErr("read journal", err)
 	}
 	if string(hdr[:4]) != journalMagic {
-		return fmt.Errorf("%w: %s is not a journal file", ErrCorruptBatch, path)
+		return 0, fmt.Errorf("%w: %s is not a journal file", ErrCorruptBatch, path)
 	}
 	pos := int64(journalHeader)
 	var buf []byte
-	records, appended := 0, 0
-	for pos+journalRecHeader <= size {
+	skipped := 0
+	// record reads the record at pos: its body, and whether it is whole
+	// and sound; n is its length field when plausible.
+	record := func(pos int64) (rec []byte, n int64, ok bool, err error) {
 		var rh [journalRecHeader]byte
-		if _, err := f.ReadAt(rh[:], pos); err != nil {
-			return storageErr("read journal", err)
+		if pos+journalRecHeader > size {
+			return nil, 0, false, nil
 		}
-		n := int64(binary.BigEndian.Uint32(rh[:4]))
+		if _, err := f.ReadAt(rh[:], pos); err != nil {
+			return nil, 0, false, storageErr("read journal", err)
+		}
+		n = int64(binary.BigEndian.Uint32(rh[:4]))
 		if n < 6+BatchHeaderSize || pos+journalRecHeader+n > size {
-			break
+			return nil, 0, false, nil
 		}
 		if int64(cap(buf)) < n {
 			buf = make([]byte, n)
 		}
-		rec := buf[:n]
+		rec = buf[:n]
 		if _, err := f.ReadAt(rec, pos+journalRecHeader); err != nil {
-			return storageErr("read journal", err)
+			return nil, 0, false, storageErr("read journal", err)
 		}
 		if crc32.Checksum(rec, castagnoli) != binary.BigEndian.Uint32(rh[4:]) {
-			break
+			return nil, n, false, nil
+		}
+		if tlen := int(binary.BigEndian.Uint16(rec)); 2+tlen+4 > len(rec) {
+			return nil, n, false, nil
+		}
+		return rec, n, true, nil
+	}
+	for pos < size {
+		rec, n, ok, err := record(pos)
+		if err != nil {
+			return skipped, err
+		}
+		if !ok {
+			if n == 0 {
+				break
+			}
+			if _, _, nextOK, err := record(pos + journalRecHeader + n); err != nil || !nextOK {
+				break
+			}
+			if !quiet {
+				logger.Error("skipping a damaged journal record that good records follow; its batch may be lost", "file", path, "pos", pos, "bytes", journalRecHeader+n)
+			}
+			skipped++
+			pos += journalRecHeader + n
+			continue
 		}
 		tlen := int(binary.BigEndian.Uint16(rec))
-		if 2+tlen+4 > len(rec) {
-			break
-		}
 		topicName := string(rec[2 : 2+tlen])
 		part := int32(binary.BigEndian.Uint32(rec[2+tlen:]))
 		batch := rec[2+tlen+4:]
 		pos += journalRecHeader + n
-		records++
 		p := lookup(topicName, part)
 		if p == nil {
 			continue
 		}
-		did, err := p.replay(batch)
-		if err != nil {
-			return err
-		}
-		if did {
-			appended++
-			replayed[p] = struct{}{}
+		if err := fn(p, batch); err != nil {
+			return skipped, err
 		}
 	}
-	if pos < size {
+	if pos < size && !quiet {
 		logger.Warn("journal ends in a torn or damaged record; the rest was never acknowledged", "file", path, "valid_bytes", pos, "ignored_bytes", size-pos)
 	}
-	if appended > 0 {
-		logger.Warn("restored batches from the journal that the segments had lost", "file", path, "records", records, "restored", appended)
-	}
-	return nil
+	return skipped, nil
 }
 
 // startFile creates journal file num, whose header bounds the previous
@@ -277,15 +392,13 @@ func (j *journal) startFile(num, prevValid int64) error {
 		_ = j.fs.Remove(path)
 		return storageErr("write journal header", err)
 	}
-	if err := f.Sync(); err != nil {
+	if err := j.health.sync(f, "fsync journal"); err != nil {
 		_ = f.Close()
-		_ = j.fs.Remove(path)
-		return storageErr("fsync journal", err)
+		return err
 	}
-	if err := j.fs.SyncDir(j.dir); err != nil {
+	if err := j.health.syncDir(j.fs, j.dir, "fsync journal dir"); err != nil {
 		_ = f.Close()
-		_ = j.fs.Remove(path)
-		return storageErr("fsync journal dir", err)
+		return err
 	}
 	j.f, j.num, j.size, j.synced, j.broken = f, num, journalHeader, journalHeader, nil
 	return nil
@@ -310,6 +423,9 @@ func (j *journal) rotateLocked(bound int64) error {
 func (j *journal) add(p *partition, batch []byte, end, endPos int64) error {
 	j.mu.Lock()
 	defer j.mu.Unlock()
+	if err := j.health.check(); err != nil {
+		return err
+	}
 	if j.broken != nil {
 		// The current file may hold records that were never made durable
 		// (and, after a failed truncate, a torn one): the next file's
@@ -318,8 +434,8 @@ func (j *journal) add(p *partition, batch []byte, end, endPos int64) error {
 		// roll back.
 		bound := j.synced
 		if len(j.pending) > 0 {
-			if err := j.f.Sync(); err != nil {
-				return storageErr("fsync journal", err)
+			if err := j.health.sync(j.f, "fsync journal"); err != nil {
+				return err
 			}
 			bound = j.size
 		}
@@ -352,11 +468,15 @@ func (j *journal) add(p *partition, batch []byte, end, endPos int64) error {
 }
 
 // sync makes every record written so far durable and advances the
-// partitions they belong to. After a failed fsync those partitions roll
-// back to their durable state, as after a failed segment fsync.
+// partitions they belong to. A failed fsync fails the broker (health.go):
+// the waiting appends fail and nothing more is acknowledged until the
+// broker is reopened; the fsync is never retried.
 func (j *journal) sync() error {
 	j.syncMu.Lock()
 	defer j.syncMu.Unlock()
+	if err := j.health.check(); err != nil {
+		return err
+	}
 	j.mu.Lock()
 	if j.broken != nil {
 		// Records written before the failure cannot be made durable in
@@ -377,7 +497,7 @@ func (j *journal) sync() error {
 	j.pending = nil
 	j.mu.Unlock()
 
-	err := f.Sync()
+	err := j.health.sync(f, "fsync journal")
 
 	j.mu.Lock()
 	if err == nil {
@@ -388,7 +508,7 @@ func (j *journal) sync() error {
 			// file starts.
 			entries = append(entries, j.pending...)
 			j.pending = nil
-			if err = j.f.Sync(); err == nil {
+			if err = j.health.sync(j.f, "fsync journal"); err == nil {
 				j.synced = j.size
 				if rerr := j.rotateLocked(-1); rerr != nil {
 					// Stay on the old file; the next sync tries again.
@@ -402,19 +522,9 @@ func (j *journal) sync() error {
 			}
 		}
 	}
-	if err != nil {
-		// Writes after upTo are in the pending list too: roll all back.
-		entries = append(entries, j.pending...)
-		j.pending = nil
-		j.broken = err
-	}
 	j.mu.Unlock()
-
 	if err != nil {
-		for _, e := range entries {
-			e.p.rollBack(e.gen)
-		}
-		return storageErr("fsync journal", err)
+		return err
 	}
 	for _, e := range entries {
 		e.p.markDurable(e)
@@ -433,12 +543,15 @@ func (j *journal) checkpointLoop() {
 		case <-j.ckpt:
 		}
 		if err := j.checkpoint(); err != nil {
-			j.logger.Error("journal checkpoint failed; will retry at the next one", "err", err)
+			j.logger.Error("journal checkpoint failed; the journal files stay until the broker is reopened", "err", err)
 		}
 	}
 }
 
 func (j *journal) checkpoint() error {
+	if err := j.health.check(); err != nil {
+		return err
+	}
 	j.mu.Lock()
 	old := j.old
 	j.mu.Unlock()
@@ -461,8 +574,8 @@ func (j *journal) checkpoint() error {
 			return storageErr("remove journal", err)
 		}
 	}
-	if err := j.fs.SyncDir(j.dir); err != nil {
-		return storageErr("fsync journal dir", err)
+	if err := j.health.syncDir(j.fs, j.dir, "fsync journal dir"); err != nil {
+		return err
 	}
 	j.mu.Lock()
 	j.old = j.old[len(old):]

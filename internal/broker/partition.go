@@ -23,6 +23,11 @@ type partitionSettings struct {
 	// journal, under SyncBeforeAck, makes appends durable with one fsync
 	// for every partition (see journal.go); nil otherwise.
 	journal *journal
+	// allowLost opens a partition whose directory vanished (empty, with
+	// the loss reported) instead of refusing.
+	allowLost bool
+	// health turns sticky on the first failed fsync (health.go).
+	health *health
 }
 
 // partition is one ordered log: a list of segments, the last one active.
@@ -53,17 +58,34 @@ type partition struct {
 	resetPoints []int64
 	producers   producerTable
 	hwCh        chan struct{}
-	broken      error
-	closed      bool
-	clock       uint64
+	// lost are the ranges reported lost (lost.go); candidates is damage
+	// found while opening that the journal may still repair.
+	lost       []LostRange
+	candidates []LostRange
+	// journalEnd is the offset after the last batch the journal held for
+	// the partition when it opened (0: none).
+	journalEnd int64
+	broken     error
+	closed     bool
+	clock      uint64
 
 	syncMu  sync.Mutex
 	cleanMu sync.Mutex
 }
 
-func openPartition(set *partitionSettings, dir, topic string, id int32) (*partition, error) {
+func openPartition(set *partitionSettings, dir, topic string, id int32, mustExist bool) (*partition, error) {
 	p := &partition{topic: topic, id: id, dir: dir, set: set, hwCh: make(chan struct{})}
 	fsys := set.fs
+	var vanished bool
+	if mustExist {
+		if _, err := fsys.ReadDir(dir); errors.Is(err, os.ErrNotExist) {
+			if !set.allowLost {
+				return nil, fmt.Errorf("%w: %s/%d: %s is gone though %s lists the topic, so its records are lost; restore it, or open with AllowLostPartitions (relay: --allow-lost-partitions) to recreate it empty and report the loss",
+					ErrPartitionLost, topic, id, dir, metaFile)
+			}
+			vanished = true
+		}
+	}
 	if err := fsys.MkdirAll(dir, 0o755); err != nil {
 		return nil, storageErr("create partition dir", err)
 	}
@@ -75,90 +97,185 @@ func openPartition(set *partitionSettings, dir, topic string, id int32) (*partit
 		bases = []int64{0}
 	}
 	for _, base := range bases[:len(bases)-1] {
-		s, err := p.openInactive(base)
-		if err != nil {
-			p.closeAll()
-			return nil, err
-		}
-		p.segs = append(p.segs, s)
+		p.segs = append(p.segs, &segment{dir: dir, base: base, maxTS: -1})
 	}
 	active := &segment{dir: dir, base: bases[len(bases)-1], maxTS: -1}
 	p.segs = append(p.segs, active)
-	if err := p.recoverActiveLocked(); err != nil {
+	if err := p.loadLostLocked(); err != nil {
+		return nil, err
+	}
+	for i, s := range p.segs[:len(p.segs)-1] {
+		if err := p.openInactive(s, p.segs[i+1].base); err != nil {
+			p.closeAll()
+			return nil, err
+		}
+	}
+	cands, err := p.recoverActiveLocked()
+	if err != nil {
 		p.closeAll()
 		return nil, err
 	}
+	p.candidates = cands
+	if !set.syncBeforeAck {
+		// No journal can repair the active segment: report now.
+		p.settleDamageLocked()
+	}
 	p.rebuildProducersLocked(snaps)
+	if vanished {
+		p.recordLostLocked(LostRange{First: 0, Last: -1, Segment: -1,
+			Reason: "partition directory vanished while the broker was stopped; recreated empty, the extent of the loss is unknown"})
+	}
 	return p, nil
 }
 
 // openInactive sizes an older segment and makes sure its indexes are sound,
-// rebuilding them from the log when they are missing or damaged. Its indexes
-// are then dropped so memory does not grow with the number of segments.
-func (p *partition) openInactive(base int64) (*segment, error) {
+// rebuilding them from the log when they are missing or damaged, then
+// checks its last batches (from the last index entry on): a segment is
+// fsynced before the next one starts, so damage there is not a torn write
+// but lost data. Its indexes are then dropped so memory does not grow with
+// the number of segments. end is the next segment's base.
+func (p *partition) openInactive(s *segment, end int64) error {
 	fsys := p.set.fs
-	s := &segment{dir: p.dir, base: base, maxTS: -1}
-	f, err := fsys.OpenFile(segmentName(p.dir, base, logSuffix), os.O_RDONLY, 0)
+	f, err := fsys.OpenFile(segmentName(p.dir, s.base, logSuffix), os.O_RDONLY, 0)
 	if err != nil {
-		return nil, storageErr("open segment", err)
+		return storageErr("open segment", err)
 	}
 	defer f.Close()
 	if s.size, err = fileSize(f); err != nil {
-		return nil, storageErr("stat segment", err)
+		return storageErr("stat segment", err)
 	}
 	if !s.loadIndexes(fsys) {
-		p.set.logger.Warn("rebuilding segment indexes", "topic", p.topic, "partition", p.id, "base", base)
+		p.set.logger.Warn("rebuilding segment indexes", "topic", p.topic, "partition", p.id, "base", s.base)
 		if err := s.rebuildIndexes(fsys, f, p.set.indexInterval, true); err != nil {
-			return nil, err
+			return err
 		}
 	}
+	pos, first := int64(0), s.base
+	if n := len(s.idx); n > 0 {
+		pos, first = int64(s.idx[n-1].pos), s.base+int64(s.idx[n-1].rel)
+	}
+	last := p.verifyRangeLocked(s, f, pos, s.size, first, end, "damaged batch at the end of an inactive segment, found on open")
+	// Offsets are dense up to the next segment, except where compaction
+	// removed records.
+	if last < end && p.set.cfg.CleanupPolicy != CleanupCompact {
+		p.recordLostLocked(LostRange{First: last, Last: end - 1, Segment: -1,
+			Reason: fmt.Sprintf("inactive segment %d ends before the next segment's base, found on open", s.base)})
+	}
 	s.idx, s.tidx, s.loaded = nil, nil, false
-	return s, nil
+	return nil
 }
 
-// recoverActiveLocked verifies every batch of the active segment, cuts a
-// torn or corrupt tail (keeping the cut bytes in a side file), and rebuilds
-// the in-memory index. Only the active segment can have a torn tail: a
-// segment is fsynced before the next one is created.
-func (p *partition) recoverActiveLocked() error {
+// verifyRangeLocked checks the CRC of every batch of s in [pos, limit),
+// whose first offset is at least first and whose offsets end before end,
+// reporting each damaged one as lost. It returns the offset after the last
+// batch, good or reported.
+func (p *partition) verifyRangeLocked(s *segment, f File, pos, limit, first, end int64, reason string) int64 {
+	for pos < limit {
+		stop, err := scanBatchesSkip(f, pos, limit, true, s.damaged, func(h BatchHeader, _ int64, _ []byte) error {
+			first = h.LastOffset() + 1
+			return nil
+		})
+		if err == nil || stop >= limit {
+			break
+		}
+		size, last := locateDamage(f, stop, limit, first, end)
+		p.recordLostLocked(LostRange{First: first, Last: last, Segment: s.base, Pos: stop, Size: size, Reason: reason + ": " + err.Error()})
+		pos, first = stop+size, last+1
+	}
+	for _, r := range p.lost {
+		if r.Segment == s.base && r.Last+1 > first && r.Last < end {
+			first = r.Last + 1
+		}
+	}
+	return first
+}
+
+// recoverActiveLocked verifies every batch of the active segment and
+// rebuilds the in-memory index. A damaged batch followed by good ones is
+// bit rot, not a torn write: it stays in place and is returned as a lost
+// candidate (the journal may still repair it, see settleDamageLocked), and
+// the batches after it are kept. A damaged or torn tail is cut (the bytes
+// kept in a side file); when it was a whole batch whose CRC fails, it is a
+// candidate too. Only the active segment can have a torn tail: a segment is
+// fsynced before the next one is created.
+func (p *partition) recoverActiveLocked() ([]LostRange, error) {
 	fsys := p.set.fs
 	s := p.segs[len(p.segs)-1]
 	if s.log == nil {
 		f, err := fsys.OpenFile(segmentName(p.dir, s.base, logSuffix), os.O_CREATE|os.O_RDWR|os.O_APPEND, 0o644)
 		if err != nil {
-			return storageErr("open active segment", err)
+			return nil, storageErr("open active segment", err)
 		}
 		s.log = f
-		if err := fsys.SyncDir(p.dir); err != nil {
-			return storageErr("fsync partition dir", err)
+		if err := p.set.health.syncDir(fsys, p.dir, "fsync partition dir"); err != nil {
+			return nil, err
 		}
 	}
 	size, err := fileSize(s.log)
 	if err != nil {
-		return storageErr("stat active segment", err)
+		return nil, storageErr("stat active segment", err)
 	}
 	s.idx, s.tidx, s.maxTS, s.bytesSinceIdx, s.created = nil, nil, -1, 0, 0
+	p.attachDamageLocked()
 	expect := s.base
-	end, scanErr := scanBatches(s.log, 0, size, true, func(h BatchHeader, pos int64, _ []byte) error {
-		if h.BaseOffset < expect {
-			return fmt.Errorf("%w: batch offset %d below expected %d", ErrCorruptBatch, h.BaseOffset, expect)
+	var cands []LostRange
+	var end int64
+	var scanErr error
+	for pos := int64(0); ; {
+		end, scanErr = scanBatchesSkip(s.log, pos, size, true, s.damaged, func(h BatchHeader, pos int64, _ []byte) error {
+			if h.BaseOffset < expect {
+				return fmt.Errorf("%w: batch offset %d below expected %d", ErrCorruptBatch, h.BaseOffset, expect)
+			}
+			s.noteBatch(h, pos, p.set.indexInterval)
+			expect = h.LastOffset() + 1
+			return nil
+		})
+		if end >= size {
+			break
 		}
-		s.noteBatch(h, pos, p.set.indexInterval)
-		expect = h.LastOffset() + 1
-		return nil
-	})
+		var hdr [BatchHeaderSize]byte
+		h, herr := BatchHeader{}, error(nil)
+		if size-end >= BatchHeaderSize {
+			if _, herr = s.log.ReadAt(hdr[:], end); herr == nil {
+				h, herr = ParseBatchHeader(hdr[:])
+			}
+		} else {
+			herr = ErrCorruptBatch
+		}
+		if herr != nil || int64(h.Size()) > size-end {
+			break // torn: cut below
+		}
+		next := end + int64(h.Size())
+		nh, ok := goodBatchAt(s.log, next, size)
+		if !ok || nh.BaseOffset < expect {
+			// Whole batches in the cut tail, the first one damaged: lost
+			// unless the journal restores them or shows they were never
+			// acknowledged (settleDamageLocked).
+			if last, ok := cutTailEnd(s.log, end, size, expect); ok {
+				cands = append(cands, LostRange{First: expect, Last: last, Segment: -1,
+					Reason: "damaged batches at the end of the active segment, cut on open: " + scanErr.Error()})
+			}
+			break
+		}
+		cands = append(cands, LostRange{First: expect, Last: nh.BaseOffset - 1, Segment: s.base, Pos: end, Size: int64(h.Size()),
+			Reason: "damaged batch in the active segment, found on open: " + scanErr.Error()})
+		s.damaged = append(s.damaged, span{pos: end, size: int64(h.Size())})
+		s.bytesSinceIdx += h.Size()
+		expect = nh.BaseOffset
+		pos = next
+	}
 	if end < size {
 		cut := segmentName(p.dir, s.base, fmt.Sprintf("%s%s%d", logSuffix, cutInfix, time.Now().UnixNano()))
 		p.set.logger.Warn("truncating corrupt log tail", "topic", p.topic, "partition", p.id,
 			"segment", s.base, "valid_bytes", end, "cut_bytes", size-end, "kept_in", cut, "reason", scanErr)
 		if err := copyRange(fsys, s.log, end, size, cut); err != nil {
-			return storageErr("save cut tail", err)
+			return nil, storageErr("save cut tail", err)
 		}
 		if err := s.log.Truncate(end); err != nil {
-			return storageErr("truncate corrupt tail", err)
+			return nil, storageErr("truncate corrupt tail", err)
 		}
-		if err := s.log.Sync(); err != nil {
-			return storageErr("fsync truncated segment", err)
+		if err := p.set.health.sync(s.log, "fsync truncated segment"); err != nil {
+			return nil, err
 		}
 	}
 	s.size = end
@@ -166,7 +283,72 @@ func (p *partition) recoverActiveLocked() error {
 	p.next = expect
 	p.durable, p.durablePos = p.next, s.size
 	p.hw, p.hwPos = p.next, s.size
-	return nil
+	return cands, nil
+}
+
+// cutTailEnd walks the whole batches of a tail about to be cut, from pos
+// up to limit, the first of them damaged, and returns the last offset they
+// held. Only batches that look like ones the broker wrote count: the base
+// offset (which the broker sets, outside the CRC) continuing the log, and
+// for a damaged one a last offset delta smaller than its size. ok is false
+// when the tail is not such a batch (random bytes, a torn write).
+func cutTailEnd(f File, pos, limit, expect int64) (last int64, ok bool) {
+	var hdr [BatchHeaderSize]byte
+	next := expect
+	for limit-pos >= BatchHeaderSize {
+		if _, err := f.ReadAt(hdr[:], pos); err != nil {
+			break
+		}
+		h, err := ParseBatchHeader(hdr[:])
+		if err != nil || int64(h.Size()) > limit-pos {
+			break
+		}
+		if g, good := goodBatchAt(f, pos, limit); good && g.BaseOffset >= next && g.BaseOffset-next < 1<<20 {
+			next = g.LastOffset() + 1
+		} else if h.BaseOffset == next && h.LastOffsetDelta >= 0 && int(h.LastOffsetDelta) < h.Size() {
+			next = h.LastOffset() + 1
+		} else {
+			break
+		}
+		pos += int64(h.Size())
+	}
+	return next - 1, next > expect
+}
+
+// settleDamageLocked reports the damage recovery found in the active
+// segment and the journal did not repair: a candidate whose bytes are still
+// in place is lost; a cut tail is lost unless the log now holds its offsets
+// again, or the journal's batches for the partition end before it (it was
+// written after the last one acknowledged, so never acknowledged).
+func (p *partition) settleDamageLocked() {
+	active := p.segs[len(p.segs)-1]
+	for _, c := range p.candidates {
+		if c.Segment < 0 && p.journalEnd > 0 && c.First >= p.journalEnd {
+			p.set.logger.Warn("cut unacknowledged batches from the active segment", "topic", p.topic, "partition", p.id,
+				"first_offset", c.First, "last_offset", c.Last)
+			continue
+		}
+		if c.Segment >= 0 {
+			if c.Segment != active.base || c.Pos+c.Size > active.size || skipAt(active.damaged, c.Pos) == 0 {
+				p.set.logger.Warn("damaged batch repaired from the journal", "topic", p.topic, "partition", p.id,
+					"first_offset", c.First, "last_offset", c.Last)
+				continue
+			}
+		} else if p.next > c.Last {
+			p.set.logger.Warn("damaged batch repaired from the journal", "topic", p.topic, "partition", p.id,
+				"first_offset", c.First, "last_offset", c.Last)
+			continue
+		}
+		p.recordLostLocked(c)
+	}
+	p.candidates = nil
+	for _, r := range p.lost {
+		if r.Last >= p.next {
+			// Those offsets were handed out: new appends start after them.
+			p.next = r.Last + 1
+			p.durable, p.hw = p.next, p.next
+		}
+	}
 }
 
 // rebuildProducersLocked loads the newest usable snapshot and replays the
@@ -185,20 +367,32 @@ func (p *partition) rebuildProducersLocked(snaps []int64) {
 			var err error
 			f, err = p.set.fs.OpenFile(segmentName(p.dir, s.base, logSuffix), os.O_RDONLY, 0)
 			if err != nil {
+				p.producerStateIncomplete(s, err)
 				continue
 			}
 		}
-		_, _ = scanBatches(f, 0, s.size, false, func(h BatchHeader, _ int64, _ []byte) error {
+		_, err := scanBatchesSkip(f, 0, s.size, false, s.damaged, func(h BatchHeader, _ int64, _ []byte) error {
 			if h.BaseOffset >= from {
 				table.update(h)
 			}
 			return nil
 		})
+		if err != nil {
+			p.producerStateIncomplete(s, err)
+		}
 		if f != s.log {
 			_ = f.Close()
 		}
 	}
 	p.producers = table
+}
+
+// producerStateIncomplete reports that rebuilding producer state could not
+// read a segment: duplicates of the batches it holds may then be accepted
+// again.
+func (p *partition) producerStateIncomplete(s *segment, err error) {
+	p.set.logger.Error("producer state rebuilt without a segment it could not read; retried batches from it may be duplicated",
+		"topic", p.topic, "partition", p.id, "segment", s.base, "err", err)
 }
 
 func (p *partition) notifyLocked() {
@@ -226,6 +420,9 @@ func (p *partition) write(batch []byte, h BatchHeader) (res AppendResult, target
 	defer p.mu.Unlock()
 	if p.closed {
 		return AppendResult{}, -1, 0, ErrClosed
+	}
+	if err := p.set.health.check(); err != nil {
+		return AppendResult{}, -1, 0, err
 	}
 	if p.broken != nil {
 		if err := p.resetLocked(); err != nil {
@@ -321,12 +518,8 @@ func (p *partition) needsRollLocked(s *segment, h BatchHeader, now time.Time) bo
 func (p *partition) rollLocked() error {
 	fsys := p.set.fs
 	old := p.segs[len(p.segs)-1]
-	if err := old.log.Sync(); err != nil {
-		rerr := storageErr("fsync segment before roll", err)
-		if err := p.resetLocked(); err != nil {
-			return errors.Join(rerr, err)
-		}
-		return rerr
+	if err := p.set.health.sync(old.log, "fsync segment before roll"); err != nil {
+		return err
 	}
 	p.durable, p.durablePos = p.next, old.size
 	p.hw, p.hwPos = p.next, old.size
@@ -337,10 +530,9 @@ func (p *partition) rollLocked() error {
 	if err != nil {
 		return storageErr("create segment", err)
 	}
-	if err := fsys.SyncDir(p.dir); err != nil {
+	if err := p.set.health.syncDir(fsys, p.dir, "fsync partition dir"); err != nil {
 		_ = f.Close()
-		_ = fsys.Remove(segmentName(p.dir, p.next, logSuffix))
-		return storageErr("fsync partition dir", err)
+		return err
 	}
 	old.idx, old.tidx, old.loaded = nil, nil, false
 	old.lastUse = p.tick()
@@ -403,6 +595,9 @@ func (p *partition) waitDurable(target int64, gen int) error {
 		if target <= p.durable {
 			return nil
 		}
+		if err := p.set.health.check(); err != nil {
+			return err
+		}
 		if err := p.syncLocked(); err != nil {
 			return err
 		}
@@ -445,6 +640,9 @@ func (p *partition) durableLocked(target int64, gen int) (bool, error) {
 	}
 	if target <= p.durable {
 		return true, nil
+	}
+	if err := p.set.health.check(); err != nil {
+		return true, err
 	}
 	if p.closed {
 		return true, ErrClosed
@@ -493,15 +691,105 @@ func (p *partition) syncSegment() error {
 	p.pinLocked(s)
 	p.mu.Unlock()
 	defer p.unpin(s)
-	if err := s.log.Sync(); err != nil {
-		return storageErr("fsync segment", err)
+	return p.set.health.sync(s.log, "fsync segment")
+}
+
+// activeBase is the base offset of the active segment.
+func (p *partition) activeBase() int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.segs[len(p.segs)-1].base
+}
+
+// rewindTo cuts the active segment back to the batch starting at offset,
+// which the journal holds with everything after it, so that replaying the
+// journal rewrites that range (see replayJournals). When the range holds
+// damaged bytes they are first kept in a side file, as a cut tail is.
+// Without a batch starting at offset in the active segment it does
+// nothing. Used while the broker opens.
+func (p *partition) rewindTo(offset int64) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	s := p.segs[len(p.segs)-1]
+	if offset >= p.next || offset < s.base {
+		return nil
 	}
+	pos, _ := s.lookup(offset)
+	found := false
+	for pos < s.size {
+		if n := skipAt(s.damaged, pos); n > 0 {
+			pos += n
+			continue
+		}
+		var hdr [BatchHeaderSize]byte
+		if _, err := s.log.ReadAt(hdr[:], pos); err != nil {
+			return storageErr("read active segment", err)
+		}
+		h, err := ParseBatchHeader(hdr[:])
+		if err != nil || h.BaseOffset > offset {
+			break
+		}
+		if h.BaseOffset == offset {
+			found = true
+			break
+		}
+		pos += int64(h.Size())
+	}
+	if !found {
+		return nil
+	}
+	damaged := false
+	for _, d := range s.damaged {
+		damaged = damaged || d.pos >= pos
+	}
+	if damaged {
+		cut := segmentName(p.dir, s.base, fmt.Sprintf("%s%s%d", logSuffix, cutInfix, time.Now().UnixNano()))
+		p.set.logger.Warn("rewriting damaged batches from the journal", "topic", p.topic, "partition", p.id,
+			"segment", s.base, "from_offset", offset, "damaged_bytes_kept_in", cut)
+		if err := copyRange(p.set.fs, s.log, pos, s.size, cut); err != nil {
+			return storageErr("save damaged range", err)
+		}
+	}
+	if err := s.log.Truncate(pos); err != nil {
+		return storageErr("truncate for journal replay", err)
+	}
+	// Losses recorded in the rewritten range are open again: the replay
+	// may restore them (settleDamageLocked decides).
+	kept := p.lost[:0]
+	for _, r := range p.lost {
+		if r.Segment == s.base && r.Pos >= pos {
+			r.Segment, r.Pos, r.Size = -1, 0, 0
+			p.candidates = append(p.candidates, r)
+			continue
+		}
+		kept = append(kept, r)
+	}
+	if len(kept) < len(p.lost) {
+		p.lost = kept
+		if err := p.saveLostLocked(); err != nil {
+			return err
+		}
+	}
+	cands, err := p.recoverActiveLocked()
+	if err != nil {
+		return err
+	}
+	p.candidates = append(p.candidates, cands...)
+	// Producer state as of the cut; the replay adds the batches again.
+	_, snaps, err := listSegmentBases(p.set.fs, p.dir, false)
+	if err != nil {
+		return storageErr("list snapshots", err)
+	}
+	p.rebuildProducersLocked(snaps)
 	return nil
 }
 
 // replay appends a batch read back from the journal when it continues the
-// log; a batch the log holds already is skipped. Used while the broker
-// opens, before anything reads the partition.
+// log; a batch the log holds already is skipped. A batch beyond the log
+// end is appended too, after reporting the offsets in between as lost:
+// they were acknowledged (the journal holds later ones) and neither the
+// segment nor the journal has them. Used while the broker opens, before
+// anything reads the partition.
 func (p *partition) replay(batch []byte) (bool, error) {
 	h, err := VerifyBatch(batch)
 	if err != nil {
@@ -513,10 +801,14 @@ func (p *partition) replay(batch []byte) (bool, error) {
 	switch {
 	case h.LastOffset() < p.next:
 		return false, nil
-	case h.BaseOffset != p.next:
-		p.set.logger.Error("the journal holds a batch that does not continue the log", "topic", p.topic, "partition", p.id,
+	case h.BaseOffset < p.next:
+		p.set.logger.Error("the journal holds a batch that overlaps the log end", "topic", p.topic, "partition", p.id,
 			"batch_offset", h.BaseOffset, "log_end", p.next)
 		return false, nil
+	case h.BaseOffset > p.next:
+		p.recordLostLocked(LostRange{First: p.next, Last: h.BaseOffset - 1, Segment: -1,
+			Reason: "missing from both the segment and the journal, found while replaying the journal"})
+		p.next = h.BaseOffset
 	}
 	active, err := p.appendLocked(batch, h, nil)
 	if err != nil {
@@ -538,17 +830,13 @@ func (p *partition) syncLocked() error {
 		return nil
 	}
 	p.mu.Unlock()
-	err := s.log.Sync()
+	err := p.set.health.sync(s.log, "fsync segment")
 	p.mu.Lock()
+	if err != nil {
+		return err
+	}
 	if gen != p.gen {
 		return nil
-	}
-	if err != nil {
-		rerr := storageErr("fsync segment", err)
-		if err := p.resetLocked(); err != nil {
-			return errors.Join(rerr, err)
-		}
-		return rerr
 	}
 	if end > p.durable {
 		p.durable, p.durablePos = end, endPos
@@ -583,16 +871,19 @@ func (p *partition) resetLocked() error {
 	}
 	// The cut must be durable before other data takes those offsets: a
 	// crash must not bring back a rolled-back batch in their place.
-	if err := s.log.Sync(); err != nil {
-		p.broken = err
-		return storageErr("fsync truncated segment", err)
-	}
-	p.resetPoints = append(p.resetPoints, p.durable)
-	p.gen++
-	if err := p.recoverActiveLocked(); err != nil {
+	if err := p.set.health.sync(s.log, "fsync truncated segment"); err != nil {
 		p.broken = err
 		return err
 	}
+	p.resetPoints = append(p.resetPoints, p.durable)
+	p.gen++
+	cands, err := p.recoverActiveLocked()
+	if err != nil {
+		p.broken = err
+		return err
+	}
+	p.candidates = cands
+	p.settleDamageLocked()
 	_, snaps, err := listSegmentBases(p.set.fs, p.dir, false)
 	if err != nil {
 		p.broken = err
@@ -681,6 +972,14 @@ func (p *partition) fetch(offset int64, maxBytes int, buf []byte) (FetchResult, 
 			p.mu.Unlock()
 			return res, nil
 		}
+		var lost []LostRange
+		if len(p.lost) > 0 {
+			if r, ok := p.lostAtLocked(offset); ok {
+				p.mu.Unlock()
+				return res, p.lostErr(r)
+			}
+			lost = append(lost, p.lost...)
+		}
 		i := sort.Search(len(p.segs), func(i int) bool { return p.segs[i].base > offset }) - 1
 		s := p.segs[i]
 		limit := s.size
@@ -691,17 +990,48 @@ func (p *partition) fetch(offset int64, maxBytes int, buf []byte) (FetchResult, 
 			p.mu.Unlock()
 			return res, err
 		}
-		pos := s.lookup(offset)
+		pos, first := s.lookup(offset)
 		nextBase := int64(-1)
 		if i+1 < len(p.segs) {
 			nextBase = p.segs[i+1].base
 		}
+		end := p.segmentEndLocked(i)
+		if i == len(p.segs)-1 {
+			end = p.hw
+		}
+		damaged := s.damaged
 		p.pinLocked(s)
 		p.mu.Unlock()
-		data, err := readBatchesFrom(s.log, pos, limit, offset, maxBytes, buf)
+		data, bad, err := readBatchesFrom(s.log, pos, limit, offset, maxBytes, buf, damaged)
+		if err == nil && bad.pos >= 0 {
+			// The batch holding offset fails its CRC: never serve the
+			// log as if it ended there.
+			size, last := locateDamage(s.log, bad.pos, limit, max(first, bad.first), end)
+			p.mu.Lock()
+			deleted := s.deleted
+			var r LostRange
+			if !deleted {
+				r = p.recordLostLocked(LostRange{First: max(first, bad.first), Last: last, Segment: s.base, Pos: bad.pos, Size: size,
+					Reason: "damaged batch found by a read: " + bad.err.Error()})
+			}
+			p.mu.Unlock()
+			p.unpin(s)
+			if deleted {
+				// Retention or compaction replaced the segment meanwhile.
+				continue
+			}
+			return res, p.lostErr(r)
+		}
 		p.unpin(s)
 		if err != nil {
 			return res, storageErr("read segment", err)
+		}
+		if r, ok := nextLost(lost, offset); ok && len(data) > 0 {
+			// Serve up to the next lost range, so that the next fetch
+			// asks for it and fails instead of skipping it.
+			if data = batchesBefore(data, r.First); len(data) == 0 {
+				return res, p.lostErr(r)
+			}
 		}
 		if len(data) > 0 || nextBase < 0 {
 			res.Batches = data
@@ -712,18 +1042,62 @@ func (p *partition) fetch(offset int64, maxBytes int, buf []byte) (FetchResult, 
 	}
 }
 
+// nextLost returns the first lost range of known extent above offset.
+func nextLost(lost []LostRange, offset int64) (LostRange, bool) {
+	var next LostRange
+	found := false
+	for _, r := range lost {
+		if r.Last >= r.First && r.First > offset && (!found || r.First < next.First) {
+			next, found = r, true
+		}
+	}
+	return next, found
+}
+
+// batchesBefore cuts b before its first batch reaching offset end.
+func batchesBefore(b []byte, end int64) []byte {
+	pos := 0
+	for pos+BatchHeaderSize <= len(b) {
+		h, err := ParseBatchHeader(b[pos:])
+		if err != nil || h.LastOffset() >= end {
+			break
+		}
+		pos += h.Size()
+	}
+	return b[:pos]
+}
+
+// badBatch is where a read met a damaged batch (pos -1: it did not), with
+// the lowest offset it can hold and why it failed.
+type badBatch struct {
+	pos   int64
+	first int64
+	err   error
+}
+
 // readBatchesFrom skips batches that end before offset, then reads whole
 // batches up to maxBytes (at least one) without passing limit, into buf
-// when it has the capacity.
-func readBatchesFrom(f File, pos, limit, offset int64, maxBytes int, buf []byte) ([]byte, error) {
+// when it has the capacity, hopping over the damaged spans. Every batch
+// returned passed its CRC check; the result stops before the first one
+// that does not, and when that is the first batch it is returned as bad
+// instead.
+func readBatchesFrom(f File, pos, limit, offset int64, maxBytes int, buf []byte, damaged []span) ([]byte, badBatch, error) {
 	var hdr [BatchHeaderSize]byte
+	first := int64(-1)
 	for pos < limit {
+		if n := skipAt(damaged, pos); n > 0 {
+			pos += n
+			continue
+		}
 		if _, err := f.ReadAt(hdr[:], pos); err != nil {
-			return nil, err
+			return nil, badBatch{pos: -1}, err
 		}
 		h, err := ParseBatchHeader(hdr[:])
-		if err != nil {
-			return nil, err
+		if err != nil || int64(h.Size()) > limit-pos {
+			if err == nil {
+				err = fmt.Errorf("%w: batch of %d bytes at %d runs past end %d", ErrCorruptBatch, h.Size(), pos, limit)
+			}
+			return nil, badBatch{pos: pos, first: first, err: err}, nil
 		}
 		if h.LastOffset() >= offset {
 			n := min(int64(maxBytes), limit-pos)
@@ -736,26 +1110,42 @@ func readBatchesFrom(f File, pos, limit, offset int64, maxBytes int, buf []byte)
 				buf = make([]byte, n)
 			}
 			if _, err := f.ReadAt(buf, pos); err != nil {
-				return nil, err
+				return nil, badBatch{pos: -1}, err
 			}
-			return trimToBatches(buf), nil
+			out, verr := verifiedBatches(buf, pos, damaged)
+			if len(out) == 0 && verr != nil {
+				return nil, badBatch{pos: pos, first: first, err: verr}, nil
+			}
+			return out, badBatch{pos: -1}, nil
 		}
+		first = h.LastOffset() + 1
 		pos += int64(h.Size())
 	}
-	return nil, nil
+	return nil, badBatch{pos: -1}, nil
 }
 
-// trimToBatches cuts b after its last complete batch.
-func trimToBatches(b []byte) []byte {
+// verifiedBatches cuts b (read from file position pos) after its last
+// complete batch, or before the first one that fails its CRC check or
+// starts a damaged span, returning that failure.
+func verifiedBatches(b []byte, pos int64, damaged []span) ([]byte, error) {
 	end := 0
 	for end+BatchHeaderSize <= len(b) {
+		if skipAt(damaged, pos+int64(end)) > 0 {
+			return b[:end], fmt.Errorf("%w: damaged batch at %d", ErrCorruptBatch, pos+int64(end))
+		}
 		h, err := ParseBatchHeader(b[end:])
-		if err != nil || end+h.Size() > len(b) {
+		if err != nil {
+			return b[:end], err
+		}
+		if end+h.Size() > len(b) {
 			break
+		}
+		if _, err := VerifyBatch(b[end : end+h.Size()]); err != nil {
+			return b[:end], err
 		}
 		end += h.Size()
 	}
-	return b[:end]
+	return b[:end], nil
 }
 
 // offsetForTime finds the first record with timestamp >= ts. With none it
@@ -825,6 +1215,9 @@ type PartitionInfo struct {
 	LogEndOffset int64
 	Bytes        int64
 	Segments     int
+	// Lost are the offset ranges found damaged or missing and not
+	// repaired: the partition has a gap there (see LostRange).
+	Lost []LostRange
 }
 
 func (p *partition) info() PartitionInfo {
@@ -834,7 +1227,11 @@ func (p *partition) info() PartitionInfo {
 	for _, s := range p.segs {
 		n += s.size
 	}
-	return PartitionInfo{Partition: p.id, LogStartOffset: p.segs[0].base, HighWatermark: p.hw, LogEndOffset: p.next, Bytes: n, Segments: len(p.segs)}
+	pi := PartitionInfo{Partition: p.id, LogStartOffset: p.segs[0].base, HighWatermark: p.hw, LogEndOffset: p.next, Bytes: n, Segments: len(p.segs)}
+	if len(p.lost) > 0 {
+		pi.Lost = append([]LostRange(nil), p.lost...)
+	}
+	return pi
 }
 
 func (p *partition) close() error {
@@ -847,12 +1244,16 @@ func (p *partition) close() error {
 	}
 	var errs []error
 	active := p.segs[len(p.segs)-1]
-	if err := active.log.Sync(); err != nil {
-		errs = append(errs, storageErr("fsync on close", err))
-	} else if p.broken == nil {
-		p.durable = p.next
-		if err := writeSnapshot(p.set.fs, p.dir, p.next, p.producers); err != nil {
+	// After a storage failure nothing written since is trusted: no fsync
+	// to believe, no snapshot; the next open recovers from disk.
+	if p.set.health.check() == nil {
+		if err := p.set.health.sync(active.log, "fsync on close"); err != nil {
 			errs = append(errs, err)
+		} else if p.broken == nil {
+			p.durable = p.next
+			if err := writeSnapshot(p.set.fs, p.dir, p.next, p.producers); err != nil {
+				errs = append(errs, err)
+			}
 		}
 	}
 	p.closed = true

@@ -64,6 +64,10 @@ type segment struct {
 	loaded        bool
 	bytesSinceIdx int
 
+	// damaged are spans of bytes reported lost and kept in place, sorted
+	// by position; reads and scans hop over them.
+	damaged []span
+
 	refs    int  // fetches currently reading the file
 	deleted bool // removed by retention or replaced by compaction
 	lastUse uint64
@@ -74,9 +78,19 @@ type segment struct {
 // It returns the position just after the last good batch and the reason it
 // stopped early, if any (nil when it reached limit cleanly).
 func scanBatches(f File, pos, limit int64, verify bool, fn func(h BatchHeader, pos int64, b []byte) error) (int64, error) {
+	return scanBatchesSkip(f, pos, limit, verify, nil, fn)
+}
+
+// scanBatchesSkip is scanBatches hopping over the damaged spans in skip
+// (bytes of a batch reported lost, kept in place; see lost.go).
+func scanBatchesSkip(f File, pos, limit int64, verify bool, skip []span, fn func(h BatchHeader, pos int64, b []byte) error) (int64, error) {
 	var hdr [BatchHeaderSize]byte
 	var buf []byte
 	for pos < limit {
+		if n := skipAt(skip, pos); n > 0 {
+			pos += n
+			continue
+		}
 		if limit-pos < BatchHeaderSize {
 			return pos, fmt.Errorf("%w: %d trailing bytes shorter than a header", ErrCorruptBatch, limit-pos)
 		}
@@ -151,14 +165,15 @@ func encodeTimeEntry(e timeEntry) []byte {
 	return b[:]
 }
 
-// lookup returns the file position from which to scan for offset.
-func (s *segment) lookup(offset int64) int64 {
+// lookup returns the file position from which to scan for offset, and the
+// base offset of the batch there.
+func (s *segment) lookup(offset int64) (int64, int64) {
 	rel := offset - s.base
 	i := sort.Search(len(s.idx), func(i int) bool { return int64(s.idx[i].rel) > rel })
 	if i == 0 {
-		return 0
+		return 0, s.base
 	}
-	return int64(s.idx[i-1].pos)
+	return int64(s.idx[i-1].pos), s.base + int64(s.idx[i-1].rel)
 }
 
 // lookupTime returns the file position from which to scan for the first
@@ -168,7 +183,8 @@ func (s *segment) lookupTime(ts int64) int64 {
 	if i == 0 {
 		return 0
 	}
-	return s.lookup(s.base + int64(s.tidx[i-1].rel))
+	pos, _ := s.lookup(s.base + int64(s.tidx[i-1].rel))
+	return pos
 }
 
 // loadIndexes reads both index files of an inactive segment and checks them
@@ -214,7 +230,7 @@ func (s *segment) loadIndexes(fsys FS) bool {
 func (s *segment) rebuildIndexes(fsys FS, f File, interval int, sync bool) error {
 	s.idx, s.tidx, s.maxTS, s.bytesSinceIdx, s.created = nil, nil, -1, 0, 0
 	var ib, tb []byte
-	end, err := scanBatches(f, 0, s.size, false, func(h BatchHeader, pos int64, _ []byte) error {
+	end, err := scanBatchesSkip(f, 0, s.size, false, s.damaged, func(h BatchHeader, pos int64, _ []byte) error {
 		oe, te, ok := s.noteBatch(h, pos, interval)
 		if ok {
 			ib = append(ib, encodeOffsetEntry(oe)...)

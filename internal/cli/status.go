@@ -49,6 +49,11 @@ type daemonStatus struct {
 	// PublishRate and DrainSeconds come from its metrics.
 	PublishRate  *float64 `json:"publish_rate_events_per_second,omitempty"`
 	DrainSeconds *float64 `json:"backlog_drain_seconds,omitempty"`
+	// BrokerHealthy, BrokerLostRecords and BrokerLostRanges come from the
+	// embedded broker's metrics, when it exports them.
+	BrokerHealthy     *bool    `json:"broker_storage_healthy,omitempty"`
+	BrokerLostRecords *float64 `json:"broker_lost_records,omitempty"`
+	BrokerLostRanges  *float64 `json:"broker_lost_ranges,omitempty"`
 }
 
 type checkpointStatus struct {
@@ -200,8 +205,19 @@ func askDaemon(ctx context.Context, addr string) *daemonStatus {
 	}
 	d := &daemonStatus{Addr: addr, Role: ready.Role, Ready: ready.Ready}
 	if resp, err := get("/metrics"); err == nil {
-		vals := scrapeGauges(resp.Body, "relay_publish_rate_events_per_second", "relay_backlog_drain_seconds")
+		vals := scrapeGauges(resp.Body, "relay_publish_rate_events_per_second", "relay_backlog_drain_seconds",
+			"relay_broker_storage_healthy", "relay_broker_lost_records", "relay_broker_lost_ranges")
 		resp.Body.Close()
+		if v, ok := vals["relay_broker_storage_healthy"]; ok {
+			healthy := v == 1
+			d.BrokerHealthy = &healthy
+		}
+		if v, ok := vals["relay_broker_lost_records"]; ok {
+			d.BrokerLostRecords = &v
+		}
+		if v, ok := vals["relay_broker_lost_ranges"]; ok {
+			d.BrokerLostRanges = &v
+		}
 		if v, ok := vals["relay_publish_rate_events_per_second"]; ok {
 			d.PublishRate = &v
 		}
@@ -244,6 +260,17 @@ func printStatus(w io.Writer, rep *statusReport) {
 	fmt.Fprintf(tw, "leader\t%s\n", leader)
 	if d := rep.Daemon; d != nil {
 		fmt.Fprintf(tw, "daemon at %s\trole %s, ready %v\n", d.Addr, d.Role, d.Ready)
+		if d.BrokerHealthy != nil {
+			storage := "storage healthy"
+			if !*d.BrokerHealthy {
+				storage = "STORAGE FAILED (not acknowledging until reopened from disk)"
+			}
+			lost := "no data lost"
+			if d.BrokerLostRecords != nil && d.BrokerLostRanges != nil && *d.BrokerLostRanges > 0 {
+				lost = fmt.Sprintf("DATA LOST: %.0f records in %.0f ranges (relay topics lists them)", *d.BrokerLostRecords, *d.BrokerLostRanges)
+			}
+			fmt.Fprintf(tw, "embedded broker\t%s, %s\n", storage, lost)
+		}
 	}
 	for _, c := range rep.Checkpoints {
 		fmt.Fprintf(tw, "checkpoint %s\tsource %s, position %s, %d published, saved %s\n", c.Name, orDash(c.Source), c.Position, c.Published, c.UpdatedAt.Format(time.RFC3339))

@@ -30,6 +30,8 @@ type partitionJSON struct {
 	EndOffset   int64 `json:"end_offset"`
 	Bytes       int64 `json:"bytes"`
 	Segments    int   `json:"segments"`
+	// Lost are the offset ranges the broker found damaged or missing.
+	Lost []broker.LostRange `json:"lost,omitempty"`
 }
 
 func topics(ctx context.Context, stdio IO, args []string) error {
@@ -50,7 +52,7 @@ func topics(ctx context.Context, stdio IO, args []string) error {
 			MaxMessageBytes: t.Config.MaxMessageBytes, DeleteRetentionMs: t.Config.DeleteRetentionMs, Partitions: []partitionJSON{}}
 		for _, p := range t.Partitions {
 			tj.Partitions = append(tj.Partitions, partitionJSON{Partition: p.Partition, StartOffset: p.LogStartOffset,
-				EndOffset: p.LogEndOffset, Bytes: p.Bytes, Segments: p.Segments})
+				EndOffset: p.LogEndOffset, Bytes: p.Bytes, Segments: p.Segments, Lost: p.Lost})
 		}
 		out = append(out, tj)
 	}
@@ -69,7 +71,17 @@ func topics(ctx context.Context, stdio IO, args []string) error {
 				p.EndOffset-p.StartOffset, p.Bytes, p.Segments, retention(t.RetentionMs, t.RetentionBytes), t.CleanupPolicy)
 		}
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, t := range out {
+		for _, p := range t.Partitions {
+			for _, l := range p.Lost {
+				fmt.Fprintf(stdio.Stdout, "LOST %s/%d offsets %d to %d (%d records): %s\n", t.Name, p.Partition, l.First, l.Last, l.Records(), l.Reason)
+			}
+		}
+	}
+	return nil
 }
 
 func retention(ms, bytes int64) string {

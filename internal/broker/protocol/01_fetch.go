@@ -3,6 +3,7 @@ package protocol
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"sync"
 	"time"
 
@@ -117,6 +118,9 @@ func (s *Server) fillFetch(ctx context.Context, req *kmsg.FetchRequest, resp *km
 			p.HighWatermark, p.LastStableOffset, p.LogStartOffset = res.HighWatermark, res.HighWatermark, res.LogStartOffset
 			if err != nil {
 				p.ErrorCode = broker.KafkaErrorCode(err)
+				if errors.Is(err, broker.ErrDataLost) {
+					p.ErrorCode = s.cfg.LostDataErrorCode
+				}
 				if p.ErrorCode != kerr.OffsetOutOfRange.Code {
 					p.HighWatermark, p.LastStableOffset, p.LogStartOffset = -1, -1, -1
 				}

@@ -87,5 +87,21 @@
 // GroupLags and Collector (a prometheus.Collector) report, per group, topic
 // and partition, the lag (high watermark minus committed offset) and the
 // margin against retention (committed offset minus log start offset), plus
-// the member count of each live group.
+// the member count of each live group. It includes StorageCollector: the
+// broker's storage health (relay_broker_storage_healthy), its lost ranges
+// (relay_broker_lost_records, relay_broker_lost_ranges, and per partition
+// relay_broker_partition_lost_records and relay_broker_lost_range_records
+// labelled with the first and last offset) and the background check's
+// progress.
+//
+// # Storage errors
+//
+// A fetch of offsets the broker reports lost (broker.ErrDataLost) answers
+// an error for that partition, never an empty set that would look like the
+// end of the log: Config.LostDataErrorCode, CORRUPT_MESSAGE by default,
+// which Java consumers raise to the application and franz-go surfaces with
+// kgo.KeepRetryableFetchErrors (it retries retriable fetch errors quietly
+// otherwise), or UNKNOWN_SERVER_ERROR, which franz-go surfaces by default.
+// A produce while the broker's storage failed answers KAFKA_STORAGE_ERROR,
+// which producers retry until the broker was reopened.
 package protocol

@@ -17,6 +17,7 @@ type fixture struct {
 	b    *broker.Broker
 	srv  *Server
 	addr string
+	dir  string
 }
 
 // testLogger logs warnings and errors to the test output.
@@ -71,7 +72,7 @@ func setupBroker(t testing.TB, opts broker.Options, cfg func(*Config)) *fixture 
 			t.Errorf("close broker: %v", err)
 		}
 	})
-	return &fixture{b: b, srv: srv, addr: ln.Addr().String()}
+	return &fixture{b: b, srv: srv, addr: ln.Addr().String(), dir: opts.Dir}
 }
 
 func (f *fixture) createTopic(t testing.TB, name string, partitions int32) {

@@ -44,7 +44,8 @@ var (
 )
 
 // Collector returns a prometheus.Collector of consumer group lag, lag
-// against retention and membership, computed at scrape time.
+// against retention and membership, computed at scrape time, and of the
+// broker's storage state (StorageCollector).
 func (s *Server) Collector() prometheus.Collector { return collector{s} }
 
 type collector struct{ s *Server }
@@ -53,6 +54,7 @@ func (c collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- lagDesc
 	ch <- retentionDesc
 	ch <- membersDesc
+	storageCollector{c.s.b}.Describe(ch)
 }
 
 func (c collector) Collect(ch chan<- prometheus.Metric) {
@@ -69,4 +71,5 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(membersDesc, prometheus.GaugeValue, float64(n), id, state.String())
 		}
 	}
+	storageCollector{c.s.b}.Collect(ch)
 }

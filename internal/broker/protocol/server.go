@@ -10,6 +10,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
+
 	"github.com/outboxrelay/relay/internal/broker"
 )
 
@@ -44,6 +46,13 @@ type Config struct {
 	// group.initial.rebalance.delay.ms; default 3s, negative for none). Each
 	// new member extends the wait by this much, up to the rebalance timeout.
 	InitialRebalanceDelay time.Duration
+	// LostDataErrorCode answers a fetch of offsets the broker reports lost
+	// (broker.ErrDataLost): CORRUPT_MESSAGE (2, the default), which Java
+	// consumers raise to the application but franz-go retries quietly
+	// unless kgo.KeepRetryableFetchErrors is set, or UNKNOWN_SERVER_ERROR
+	// (-1), which franz-go surfaces and Java consumers retry with a
+	// warning.
+	LostDataErrorCode int16
 	// Logger receives connection and group events (default slog.Default()).
 	Logger *slog.Logger
 }
@@ -82,6 +91,9 @@ func (c Config) withDefaults() Config {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
+	if c.LostDataErrorCode == 0 {
+		c.LostDataErrorCode = kerr.CorruptMessage.Code
+	}
 	return c
 }
 
@@ -104,6 +116,12 @@ func (c Config) Validate() error {
 	}
 	if c.MinSessionTimeout > 0 && c.MaxSessionTimeout > 0 && c.MinSessionTimeout > c.MaxSessionTimeout {
 		return fmt.Errorf("protocol: min session timeout %v above max %v", c.MinSessionTimeout, c.MaxSessionTimeout)
+	}
+	switch c.LostDataErrorCode {
+	case 0, kerr.CorruptMessage.Code, kerr.UnknownServerError.Code:
+	default:
+		return fmt.Errorf("protocol: lost data error code %d is neither CORRUPT_MESSAGE (%d) nor UNKNOWN_SERVER_ERROR (%d)",
+			c.LostDataErrorCode, kerr.CorruptMessage.Code, kerr.UnknownServerError.Code)
 	}
 	return nil
 }

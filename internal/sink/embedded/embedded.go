@@ -600,13 +600,17 @@ func (s *Sink) setFailure(err error) {
 	s.mu.Unlock()
 }
 
-// Ready reports whether the broker is open and the last Publish, if it
-// failed (a full disk, say), has since succeeded.
+// Ready reports whether the broker is open and its storage sound (an fsync
+// error stops acknowledgements until the broker is reopened from disk), and
+// the last Publish, if it failed (a full disk, say), has since succeeded.
 func (s *Sink) Ready(context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.b == nil {
 		return errors.New("embedded broker is not open")
+	}
+	if err := s.b.Health(); err != nil {
+		return fmt.Errorf("embedded broker: %w", err)
 	}
 	if s.failure != nil {
 		return fmt.Errorf("the last publish failed: %w", s.failure)
