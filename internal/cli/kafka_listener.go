@@ -78,3 +78,33 @@ func validateListenAddr(flag, addr string) error {
 	}
 	return nil
 }
+
+// brokerStorage exports the embedded broker's storage health and lost data
+// when no Kafka listener (which exports them with its own) runs.
+type brokerStorage struct {
+	mu sync.Mutex
+	b  *broker.Broker
+}
+
+// attach is the embedded sink's OnOpen hook.
+func (s *brokerStorage) attach(b *broker.Broker) (stop func(), err error) {
+	s.mu.Lock()
+	s.b = b
+	s.mu.Unlock()
+	return func() {
+		s.mu.Lock()
+		s.b = nil
+		s.mu.Unlock()
+	}, nil
+}
+
+func (s *brokerStorage) Describe(chan<- *prometheus.Desc) {}
+
+func (s *brokerStorage) Collect(ch chan<- prometheus.Metric) {
+	s.mu.Lock()
+	b := s.b
+	s.mu.Unlock()
+	if b != nil {
+		protocol.StorageCollector(b).Collect(ch)
+	}
+}

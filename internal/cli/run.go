@@ -56,6 +56,7 @@ type runFlags struct {
 	cpuProfile      string
 	ackInterval     time.Duration
 	leaderLease     time.Duration
+	allowLost       bool
 }
 
 func (f *runFlags) register(fs *flag.FlagSet) {
@@ -69,6 +70,7 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.pollInterval, "poll-interval", time.Second, "poll reader: query interval when no notification arrives")
 	fs.IntVar(&f.partitions, "partitions", 8, "partition count of topics created on first use")
 	fs.IntVar(&f.maxMessageBytes, "max-message-bytes", 1<<20, "largest event (key + payload + headers); larger ones go to the dead letters")
+	fs.BoolVar(&f.allowLost, "allow-lost-partitions", false, "embedded broker: open even when a known partition's directory is missing, recreating it empty with the loss on record (without it the relay refuses to start and names the partition)")
 	fs.StringVar(&f.fsync, "fsync", "always", "embedded broker durability: always (fsync before acknowledging) or interval (unsafe: a machine crash can lose acknowledged events)")
 	fs.DurationVar(&f.ackInterval, "ack-interval", 10*time.Millisecond, "shortest time between two acknowledgement transactions (deleting published rows, saving the position); 0 commits each batch's at once")
 	fs.DurationVar(&f.leaderLease, "leader-lease", 3*time.Second, "how long a leader's renewal of its leadership counts: a standby takes over after a lease without renewal, and the leader stops appending and acknowledging a fifth of a lease before that")
@@ -200,10 +202,17 @@ func (f *runFlags) serve(ctx context.Context, log *slog.Logger) error {
 		sync = broker.SyncIntervalUnsafe
 	}
 	var onOpen func(*broker.Broker) (func(), error)
-	if f.kafkaAddr != "" && f.sink == "embedded" {
+	switch {
+	case f.sink != "embedded":
+	case f.kafkaAddr != "":
+		// The listener exports the broker's storage metrics with its own.
 		kl := &kafkaListener{addr: f.kafkaAddr, advertised: f.kafkaAdvertised, log: log}
 		metrics.Registry.MustRegister(kl)
 		onOpen = kl.attach
+	default:
+		bs := &brokerStorage{}
+		metrics.Registry.MustRegister(bs)
+		onOpen = bs.attach
 	}
 	var sink relay.Sink
 	if f.sink == "kafka" {
@@ -215,7 +224,7 @@ func (f *runFlags) serve(ctx context.Context, log *slog.Logger) error {
 			return err
 		}
 	} else if sink, err = embedded.New(embedded.Config{
-		Broker: broker.Options{Dir: f.dataDir, Sync: sync, DefaultPartitions: int32(f.partitions), Logger: log},
+		Broker: broker.Options{Dir: f.dataDir, Sync: sync, DefaultPartitions: int32(f.partitions), Logger: log, AllowLostPartitions: f.allowLost},
 		OnOpen: onOpen,
 		Logger: log,
 	}); err != nil {
