@@ -55,6 +55,7 @@ type runFlags struct {
 	pruneInterval   time.Duration
 	cpuProfile      string
 	ackInterval     time.Duration
+	leaderLease     time.Duration
 }
 
 func (f *runFlags) register(fs *flag.FlagSet) {
@@ -70,6 +71,7 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.maxMessageBytes, "max-message-bytes", 1<<20, "largest event (key + payload + headers); larger ones go to the dead letters")
 	fs.StringVar(&f.fsync, "fsync", "always", "embedded broker durability: always (fsync before acknowledging) or interval (unsafe: a machine crash can lose acknowledged events)")
 	fs.DurationVar(&f.ackInterval, "ack-interval", 10*time.Millisecond, "shortest time between two acknowledgement transactions (deleting published rows, saving the position); 0 commits each batch's at once")
+	fs.DurationVar(&f.leaderLease, "leader-lease", 3*time.Second, "how long a leader's renewal of its leadership counts: a standby takes over after this long without one, and the leader stops appending and acknowledging a fifth of it earlier")
 	fs.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 30*time.Second, "on SIGTERM, how long the in-flight batch may take to finish")
 	fs.StringVar(&f.kafkaAddr, "kafka-addr", "127.0.0.1:9092", "embedded broker: Kafka protocol listener address (empty disables)")
 	fs.StringVar(&f.kafkaAdvertised, "kafka-advertised-addr", "", "embedded broker: host:port Kafka clients are told to connect to (default: the address they reached)")
@@ -103,6 +105,8 @@ func (f *runFlags) validate() error {
 		return usagef("--poll-interval must be positive")
 	case f.ackInterval < 0 || f.ackInterval > time.Minute:
 		return usagef("--ack-interval %v: must be 0..1m", f.ackInterval)
+	case f.leaderLease < 100*time.Millisecond:
+		return usagef("--leader-lease %v: must be at least 100ms", f.leaderLease)
 	case f.maxMessageBytes < 1:
 		return usagef("--max-message-bytes must be positive")
 	case f.fsync != "always" && f.fsync != "interval":
@@ -224,6 +228,7 @@ func (f *runFlags) serve(ctx context.Context, log *slog.Logger) error {
 		BatchSize:       f.batchSize,
 		MaxMessageBytes: f.maxMessageBytes,
 		ShutdownTimeout: f.shutdownTimeout,
+		Lease:           f.leaderLease,
 		AckInterval:     ackInterval(f.ackInterval),
 		Retain:          f.retain,
 		PruneInterval:   f.pruneInterval,
