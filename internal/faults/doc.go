@@ -6,7 +6,9 @@
 //
 //   - the leader's lease session killed (pg_terminate_backend), alone or
 //     with all its other sessions, with a standby on the same data
-//     directory, also while a `relay replay` runs;
+//     directory, also while a `relay replay` runs, and with the Kafka sink
+//     (at least once, and never two relays' producers interleaved in a
+//     partition);
 //   - the leader cut off from PostgreSQL by a silent network partition
 //     (a TCP proxy that stops forwarding), and then healed;
 //   - the leader paused with SIGSTOP past its lease, then resumed;
