@@ -49,8 +49,9 @@ package relay
 //     leader (safe); deleting the rows makes every acknowledgement fail
 //     with ErrNotLeader until `relay migrate` state is restored.
 //
-// The tests in leadership_test.go and the end-to-end tests in internal/e2e
-// (lock session killed, TCP partition through a proxy, SIGSTOP) show these.
+// The tests in leadership_test.go and the end-to-end tests in
+// internal/faults (lease sessions killed, a silent TCP partition through a
+// proxy, SIGSTOP, connections cut) show these.
 
 import (
 	"context"

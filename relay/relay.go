@@ -327,6 +327,9 @@ func (r *Relay) leadOnce(ctx context.Context, b *backoff) error {
 	r.role.Store(RoleLeader)
 	r.m.Leader.Set(1)
 	defer r.m.Leader.Set(0)
+	// Once the pipeline has stopped this relay no longer leads, whether or
+	// not it can reach PostgreSQL to wait as a standby again.
+	defer r.role.Store(RoleStandby)
 	r.log.Info("became the leader", "schema", r.cfg.Schema, "epoch", l.epoch)
 
 	// leading ends when the lease is lost; the pipeline's hard stop follows.

@@ -51,6 +51,7 @@ func TestRunRejectsBadFlags(t *testing.T) {
 		{"--batch-size", "0"},
 		{"--fsync", "never"},
 		{"--ack-interval", "-1s"},
+		{"--leader-lease", "10ms"},
 		{"--kafka-addr", "no-port"},
 		{"--log-level", "loud"},
 	} {

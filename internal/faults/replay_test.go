@@ -1,0 +1,182 @@
+package faults_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/outboxrelay/relay/internal/e2e"
+	"github.com/outboxrelay/relay/relay"
+)
+
+func dbNow(t *testing.T, e *env) time.Time {
+	t.Helper()
+	var now time.Time
+	if err := e.admin.QueryRow(context.Background(), "SELECT clock_timestamp()").Scan(&now); err != nil {
+		t.Fatal(err)
+	}
+	return now
+}
+
+// TestReplayAcrossTakeovers: a `relay replay` of a 4,000-event window runs
+// while 8 writers commit and the leader's sessions are killed round after
+// round, 6 rounds at most (lease session, all sessions, lease session with
+// renewals stalled past the lease), with a standby on the same data directory, so that the
+// replay moves from leader to leader. The replay reports done with every
+// event of the window; the log holds every live event exactly once in
+// per-key order, and every event of the window replayed exactly once
+// (header relay-replay), in its partition's original order.
+func TestReplayAcrossTakeovers(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	ledger := e2e.NewLedger()
+	a := e.newNode("a", "--retain", "1h", "--batch-size", "50").start()
+	e2e.WaitRole(t, a.proc, "leader", 30*time.Second)
+	b := e.newNode("b", "--retain", "1h", "--batch-size", "50").start()
+	e2e.WaitRole(t, b.proc, "standby", 30*time.Second)
+	firstEpoch := e.epoch()
+
+	write := func(n int) {
+		t.Helper()
+		if err := e2e.Write(ctx, e.writers(n), ledger); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(1000)
+	e2e.WaitDrained(t, e.url, "outbox", time.Minute)
+	since := dbNow(t, e)
+	write(4000)
+	until := dbNow(t, e)
+	write(1000)
+	e2e.WaitDrained(t, e.url, "outbox", time.Minute)
+	var window []string
+	rows, err := e.admin.Query(ctx, `SELECT event_id::text FROM outbox.events_archive WHERE created_at >= $1 AND created_at < $2 ORDER BY seq`, since, until)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var id string
+		rows.Scan(&id)
+		window = append(window, id)
+	}
+	if rows.Err() != nil || len(window) != 4000 {
+		t.Fatalf("the archive holds %d events of the window, want 4000 (%v)", len(window), rows.Err())
+	}
+
+	stopWriters := e.steady(200, 50*time.Millisecond, ledger)
+	type result struct {
+		out  string
+		code int
+		err  error
+	}
+	replayDone := make(chan result, 1)
+	go func() {
+		rctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(rctx, e.bin, "replay", "--database-url", e.url, "--since", since.Format(time.RFC3339Nano),
+			"--until", until.Format(time.RFC3339Nano), "--json", "--poll-interval", "50ms")
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		err := cmd.Run()
+		code := 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			code, err = ee.ExitCode(), nil
+		}
+		replayDone <- result{stdout.String() + stderr.String(), code, err}
+	}()
+
+	var res result
+	midReplay, rounds := 0, 0
+	finished := false
+	for ; rounds < 6 && !finished; rounds++ {
+		var done, total int64
+		e.admin.QueryRow(ctx, `SELECT coalesce(max(done), 0), coalesce(max(total), 0) FROM outbox.replay_requests WHERE status = 'running'`).Scan(&done, &total)
+		killLeaderSessions(t, e, rounds, a, b)
+		if done > 0 && done < total {
+			midReplay++
+			t.Logf("round %d landed mid-replay: %d of %d replayed", rounds+1, done, total)
+		}
+		select {
+		case res = <-replayDone:
+			finished = true
+		case <-time.After(time.Second):
+		}
+	}
+	if !finished {
+		select {
+		case res = <-replayDone:
+		case <-time.After(2 * time.Minute):
+			t.Fatal("the replay did not finish within 2 minutes")
+		}
+	}
+	stopWriters()
+	takeovers := e.epoch() - firstEpoch
+	if res.err != nil || res.code != 0 {
+		t.Fatalf("replay: exit %d, %v: %s", res.code, res.err, res.out)
+	}
+	var req relay.ReplayRequest
+	if err := json.Unmarshal([]byte(res.out[:strings.LastIndex(res.out, "}")+1]), &req); err != nil {
+		t.Fatalf("replay output %q: %v", res.out, err)
+	}
+	if req.Status != relay.ReplayDone || req.Done != 4000 || req.Total == nil || *req.Total != 4000 {
+		t.Fatalf("replay request: %+v, want done with 4000 of 4000", req)
+	}
+	e2e.WaitDrained(t, e.url, "outbox", 2*time.Minute)
+	a.stop()
+	b.stop()
+
+	records := e2e.ReadLog(t, e.dataDir, "orders")
+	var live, replayed []e2e.Record
+	marker := fmt.Sprint(req.ID)
+	for _, r := range records {
+		if v, ok := r.Headers[relay.HeaderReplay]; ok {
+			if v != marker {
+				t.Fatalf("replayed record with marker %q, want %q", v, marker)
+			}
+			replayed = append(replayed, r)
+		} else {
+			live = append(live, r)
+		}
+	}
+	n := e2e.Check(t, live, ledger)
+	if n != len(ledger.Committed) {
+		t.Fatalf("%d live records for %d committed events", n, len(ledger.Committed))
+	}
+	inWindow := map[string]bool{}
+	for _, id := range window {
+		inWindow[id] = true
+	}
+	copies := map[string]int{}
+	replayOrder := map[int32][]string{}
+	for _, r := range replayed {
+		id := r.Headers[relay.HeaderEventID]
+		if copies[id]++; !inWindow[id] || copies[id] > 1 {
+			t.Errorf("replayed event %s: in the window %v, copy %d", id, inWindow[id], copies[id])
+		}
+		replayOrder[r.Partition] = append(replayOrder[r.Partition], id)
+	}
+	if len(copies) != len(window) {
+		t.Fatalf("%d events replayed, want the %d of the window", len(copies), len(window))
+	}
+	originalOrder := map[int32][]string{}
+	for _, r := range live {
+		if id := r.Headers[relay.HeaderEventID]; inWindow[id] {
+			originalOrder[r.Partition] = append(originalOrder[r.Partition], id)
+		}
+	}
+	for p, ids := range originalOrder {
+		if strings.Join(ids, ",") != strings.Join(replayOrder[p], ",") {
+			t.Errorf("partition %d: replayed order differs from the original order", p)
+		}
+	}
+	if midReplay == 0 {
+		t.Errorf("no round of killed sessions landed while the replay ran")
+	}
+	t.Logf("%d live events exactly once, %d replayed once each in original order; %d of %d rounds of killed sessions landed mid-replay, %d takeovers",
+		n, len(replayed), midReplay, rounds, takeovers)
+}
