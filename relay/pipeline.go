@@ -109,7 +109,7 @@ func (r *Relay) runPipeline(ctx, hard context.Context, l *lease) error {
 	tracker := newAckTracker()
 	g.Go(func() error {
 		defer close(batches)
-		return r.readLoop(read, batches, ck.position, tracker)
+		return r.readLoop(read, batches, ck.position, tracker, l)
 	})
 	g.Go(func() error {
 		defer close(flights)
@@ -130,9 +130,9 @@ type liveBatch struct {
 
 // readLoop hands the publisher live batches from the source and, between
 // them, chunks of running replays (see replayer.go).
-func (r *Relay) readLoop(ctx context.Context, out chan<- batch, after Position, tracker *ackTracker) error {
+func (r *Relay) readLoop(ctx context.Context, out chan<- batch, after Position, tracker *ackTracker, l *lease) error {
 	last := after
-	rp := &replayer{r: r, tracker: tracker}
+	rp := &replayer{r: r, tracker: tracker, lease: l}
 	if err := rp.resume(ctx, out, last); err != nil {
 		if ctx.Err() != nil {
 			return nil

@@ -128,6 +128,9 @@ func (t *ackTracker) waitIdle(ctx context.Context) error {
 type replayer struct {
 	r       *Relay
 	tracker *ackTracker
+	// lease fences the transactions that start a request or record a
+	// chunk, as the acknowledgements are fenced.
+	lease *lease
 	// chunkSent is set while a chunk this session sent may be
 	// unacknowledged.
 	chunkSent bool
@@ -159,9 +162,15 @@ func (p *replayer) resume(ctx context.Context, out chan<- batch, after Position)
 
 func (p *replayer) send(ctx context.Context, out chan<- batch, b batch) error {
 	if len(b.events) == 0 {
-		// Nothing to publish: the acknowledgement alone moves the cursor.
-		_, err := p.r.pool.Exec(ctx, p.r.replay.ack, b.replay.request, b.replay.through, 0)
-		return err
+		// Nothing to publish: the acknowledgement alone moves the cursor,
+		// fenced like every acknowledgement.
+		return pgx.BeginFunc(ctx, p.r.pool, func(tx pgx.Tx) error {
+			if err := p.r.fence(ctx, tx, p.lease); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, p.r.replay.ack, b.replay.request, b.replay.through, 0)
+			return err
+		})
 	}
 	p.tracker.sent.Add(1)
 	p.chunkSent = true
@@ -200,6 +209,9 @@ func (p *replayer) step(ctx context.Context, out chan<- batch, after Position) (
 	var chunk *batch
 	err = pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
 		chunk = nil
+		if err := r.fence(ctx, tx, p.lease); err != nil {
+			return err
+		}
 		var filter, status string
 		var cursor int64
 		var bound, inflight *int64
