@@ -62,11 +62,79 @@
 //
 // Every event is published at least once, in per-key order. When the
 // relay stops between Kafka's acknowledgement and the Postgres commit (a
-// crash, a Publish error after some records landed, a lost leader lock),
-// the events of the unacknowledged batches are published again: a
-// consumer sees each such event twice, both copies carrying the same
-// relay-event-id header, so it can deduplicate. Per-key order holds for
-// first copies; a repeat may come after later events of its key.
+// crash, a Publish error after some records landed, a lost lease), the
+// events of the unacknowledged batches are published again: a consumer
+// sees each such event twice, both copies carrying the same relay-event-id
+// header, so it can deduplicate. Per-key order holds for first copies; a
+// repeat may come after later events of its key.
+//
+// # Fenced leadership: no two relays publish at once
+//
+// The core hands Start the session's fence (relay.Session.Fence), which
+// fails, wrapping relay.ErrNotLeader, once this relay's lease may have run
+// out: Lease*4/5 after its last renewal was sent, while a standby takes
+// over no earlier than Lease after that renewal committed. The margin M =
+// Lease/5 (600 ms with the default 3 s lease) is what the sink has to stop
+// in. Kafka cannot help in the at-least-once mode: every session has its
+// own idempotent producer id, and a broker appends whatever complete
+// request it reads, however late, whatever the client's timeouts
+// (ProduceRequestTimeout bounds the broker's wait for replicas, not when
+// it appends; RecordDeliveryTimeout and RecordRetries bound when the
+// client gives up, not a request already sent). So the sink enforces the
+// fence where bytes leave the process, on the producer's connections:
+//
+//   - Publish checks the fence before it hands anything to the client, and
+//     every fenceCheckInterval (5 ms) while it awaits acknowledgements.
+//   - Every connection of the producing client is dialled through the
+//     fence (a failed fence refuses the dial), and every write to it checks
+//     the fence first. A write the kernel cannot take at once (a full
+//     socket buffer) is cut into slices of at most fenceCheckInterval,
+//     each after a fresh check, so no byte enters the kernel more than
+//     fenceCheckInterval after the fence failed. The client's own
+//     deadlines on the connection are kept.
+//   - When a check fails, the sink aborts every connection of the client
+//     with a TCP reset (SO_LINGER 0), which discards what the kernel still
+//     holds unsent, so a request cut short never completes at the broker;
+//     it fails the client's buffered records (UnsafeAbortBufferedRecords:
+//     they are never retried), refuses every later Publish, and the core
+//     closes the client. Retries, metadata refreshes and a new producer id
+//     after the failure are refused at the dial or the write.
+//
+// The bound: once the fence failed, a produce request can still land only
+// if its last byte reached the kernel within fenceCheckInterval of the
+// failure and was transmitted before the reset (at most another
+// fenceCheckInterval while a Publish waits); it then lands when the network
+// delivers it and the broker processes it. With the default lease that is
+// 10 ms of the 600 ms margin, leaving the network and the broker 590 ms for
+// a request already in transit: a broker whose request queue holds a
+// request longer than that is the one way two relays' records can still
+// interleave in a partition. The same holds for any lease: the sink's part
+// is 2*fenceCheckInterval, the rest of Lease/5 is the network's and the
+// broker's. Faults and how each is known:
+//
+//   - Lease session killed, network to Postgres partitioned or silent,
+//     Postgres restarted: the renewals fail, the fence fails at the
+//     deadline and the sink stops as above, before any standby can take
+//     over. TestE2EKafkaLeaseKilled runs two relays on one outbox and one
+//     cluster, kills the leader's lease session (and in some rounds every
+//     session of the leader, while Postgres refuses new connections, so
+//     that the standby takes over), and checks in every partition that no
+//     producer's records resume after the next producer's first record.
+//   - Fence failing while records are buffered, in flight, or retried
+//     after a broker error: TestFenceAbandonsInFlight holds a produce
+//     request at the broker, fails the fence and answers it with a
+//     retriable error: no further produce request reaches the broker, and
+//     none of the records is in the log.
+//   - A write blocked on a full socket buffer when the fence fails:
+//     TestFencedConnStopsABlockedWrite.
+//   - Process paused (SIGSTOP, a VM freeze): the fence is on the monotonic
+//     clock, so it has failed when the process resumes, before its next
+//     check. Not covered: a pause landing exactly between a passing check
+//     and the write system call after it (a window of microseconds) lets
+//     that one write through on resume. Only the exactly-once mode, where
+//     the broker itself fences a deposed producer, closes that window.
+//   - Clock steps: only monotonic durations are compared (see the relay
+//     package's leadership).
 //
 // # Exactly once (Config.TransactionalID)
 //
