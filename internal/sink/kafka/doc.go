@@ -140,21 +140,36 @@
 //
 // Each Publish is one Kafka transaction holding its events and a progress
 // marker: a record in Config.ProgressTopic, keyed by the transactional id,
-// naming every event of the transaction by a 16-byte digest (SHA-256 of its
-// relay-event-id). The State Publish returns for the core to save with the
+// naming every event of the transaction by a 16-byte digest of its
+// identity (relay.Message.Identity: the SHA-256 of its relay-event-id,
+// and of its relay-replay request for a republished event, so a replay is
+// never taken for its original nor the original for a replay). The State Publish returns for the core to save with the
 // acknowledgement holds the offset of that marker and the digests of any
 // committed events not yet re-delivered (usually none).
 //
 // Start first commits a small transaction of its own. That makes the
 // cluster fence every earlier producer with the same transactional id: an
 // open transaction of a crashed or stale relay is aborted, one caught
-// mid-commit is completed, and neither can commit anything later. Start
-// then reads the progress partition, read_committed, from the saved offset
+// mid-commit is completed, and neither can commit anything later. So a
+// deposed leader can commit nothing once the new leader's Start has begun
+// its first transaction, whatever its own fence says; before that, what
+// it commits is in the markers the new leader reads next. Its own fence
+// is checked besides before every produce and again right before
+// EndTransaction's commit, so a deposed leader usually stops before the
+// broker has to refuse it. Start then reads the progress partition, read_committed, from the saved offset
 // to its own record: the markers it finds are the transactions Kafka
 // committed after the last acknowledgement Postgres kept. Their events are
 // still in the outbox, and the core delivers them again; Publish recognises
 // them by digest, skips them (they count as published), and produces the
-// rest.
+// rest. Nothing in recovery is decided by position: the progress offset
+// only says where to start reading markers, and which events are skipped
+// is decided by each one's identity alone, whatever the order and the set
+// the core re-delivers (rows deleted by hand, a source re-reading the
+// table in another order, replays interleaved with live events).
+// TestRecoveryByIdentity re-delivers a committed batch reordered, with a
+// replay of one of its events ahead of the original and a new event in
+// between: the replay and the new event are published, only the originals
+// skipped.
 //
 // Guaranteed, for consumers reading read_committed, while the
 // transactional id and the progress topic's markers are kept:
@@ -185,8 +200,9 @@
 //     hand) do not grow the saved state for ever; the source re-delivers
 //     such events first, so only a source breaking its ordering promise by
 //     that much could cause a repeat;
-//   - events are told apart by relay-event-id: messages without the header
-//     (the core always sets it) are told apart by their whole content.
+//   - events are told apart by identity (relay-event-id, plus relay-replay
+//     for replays): messages without the id header (the core always sets
+//     it) are told apart by their whole content.
 //
 // Transactions cost two round trips per Publish and a marker of 16 bytes
 // per event; the progress topic needs Write and Describe, the
