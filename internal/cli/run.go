@@ -55,6 +55,7 @@ type runFlags struct {
 	pruneInterval   time.Duration
 	cpuProfile      string
 	ackInterval     time.Duration
+	leaderLease     time.Duration
 }
 
 func (f *runFlags) register(fs *flag.FlagSet) {
@@ -71,6 +72,7 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.fsync, "fsync", "always", "embedded broker durability: always (fsync before acknowledging) or interval (unsafe: a machine crash can lose acknowledged events)")
 	fs.DurationVar(&f.ackInterval, "ack-interval", 10*time.Millisecond, "shortest time between two acknowledgement transactions (deleting published rows, saving the position); 0 commits each batch's at once")
 	fs.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 30*time.Second, "on SIGTERM, how long the in-flight batch may take to finish")
+	fs.DurationVar(&f.leaderLease, "leader-lease", 3*time.Second, "how long a leader's lease renewal counts; a standby takes over after a whole lease without one, the leader stops a fifth of a lease before that")
 	fs.StringVar(&f.kafkaAddr, "kafka-addr", "127.0.0.1:9092", "embedded broker: Kafka protocol listener address (empty disables)")
 	fs.StringVar(&f.kafkaAdvertised, "kafka-advertised-addr", "", "embedded broker: host:port Kafka clients are told to connect to (default: the address they reached)")
 	fs.StringVar(&f.slot, "slot", "", "cdc reader: replication slot name (default relay_<schema>)")
@@ -224,6 +226,7 @@ func (f *runFlags) serve(ctx context.Context, log *slog.Logger) error {
 		BatchSize:       f.batchSize,
 		MaxMessageBytes: f.maxMessageBytes,
 		ShutdownTimeout: f.shutdownTimeout,
+		Lease:           f.leaderLease,
 		AckInterval:     ackInterval(f.ackInterval),
 		Retain:          f.retain,
 		PruneInterval:   f.pruneInterval,

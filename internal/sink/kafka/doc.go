@@ -80,7 +80,10 @@
 // request it reads, however late, whatever the client's timeouts
 // (ProduceRequestTimeout bounds the broker's wait for replicas, not when
 // it appends; RecordDeliveryTimeout and RecordRetries bound when the
-// client gives up, not a request already sent). So the sink enforces the
+// client gives up, not a request already sent; RecordDeliveryTimeout is
+// not even usable, since the client measures it from the record's
+// timestamp, the event's creation, which would fail every event of a
+// backlog older than the timeout). So the sink enforces the
 // fence where bytes leave the process, on the producer's connections:
 //
 //   - Publish checks the fence before it hands anything to the client, and

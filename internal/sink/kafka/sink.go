@@ -115,9 +115,6 @@ func (s *Sink) Start(ctx context.Context, session relay.Session) error {
 		kgo.ProducerBatchMaxBytesFn(s.batchMaxBytes),
 		kgo.RecordPartitioner(partitioner()),
 		kgo.ProduceRequestTimeout(s.cfg.PublishTimeout),
-		// No record outlives the Publish it belongs to; the fence, not
-		// this, bounds publication after a lost lease.
-		kgo.RecordDeliveryTimeout(s.cfg.PublishTimeout),
 	)
 	if s.cfg.TransactionalID != "" {
 		opts = append(opts,
