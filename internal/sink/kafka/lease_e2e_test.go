@@ -82,7 +82,9 @@ func leaseKilled(t *testing.T, txn bool) {
 			t.Fatalf("ALTER DATABASE ... ALLOW_CONNECTIONS %v: %v", yes, err)
 		}
 	}
-	t.Cleanup(func() { admin.Exec(context.Background(), fmt.Sprintf("ALTER DATABASE %s WITH ALLOW_CONNECTIONS true", db)) })
+	t.Cleanup(func() {
+		admin.Exec(context.Background(), fmt.Sprintf("ALTER DATABASE %s WITH ALLOW_CONNECTIONS true", db))
+	})
 
 	procs := []*e2e.Proc{k.startAt(k.httpAddr)}
 	e2e.WaitRole(t, procs[0], string(relay.RoleLeader), time.Minute)
