@@ -146,9 +146,10 @@
 // naming every event of the transaction by a 16-byte digest of its
 // identity (relay.Message.Identity: the SHA-256 of its relay-event-id,
 // and of its relay-replay request for a republished event, so a replay is
-// never taken for its original nor the original for a replay). The State Publish returns for the core to save with the
-// acknowledgement holds the offset of that marker and the digests of any
-// committed events not yet re-delivered (usually none).
+// never taken for its original nor the original for a replay). The
+// State Publish returns for the core to save with the acknowledgement
+// holds the offset of that marker and the digests of any committed events
+// not yet re-delivered (usually none).
 //
 // Start first commits a small transaction of its own. That makes the
 // cluster fence every earlier producer with the same transactional id: an
