@@ -128,6 +128,9 @@
 //     request at the broker, fails the fence and answers it with a
 //     retriable error: no further produce request reaches the broker, and
 //     none of the records is in the log.
+//   - Fence failing after Publish handed the records over but before the
+//     client wrote them (it lingers to fill batches):
+//     TestFenceCheckedAtTheWrite, no produce request reaches the broker.
 //   - A write blocked on a full socket buffer when the fence fails:
 //     TestFencedConnStopsABlockedWrite.
 //   - Process paused (SIGSTOP, a VM freeze): the fence is on the monotonic

@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/outboxrelay/relay/internal/sink/kafka"
 	"github.com/outboxrelay/relay/internal/sink/kafka/kafkatest"
 	"github.com/outboxrelay/relay/relay"
 	"github.com/outboxrelay/relay/relay/relaytest"
@@ -268,5 +269,63 @@ func TestRecoveryByIdentity(t *testing.T) {
 	}
 	if len(seen) != len(want) {
 		t.Errorf("read %v, want %v", seen, want)
+	}
+}
+
+// countdownFence passes its first left checks once armed, then fails.
+type countdownFence struct {
+	armed atomic.Bool
+	left  atomic.Int64
+}
+
+func (f *countdownFence) Fence() error {
+	if !f.armed.Load() || f.left.Add(-1) >= 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: the test's countdown ran out", relay.ErrNotLeader)
+}
+
+// TestFenceCheckedAtTheWrite: the fence passes when Publish hands the
+// records to the client and fails right after, before the client writes
+// its produce request (it lingers a moment to fill batches). The request is
+// never written: no produce request reaches the cluster, and the log holds
+// none of the records.
+func TestFenceCheckedAtTheWrite(t *testing.T) {
+	t.Parallel()
+	c := kafkatest.Start(t)
+	kf := c.Kfake()
+	var produces produceCounter
+	kf.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
+		kf.KeepControl()
+		produces.mu.Lock()
+		produces.count++
+		produces.mu.Unlock()
+		return nil, nil, false
+	})
+	var fence countdownFence
+	s := newSink(t, c.Addrs(), func(cfg *kafka.Config) { cfg.Linger = time.Millisecond })
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := s.Start(ctx, relay.Session{Fence: fence.Fence}); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(context.Background())
+	// The topic exists and its metadata is known, so that the next
+	// Publish only produces.
+	if _, err := s.Publish(ctx, relaytest.Messages("orders", 0, 1, 1)); err != nil {
+		t.Fatal(err)
+	}
+	before := produces.n()
+	fence.left.Store(1)
+	fence.armed.Store(true)
+	if _, err := s.Publish(ctx, relaytest.Messages("orders", 1, 50, 4)); !errors.Is(err, relay.ErrNotLeader) {
+		t.Fatalf("Publish with the fence failing after the hand-over: %v, want ErrNotLeader", err)
+	}
+	s.Close(context.Background())
+	if n := produces.n() - before; n != 0 {
+		t.Errorf("%d produce requests reached the cluster after the fence failed", n)
+	}
+	if records := kafkatest.Read(t, c.Addrs(), "orders", false); len(records) != 1 {
+		t.Errorf("%d records in the log, want only the one published before", len(records))
 	}
 }
