@@ -105,7 +105,7 @@ func leaseKilled(t *testing.T, txn bool) {
 		if mode > 0 {
 			allow(false)
 		}
-		ports := clientPorts(t, pid)
+		ports := clientPorts(t, pid, cfg.Port)
 		var n int
 		q := `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
 WHERE datname = $4 AND client_port = ANY($1) AND ($2 OR application_name = $3)`
@@ -246,7 +246,7 @@ func settled(t *testing.T, ctx context.Context, conn *pgx.Conn, procs []*e2e.Pro
 			}
 			var n int
 			if err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND client_port = ANY($2)`,
-				relay.LeaseApplicationName, clientPorts(t, pidServing(t, o.HTTPAddr))).Scan(&n); err != nil {
+				relay.LeaseApplicationName, clientPorts(t, pidServing(t, o.HTTPAddr), conn.Config().Port)).Scan(&n); err != nil {
 				t.Fatal(err)
 			}
 			standby = n > 0
@@ -281,9 +281,9 @@ func waitEpochAfter(t *testing.T, ctx context.Context, conn *pgx.Conn, epoch int
 }
 
 // clientPorts returns the local TCP ports of process pid's sockets
-// (Linux): those of its PostgreSQL sessions are pg_stat_activity's
-// client_port.
-func clientPorts(t *testing.T, pid int) []int32 {
+// connected to Postgres at pgPort (Linux): pg_stat_activity's client_port
+// of its sessions.
+func clientPorts(t *testing.T, pid int, pgPort uint16) []int32 {
 	t.Helper()
 	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
 	if err != nil {
@@ -306,6 +306,12 @@ func clientPorts(t *testing.T, pid int) []int32 {
 		for sc.Scan() {
 			fields := strings.Fields(sc.Text())
 			if len(fields) < 10 || !inodes[fields[9]] {
+				continue
+			}
+			// Linux reuses an ephemeral port for connections to other
+			// destinations: only sockets connected to Postgres count.
+			_, remote, _ := strings.Cut(fields[2], ":")
+			if r, err := strconv.ParseUint(remote, 16, 16); err != nil || uint16(r) != pgPort {
 				continue
 			}
 			_, port, ok := strings.Cut(fields[1], ":")
