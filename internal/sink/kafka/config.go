@@ -265,6 +265,12 @@ func (c Config) saslMechanism() sasl.Mechanism {
 // clientOpts are the options every client of the sink shares: connection,
 // security and logging.
 func (c Config) clientOpts() ([]kgo.Opt, error) {
+	return c.clientOptsDialing(nil)
+}
+
+// clientOptsDialing is clientOpts with the connections dialled through d
+// (TLS included) when d is set.
+func (c Config) clientOptsDialing(d *fencedDialer) ([]kgo.Opt, error) {
 	opts := []kgo.Opt{
 		kgo.SeedBrokers(c.Brokers...),
 		kgo.ClientID(c.ClientID),
@@ -275,7 +281,9 @@ func (c Config) clientOpts() ([]kgo.Opt, error) {
 		kgo.RequestRetries(3),
 		kgo.RetryTimeout(c.DialTimeout),
 	}
-	if c.TLS.enabled() {
+	if d != nil {
+		opts = append(opts, kgo.Dialer(d.dial))
+	} else if c.TLS.enabled() {
 		tc, err := c.tlsConfig()
 		if err != nil {
 			return nil, err

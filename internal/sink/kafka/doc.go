@@ -62,31 +62,121 @@
 //
 // Every event is published at least once, in per-key order. When the
 // relay stops between Kafka's acknowledgement and the Postgres commit (a
-// crash, a Publish error after some records landed, a lost leader lock),
-// the events of the unacknowledged batches are published again: a
-// consumer sees each such event twice, both copies carrying the same
-// relay-event-id header, so it can deduplicate. Per-key order holds for
-// first copies; a repeat may come after later events of its key.
+// crash, a Publish error after some records landed, a lost lease), the
+// events of the unacknowledged batches are published again: a consumer
+// sees each such event twice, both copies carrying the same relay-event-id
+// header, so it can deduplicate. Per-key order holds for first copies; a
+// repeat may come after later events of its key.
+//
+// # Fenced leadership: no two relays publish at once
+//
+// The core hands Start the session's fence (relay.Session.Fence), which
+// fails, wrapping relay.ErrNotLeader, once this relay's lease may have run
+// out: Lease*4/5 after its last renewal was sent, while a standby takes
+// over no earlier than Lease after that renewal committed. The margin M =
+// Lease/5 (600 ms with the default 3 s lease) is what the sink has to stop
+// in. Kafka cannot help in the at-least-once mode: every session has its
+// own idempotent producer id, and a broker appends whatever complete
+// request it reads, however late, whatever the client's timeouts
+// (ProduceRequestTimeout bounds the broker's wait for replicas, not when
+// it appends; RecordDeliveryTimeout and RecordRetries bound when the
+// client gives up, not a request already sent; RecordDeliveryTimeout is
+// not even usable, since the client measures it from the record's
+// timestamp, the event's creation, which would fail every event of a
+// backlog older than the timeout). So the sink enforces the
+// fence where bytes leave the process, on the producer's connections:
+//
+//   - Publish checks the fence before it hands anything to the client, and
+//     every fenceCheckInterval (5 ms) while it awaits acknowledgements.
+//   - Every connection of the producing client is dialled through the
+//     fence (a failed fence refuses the dial), and every write to it checks
+//     the fence first. A write the kernel cannot take at once (a full
+//     socket buffer) is cut into slices of at most fenceCheckInterval,
+//     each after a fresh check, so no byte enters the kernel more than
+//     fenceCheckInterval after the fence failed. The client's own
+//     deadlines on the connection are kept.
+//   - When a check fails, the sink aborts every connection of the client
+//     with a TCP reset (SO_LINGER 0), which discards what the kernel still
+//     holds unsent, so a request cut short never completes at the broker;
+//     it fails the client's buffered records (UnsafeAbortBufferedRecords:
+//     they are never retried), refuses every later Publish, and the core
+//     closes the client. Retries, metadata refreshes and a new producer id
+//     after the failure are refused at the dial or the write.
+//
+// The bound: once the fence failed, a produce request can still land only
+// if its last byte reached the kernel within fenceCheckInterval of the
+// failure and was transmitted before the reset (at most another
+// fenceCheckInterval while a Publish waits); it then lands when the network
+// delivers it and the broker processes it. With the default lease that is
+// 10 ms of the 600 ms margin, leaving the network and the broker 590 ms for
+// a request already in transit: a broker whose request queue holds a
+// request longer than that is the one way two relays' records can still
+// interleave in a partition. The same holds for any lease: the sink's part
+// is 2*fenceCheckInterval, the rest of Lease/5 is the network's and the
+// broker's. Faults and how each is known:
+//
+//   - Lease session killed, network to Postgres partitioned or silent,
+//     Postgres restarted: the renewals fail, the fence fails at the
+//     deadline and the sink stops as above, before any standby can take
+//     over. TestE2EKafkaLeaseKilled runs two relays on one outbox and one
+//     cluster, kills the leader's lease session (and in some rounds every
+//     session of the leader, while Postgres refuses new connections, so
+//     that the standby takes over), and checks in every partition that no
+//     producer's records resume after the next producer's first record.
+//   - Fence failing while records are buffered, in flight, or retried
+//     after a broker error: TestFenceAbandonsInFlight holds a produce
+//     request at the broker, fails the fence and answers it with a
+//     retriable error: no further produce request reaches the broker, and
+//     none of the records is in the log.
+//   - Fence failing after Publish handed the records over but before the
+//     client wrote them (it lingers to fill batches):
+//     TestFenceCheckedAtTheWrite, no produce request reaches the broker.
+//   - A write blocked on a full socket buffer when the fence fails:
+//     TestFencedConnStopsABlockedWrite.
+//   - Process paused (SIGSTOP, a VM freeze): the fence is on the monotonic
+//     clock, so it has failed when the process resumes, before its next
+//     check. Not covered: a pause landing exactly between a passing check
+//     and the write system call after it (a window of microseconds) lets
+//     that one write through on resume. Only the exactly-once mode, where
+//     the broker itself fences a deposed producer, closes that window.
+//   - Clock steps: only monotonic durations are compared (see the relay
+//     package's leadership).
 //
 // # Exactly once (Config.TransactionalID)
 //
 // Each Publish is one Kafka transaction holding its events and a progress
 // marker: a record in Config.ProgressTopic, keyed by the transactional id,
-// naming every event of the transaction by a 16-byte digest (SHA-256 of its
-// relay-event-id). The State Publish returns for the core to save with the
-// acknowledgement holds the offset of that marker and the digests of any
-// committed events not yet re-delivered (usually none).
+// naming every event of the transaction by a 16-byte digest of its
+// identity (relay.Message.Identity: the SHA-256 of its relay-event-id,
+// and of its relay-replay request for a republished event, so a replay is
+// never taken for its original nor the original for a replay). The
+// State Publish returns for the core to save with the acknowledgement
+// holds the offset of that marker and the digests of any committed events
+// not yet re-delivered (usually none).
 //
 // Start first commits a small transaction of its own. That makes the
 // cluster fence every earlier producer with the same transactional id: an
 // open transaction of a crashed or stale relay is aborted, one caught
-// mid-commit is completed, and neither can commit anything later. Start
-// then reads the progress partition, read_committed, from the saved offset
+// mid-commit is completed, and neither can commit anything later. So a
+// deposed leader can commit nothing once the new leader's Start has begun
+// its first transaction, whatever its own fence says; before that, what
+// it commits is in the markers the new leader reads next. Its own fence
+// is checked besides before every produce and again right before
+// EndTransaction's commit, so a deposed leader usually stops before the
+// broker has to refuse it. Start then reads the progress partition, read_committed, from the saved offset
 // to its own record: the markers it finds are the transactions Kafka
 // committed after the last acknowledgement Postgres kept. Their events are
 // still in the outbox, and the core delivers them again; Publish recognises
 // them by digest, skips them (they count as published), and produces the
-// rest.
+// rest. Nothing in recovery is decided by position: the progress offset
+// only says where to start reading markers, and which events are skipped
+// is decided by each one's identity alone, whatever the order and the set
+// the core re-delivers (rows deleted by hand, a source re-reading the
+// table in another order, replays interleaved with live events).
+// TestRecoveryByIdentity re-delivers a committed batch reordered, with a
+// replay of one of its events ahead of the original and a new event in
+// between: the replay and the new event are published, only the originals
+// skipped.
 //
 // Guaranteed, for consumers reading read_committed, while the
 // transactional id and the progress topic's markers are kept:
@@ -117,8 +207,9 @@
 //     hand) do not grow the saved state for ever; the source re-delivers
 //     such events first, so only a source breaking its ordering promise by
 //     that much could cause a repeat;
-//   - events are told apart by relay-event-id: messages without the header
-//     (the core always sets it) are told apart by their whole content.
+//   - events are told apart by identity (relay-event-id, plus relay-replay
+//     for replays): messages without the id header (the core always sets
+//     it) are told apart by their whole content.
 //
 // Transactions cost two round trips per Publish and a marker of 16 bytes
 // per event; the progress topic needs Write and Describe, the

@@ -2,9 +2,16 @@ package kafka
 
 import (
 	"bytes"
+	"context"
+	"crypto/sha256"
+	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"net"
+	"os"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -95,5 +102,97 @@ func TestRecordBatchSizeBoundsTheClient(t *testing.T) {
 		Headers: []relay.Header{{Key: "a", Value: []byte("b")}}}
 	if n := recordBatchSize(m); n < 1000+61 || n > 1000+61+40 {
 		t.Fatalf("recordBatchSize = %d", n)
+	}
+}
+
+func TestDigestTellsReplaysApart(t *testing.T) {
+	orig := relay.Message{Headers: []relay.Header{{Key: relay.HeaderEventID, Value: []byte("e")}}}
+	replay := relay.Message{Headers: []relay.Header{{Key: relay.HeaderEventID, Value: []byte("e")}, {Key: relay.HeaderReplay, Value: []byte("7")}}}
+	other := relay.Message{Headers: []relay.Header{{Key: relay.HeaderEventID, Value: []byte("e")}, {Key: relay.HeaderReplay, Value: []byte("8")}}}
+	if digestOf(orig) == digestOf(replay) || digestOf(replay) == digestOf(other) {
+		t.Fatal("a replay shares its digest with the original or with another replay")
+	}
+	// A first publication hashes as before replays had an identity, so
+	// markers and saved states written by earlier versions still match.
+	sum := sha256.Sum256([]byte("\x01e"))
+	if d := digestOf(orig); !bytes.Equal(d[:], sum[:16]) {
+		t.Fatal("the digest of a first publication changed")
+	}
+	// The row's own headers cannot pose as the relay's: the last wins.
+	forged := relay.Message{Headers: []relay.Header{{Key: relay.HeaderReplay, Value: []byte("7")}, {Key: relay.HeaderEventID, Value: []byte("e")}}}
+	if digestOf(forged) != digestOf(replay) {
+		t.Fatal("header order changed the identity")
+	}
+}
+
+// fenceSwitch is a fence that fails once tripped.
+type fenceSwitch struct{ tripped atomic.Bool }
+
+func (f *fenceSwitch) check() error {
+	if f.tripped.Load() {
+		return fmt.Errorf("%w: test fence", relay.ErrNotLeader)
+	}
+	return nil
+}
+
+// TestFencedConnStopsABlockedWrite: a write blocked because the broker
+// reads nothing goes on in slices after fresh fence checks; once the fence
+// fails it stops with ErrNotLeader, the connection is reset, the broker
+// receives not one byte more, and nothing can be dialled any longer.
+func TestFencedConnStopsABlockedWrite(t *testing.T) {
+	var fence fenceSwitch
+	d := newFencedDialer(fence.check, time.Second, nil)
+	client, broker := net.Pipe()
+	c := &fencedConn{Conn: client, d: d}
+	d.conns[c] = struct{}{}
+
+	const read = 1000
+	got := make(chan int, 1)
+	go func() {
+		n, _ := io.ReadFull(broker, make([]byte, read))
+		got <- n
+	}()
+	written := make(chan error, 1)
+	var n int
+	go func() {
+		var err error
+		n, err = c.Write(make([]byte, 1<<20))
+		written <- err
+	}()
+	if r := <-got; r != read {
+		t.Fatalf("the broker read %d bytes", r)
+	}
+	fence.tripped.Store(true)
+	err := <-written
+	if !errors.Is(err, relay.ErrNotLeader) {
+		t.Fatalf("the blocked write ended with %v, want ErrNotLeader", err)
+	}
+	if n != read {
+		t.Fatalf("%d bytes written, the broker read %d", n, read)
+	}
+	if more, err := broker.Read(make([]byte, 10)); more != 0 || err == nil {
+		t.Fatalf("the broker read %d more bytes (%v) after the fence failed", more, err)
+	}
+	if _, err := d.dial(context.Background(), "tcp", "127.0.0.1:1"); !errors.Is(err, relay.ErrNotLeader) {
+		t.Fatalf("dial after the fence failed: %v", err)
+	}
+}
+
+// TestFencedConnKeepsTheClientsDeadline: the client's write deadline ends
+// a blocked write as on a bare connection, and the connection stays usable.
+func TestFencedConnKeepsTheClientsDeadline(t *testing.T) {
+	var fence fenceSwitch
+	d := newFencedDialer(fence.check, time.Second, nil)
+	client, broker := net.Pipe()
+	defer broker.Close()
+	c := &fencedConn{Conn: client, d: d}
+	c.SetWriteDeadline(time.Now().Add(50 * time.Millisecond))
+	if _, err := c.Write([]byte("x")); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("a write past the client's deadline: %v", err)
+	}
+	c.SetWriteDeadline(time.Time{})
+	go io.ReadFull(broker, make([]byte, 3))
+	if _, err := c.Write([]byte("abc")); err != nil {
+		t.Fatalf("a write after the deadline was lifted: %v", err)
 	}
 }

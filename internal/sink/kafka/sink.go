@@ -2,6 +2,7 @@ package kafka
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"strconv"
@@ -58,13 +59,12 @@ type Sink struct {
 
 	// txn is the exactly-once progress, nil in at-least-once mode.
 	txn *txnState
-	// fence is the session's leadership fence, checked before records are
-	// handed to the client and while their acknowledgements are awaited:
-	// once it fails the sink produces nothing more and the core closes the
-	// client, failing what it still buffers. A produce request already on
-	// the wire then may still land, within the lease margin (a fifth of
-	// the lease) before any new leader starts.
-	fence func() error
+	// dialer holds the producing client's connections under the session's
+	// leadership fence: checked before records are handed to the client,
+	// while their acknowledgements are awaited, at every dial and every
+	// write. Once it fails nothing more is written to a broker (see the
+	// package documentation's fault model).
+	dialer *fencedDialer
 }
 
 var _ relay.Sink = (*Sink)(nil)
@@ -96,8 +96,15 @@ func New(cfg Config) (*Sink, error) {
 func (s *Sink) Start(ctx context.Context, session relay.Session) error {
 	s.Close(ctx)
 	saved := session.State
-	s.fence = session.CheckFence
-	opts, err := s.cfg.clientOpts()
+	var tc *tls.Config
+	if s.cfg.TLS.enabled() {
+		var err error
+		if tc, err = s.cfg.tlsConfig(); err != nil {
+			return err
+		}
+	}
+	s.dialer = newFencedDialer(session.CheckFence, s.cfg.DialTimeout, tc)
+	opts, err := s.cfg.clientOptsDialing(s.dialer)
 	if err != nil {
 		return err
 	}
@@ -383,7 +390,7 @@ func (s *Sink) produce(ctx context.Context, cl *kgo.Client, msgs []relay.Message
 	if extra != nil {
 		n++
 	}
-	if err := s.fence(); err != nil {
+	if err := s.dialer.check(); err != nil {
 		return nil, fmt.Errorf("kafka sink: not producing: %w", err)
 	}
 	errs := make([]error, n)
@@ -415,16 +422,15 @@ func (s *Sink) produce(ctx context.Context, cl *kgo.Client, msgs []relay.Message
 		case <-ctx.Done():
 			return nil, fmt.Errorf("kafka sink: %d records not acknowledged in time: %w", n, context.Cause(ctx))
 		case <-fenced.C:
-			if err := s.fence(); err != nil {
+			if err := s.dialer.check(); err != nil {
+				// check reset the connections; what the client still
+				// buffers is failed, never retried.
+				cl.UnsafeAbortBufferedRecords()
 				return nil, fmt.Errorf("kafka sink: %d records not acknowledged before the lease ended: %w", n, err)
 			}
 		}
 	}
 }
-
-// fenceCheckInterval is how often the fence is checked while records are
-// in flight.
-const fenceCheckInterval = 20 * time.Millisecond
 
 // classify turns per-record errors into refusals (failed) or, when any
 // error might pass on a retry, one error for the whole Publish.

@@ -17,16 +17,25 @@ import (
 	"github.com/outboxrelay/relay/relay"
 )
 
-// digest names one event in progress markers and in the saved state: the
-// first 16 bytes of the SHA-256 of its event id (of its whole content when
-// it has none).
+// digest names one publication in progress markers and in the saved
+// state: the first 16 bytes of the SHA-256 of its identity, the event id
+// and, for a replay, the replay request (of its whole content when it has
+// no event id). A first publication hashes as it did before replays had
+// their own identity, so markers and states written then still match.
 type digest [16]byte
 
 func digestOf(m relay.Message) digest {
 	h := sha256.New()
-	if id := m.EventID(); id != nil {
-		h.Write([]byte{1})
-		h.Write(id)
+	if id, replay := identityOf(m); id != nil {
+		if replay == nil {
+			h.Write([]byte{1})
+			h.Write(id)
+		} else {
+			h.Write([]byte{2})
+			h.Write(binary.AppendUvarint(nil, uint64(len(id))))
+			h.Write(id)
+			h.Write(replay)
+		}
 	} else {
 		h.Write([]byte{0})
 		for _, b := range [][]byte{[]byte(m.Topic), m.Key, m.Value, []byte(m.Timestamp.UTC().String())} {
@@ -43,6 +52,29 @@ func digestOf(m relay.Message) digest {
 	var d digest
 	copy(d[:], h.Sum(nil))
 	return d
+}
+
+// identityOf returns the relay's event id and replay request headers of m
+// (nil when absent), the parts of relay.Message.Identity: the core appends
+// its headers after the row's own, so the last of each name is the
+// relay's.
+func identityOf(m relay.Message) (id, replay []byte) {
+	for i := len(m.Headers) - 1; i >= 0 && (id == nil || replay == nil); i-- {
+		switch m.Headers[i].Key {
+		case relay.HeaderEventID:
+			if id == nil {
+				id = m.Headers[i].Value
+			}
+		case relay.HeaderReplay:
+			if replay == nil {
+				replay = m.Headers[i].Value
+			}
+		}
+	}
+	if len(id) == 0 {
+		return nil, nil
+	}
+	return id, replay
 }
 
 // Progress records in ProgressTopic, keyed by the transactional id:
@@ -389,6 +421,12 @@ func (s *Sink) publishTxn(ctx context.Context, cl *kgo.Client, msgs []relay.Mess
 			return relay.PublishResult{}, s.breakWith(err)
 		}
 		if firstErr(errs) == nil {
+			if err := s.dialer.check(); err != nil {
+				// Deposed between the acknowledgements and the commit:
+				// the transaction stays open and the next leader's
+				// fencing aborts it.
+				return relay.PublishResult{}, s.breakWith(fmt.Errorf("kafka sink: not committing a transaction of %d events: %w", len(todo), err))
+			}
 			if err := cl.EndTransaction(ctx, kgo.TryCommit); err != nil {
 				// Maybe committed, maybe not: the next Start reads the
 				// markers and knows.

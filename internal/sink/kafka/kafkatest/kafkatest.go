@@ -107,6 +107,21 @@ func (c *Cluster) Outage(d time.Duration) {
 // transaction left open holds the read until the cluster aborts it.
 func Read(t testing.TB, brokers []string, topic string, committed bool) []relaytest.Record {
 	t.Helper()
+	records := ReadRecords(t, brokers, topic, committed)
+	out := make([]relaytest.Record, len(records))
+	for i, r := range records {
+		out[i] = relaytest.Record{Partition: r.Partition, Key: r.Key, Value: r.Value, Timestamp: r.Timestamp}
+		for _, h := range r.Headers {
+			out[i].Headers = append(out[i].Headers, relay.Header{Key: h.Key, Value: h.Value})
+		}
+	}
+	return out
+}
+
+// ReadRecords is Read returning the client's records, which also tell
+// each record's offset and the producer id and epoch that wrote it.
+func ReadRecords(t testing.TB, brokers []string, topic string, committed bool) []*kgo.Record {
+	t.Helper()
 	ctx := context.Background()
 	admin, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
 	if err != nil {
@@ -150,11 +165,7 @@ func Read(t testing.TB, brokers []string, topic string, committed bool) []relayt
 		t.Fatalf("kafkatest: %v", err)
 	}
 	defer cl.Close()
-	type rec struct {
-		offset int64
-		r      relaytest.Record
-	}
-	var got []rec
+	var got []*kgo.Record
 	seen := map[int32]int64{}
 	reached := func() bool {
 		for p, e := range end {
@@ -176,24 +187,16 @@ func Read(t testing.TB, brokers []string, topic string, committed bool) []relayt
 			if len(r.Headers) == 1 && r.Headers[0].Key == endMarker {
 				return
 			}
-			out := relaytest.Record{Partition: r.Partition, Key: r.Key, Value: r.Value, Timestamp: r.Timestamp}
-			for _, h := range r.Headers {
-				out.Headers = append(out.Headers, relay.Header{Key: h.Key, Value: h.Value})
-			}
-			got = append(got, rec{r.Offset, out})
+			got = append(got, r)
 		})
 	}
-	slices.SortStableFunc(got, func(a, b rec) int {
-		if a.r.Partition != b.r.Partition {
-			return int(a.r.Partition - b.r.Partition)
+	slices.SortStableFunc(got, func(a, b *kgo.Record) int {
+		if a.Partition != b.Partition {
+			return int(a.Partition - b.Partition)
 		}
-		return int(a.offset - b.offset)
+		return int(a.Offset - b.Offset)
 	})
-	out := make([]relaytest.Record, len(got))
-	for i, g := range got {
-		out[i] = g.r
-	}
-	return out
+	return got
 }
 
 const endMarker = "kafkatest-end"
