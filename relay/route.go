@@ -7,6 +7,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/outboxrelay/relay/internal/topicname"
 )
 
 // Reasons an event is moved to the dead letters; also the "reason" label of
@@ -37,17 +39,8 @@ var (
 // ValidTopic checks Kafka's topic rules: 1 to 249 characters from
 // [a-zA-Z0-9._-], and neither "." nor "..".
 func ValidTopic(topic string) error {
-	if len(topic) == 0 || len(topic) > 249 {
-		return fmt.Errorf("%w %q: length must be 1..249", ErrInvalidTopic, topic)
-	}
-	if topic == "." || topic == ".." {
-		return fmt.Errorf("%w %q", ErrInvalidTopic, topic)
-	}
-	for i := 0; i < len(topic); i++ {
-		c := topic[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
-			return fmt.Errorf("%w %q: only [a-zA-Z0-9._-] are allowed", ErrInvalidTopic, topic)
-		}
+	if err := topicname.Check(topic); err != nil {
+		return fmt.Errorf("%w %w", ErrInvalidTopic, err)
 	}
 	return nil
 }

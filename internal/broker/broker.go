@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/outboxrelay/relay/internal/topicname"
 )
 
 // SyncPolicy says when appended data is fsynced.
@@ -581,14 +582,8 @@ func (b *Broker) saveMetaLocked(m metadata) error {
 
 // ValidateTopicName applies Kafka's topic naming rules.
 func ValidateTopicName(name string) error {
-	if len(name) == 0 || len(name) > 249 || name == "." || name == ".." {
-		return fmt.Errorf("%w: %q must be 1..249 characters and not . or ..", ErrInvalidTopic, name)
-	}
-	for i := 0; i < len(name); i++ {
-		c := name[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
-			return fmt.Errorf("%w: %q has character %q outside [a-zA-Z0-9._-]", ErrInvalidTopic, name, c)
-		}
+	if err := topicname.Check(name); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidTopic, err)
 	}
 	return nil
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/outboxrelay/relay/internal/topicname"
 	"github.com/outboxrelay/relay/relay"
 )
 
@@ -84,16 +85,8 @@ func varintLen(v int64) int {
 
 // validTopic applies Kafka's topic name rules.
 func validTopic(name string) error {
-	if name == "" || len(name) > 249 {
-		return fmt.Errorf("%w: %q must be 1 to 249 characters", ErrInvalidTopic, name)
-	}
-	if name == "." || name == ".." {
-		return fmt.Errorf("%w: %q", ErrInvalidTopic, name)
-	}
-	for _, c := range []byte(name) {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
-			return fmt.Errorf("%w: %q may hold only [a-zA-Z0-9._-]", ErrInvalidTopic, name)
-		}
+	if err := topicname.Check(name); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidTopic, err)
 	}
 	return nil
 }
