@@ -20,6 +20,7 @@ import (
 
 func TestMain(m *testing.M) {
 	code := pgtest.Run(m)
+	stopCommitTSCluster()
 	testbin.Cleanup()
 	os.Exit(code)
 }
