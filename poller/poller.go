@@ -142,6 +142,13 @@ func (p *Poller) Start(ctx context.Context, from relay.Position) error {
 			conn.Close(ctx)
 		}
 	}()
+	// A tick matters only until its batch is acknowledged, and the core's
+	// acknowledgement commits synchronously, which flushes the tick's
+	// commit record before its own: recording a tick need not wait for a
+	// flush of its own.
+	if _, err := conn.Exec(ctx, `SET synchronous_commit = off`); err != nil {
+		return fmt.Errorf("poller: setting synchronous_commit: %w", err)
+	}
 	if err := conn.QueryRow(ctx, `SELECT current_setting('track_commit_timestamp')::bool`).Scan(&p.byTS); err != nil {
 		return fmt.Errorf("poller: reading track_commit_timestamp: %w", err)
 	}
@@ -424,7 +431,7 @@ func (p *Poller) fetch(ctx context.Context, b *batch, ids []int64) ([]relay.Even
 }
 
 // read runs a page query of b and numbers the events it returns. A fresh
-// query returns the tick's snapshot in its first row.
+// query returns the tick's snapshot in one of its rows.
 func (p *Poller) read(ctx context.Context, b *batch, sql string, args []any, fresh bool) ([]relay.Event, *string, error) {
 	rows, err := p.conn.Query(ctx, sql, args...)
 	if err != nil {

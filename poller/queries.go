@@ -48,7 +48,7 @@ func newQueries(schema string) queries {
     SELECT e.* FROM ` + events + ` AS e
     WHERE e.txid >= pg_snapshot_xmax(s.prev) AND e.txid < pg_snapshot_xmax(s.cur)
     UNION ALL
-    SELECT e.* FROM pg_snapshot_xip(s.prev) AS x(txid) JOIN ` + events + ` AS e ON e.txid = x.txid
+    SELECT e.* FROM ` + events + ` AS e WHERE e.txid = ANY (ARRAY(SELECT pg_snapshot_xip(s.prev)))
 ) AS e`
 	deltaWhere := `pg_visible_in_snapshot(e.txid, s.cur)`
 	scan := `s CROSS JOIN ` + events + ` AS e`
@@ -72,7 +72,7 @@ page AS MATERIALIZED (` + page + `),
 t AS (INSERT INTO ` + ticks + ` (tick, snapshot, by_commit_ts)
     SELECT ` + nArg + `::bigint, s.cur, ` + flag + ` FROM s WHERE EXISTS (SELECT 1 FROM page)),
 d AS (DELETE FROM ` + ticks + ` WHERE tick < ` + pruneArg + `::bigint)
-SELECT CASE WHEN row_number() OVER (ORDER BY ` + order + `) = 1 THEN (SELECT s.cur::text FROM s) END AS snap,
+SELECT CASE WHEN row_number() OVER () = 1 THEN (SELECT s.cur::text FROM s) END AS snap,
     ` + pageCols + tsCols + `
 FROM page ORDER BY ` + order
 	}
