@@ -81,10 +81,14 @@
 //     relay at random moments and read the whole log back
 //     (TestCrashLoopExactlyOnce, TestHotKeysCommitOrder).
 //   - Paused process: the reader holds no snapshot and no transaction
-//     between calls, so a paused relay holds nothing back in the server;
-//     another leader may take over, and tick numbers it records collide
-//     with a late write of the paused one on the primary key instead of
-//     being silently interleaved.
+//     between calls, so a paused relay holds nothing back in the server.
+//     If it wakes after another relay took over, the core's leadership
+//     keeps it from acknowledging; a tick it records meanwhile either
+//     collides with one of the new leader's on the primary key (an error
+//     and a restart) or is one more snapshot in the tick sequence. Batches
+//     are the deltas between successive recorded snapshots, so such a tick
+//     skips nothing, but it may change the re-delivery order after a later
+//     crash. No test pauses a relay.
 //   - Transaction-id wraparound: txid and snapshots are 64-bit (xid8,
 //     pg_snapshot), which do not wrap; visibility is computed from the
 //     snapshots alone, not from the commit log, so it stays right for rows

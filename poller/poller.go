@@ -336,7 +336,18 @@ func (p *Poller) fresh(ctx context.Context, max int) ([]relay.Event, error) {
 
 // page reads the next page of the current batch.
 func (p *Poller) page(ctx context.Context, max int) ([]relay.Event, error) {
-	b := p.cur
+	// On a copy: a read that fails half way leaves the batch's cursor as it
+	// was.
+	b := *p.cur
+	events, err := p.pageOf(ctx, &b, max)
+	if err != nil {
+		return nil, err
+	}
+	*p.cur = b
+	return events, nil
+}
+
+func (p *Poller) pageOf(ctx context.Context, b *batch, max int) ([]relay.Event, error) {
 	if !b.byTS {
 		var sql string
 		if b.started || b.prev == nil {
