@@ -80,6 +80,14 @@
 //     order and with the batch boundaries they first had; tests kill the
 //     relay at random moments and read the whole log back
 //     (TestCrashLoopExactlyOnce, TestHotKeysCommitOrder).
+//   - PostgreSQL crash: ticks are committed without waiting for their WAL
+//     flush (synchronous_commit is off on the reader's connection), which
+//     spares a flush per batch. The core's acknowledgement commits
+//     synchronously and so flushes every tick before it; a server crash can
+//     lose only ticks of unacknowledged batches, and their events are then
+//     delivered again after the checkpoint in the order of new ticks, which
+//     may differ from the first. That relies on the sink deduplicating
+//     re-delivered events by identity, not by their order.
 //   - Paused process: the reader holds no snapshot and no transaction
 //     between calls, so a paused relay holds nothing back in the server.
 //     If it wakes after another relay took over, the core's leadership
