@@ -126,7 +126,8 @@
 // A read of a live batch is one statement: it takes the snapshot, reads the
 // rows whose transactions started since the previous tick or were running
 // in it (through the (txid, id) index), records the tick when there are
-// rows and prunes acknowledged ticks. A large batch (a backlog, the first
+// rows and prunes acknowledged ticks; a non-empty tick costs a row in
+// poll_ticks and a transaction id (an empty one neither). A large batch (a backlog, the first
 // batch after a start) is read in row-id order along the primary key, a
 // page at a time; in commit-timestamp order its row ids are listed once,
 // sorted, and then read a page at a time by id.
