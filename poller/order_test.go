@@ -136,9 +136,15 @@ func TestTwoTransactionsCommitOrder(t *testing.T) {
 // at random moments meanwhile (a third of the time with acknowledgements
 // held back). Each key's events in the log must have strictly increasing
 // versions, every committed event exactly once, nothing rolled back. Run
-// with track_commit_timestamp off and on.
+// with track_commit_timestamp off and on, and, with it on, also with each
+// event written before the lock (its row id then follows the INSERTs, not
+// the commits: only commit timestamps order it).
 func TestHotKeysCommitOrder(t *testing.T) {
-	for i, c := range orderCases[:2] {
+	cases := []struct {
+		orderCase
+		eventFirst bool
+	}{{orderCases[0], false}, {orderCases[1], false}, {orderCase{"poll-commit-timestamps-event-before-lock", "poll", true}, true}}
+	for i, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			url, bin := c.database(t)
 			dataDir := e2e.DataDir(t)
@@ -151,7 +157,7 @@ func TestHotKeysCommitOrder(t *testing.T) {
 			writeDone := make(chan error, 1)
 			go func() {
 				writeDone <- e2e.WriteLocked(ctx, e2e.LockedConfig{URL: url, Topic: "orders", Writers: 8, Events: 20_000,
-					Keys: 50, RollbackEvery: 20, Seed: uint64(i + 1)}, ledger)
+					Keys: 50, RollbackEvery: 20, Seed: uint64(i + 1), EventFirst: c.eventFirst}, ledger)
 			}()
 			relay, kills, held := e2e.KillLoop{
 				Locker: pgtest.Connect(t, url), Rand: rand.New(rand.NewPCG(7, uint64(i))), MinKills: 8,

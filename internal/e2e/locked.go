@@ -22,6 +22,10 @@ type LockedConfig struct {
 	// RollbackEvery rolls back one transaction in this many (0: never).
 	RollbackEvery int
 	Seed          uint64
+	// EventFirst writes the event row before taking the lock (and fills in
+	// its payload after): its id then follows the order of the INSERTs, not
+	// of the commits.
+	EventFirst bool
 }
 
 // SetupLocked creates the business tables the locked writers use:
@@ -51,8 +55,18 @@ CREATE TABLE IF NOT EXISTS public.relay_test_elsewhere (n bigint)`)
 // writes an event whose Seq is the new version. So the key's versions, and
 // its events' Seq, follow the order in which the transactions commit.
 func LockedTx(ctx context.Context, tx pgx.Tx, topic, key, id string, pause time.Duration) (Payload, error) {
+	return lockedTx(ctx, tx, topic, key, id, pause, false)
+}
+
+func lockedTx(ctx context.Context, tx pgx.Tx, topic, key, id string, pause time.Duration, eventFirst bool) (Payload, error) {
 	if _, err := tx.Exec(ctx, `INSERT INTO public.relay_test_elsewhere (n) VALUES (1)`); err != nil {
 		return Payload{}, err
+	}
+	var row int64
+	if eventFirst {
+		if err := tx.QueryRow(ctx, `INSERT INTO outbox.events (topic, key, payload, headers) VALUES ($1, $2, '', '{"test":"e2e"}') RETURNING id`, topic, key).Scan(&row); err != nil {
+			return Payload{}, err
+		}
 	}
 	if pause > 0 {
 		time.Sleep(pause)
@@ -67,6 +81,10 @@ func LockedTx(ctx context.Context, tx pgx.Tx, topic, key, id string, pause time.
 	}
 	p := Payload{ID: id, Key: key, Seq: version}
 	body, _ := json.Marshal(p)
+	if eventFirst {
+		_, err := tx.Exec(ctx, `UPDATE outbox.events SET payload = $2 WHERE id = $1`, row, body)
+		return p, err
+	}
 	if _, err := tx.Exec(ctx, `INSERT INTO outbox.events (topic, key, payload, headers) VALUES ($1, $2, $3, '{"test":"e2e"}')`, topic, key, body); err != nil {
 		return Payload{}, err
 	}
@@ -96,7 +114,7 @@ func WriteLocked(ctx context.Context, cfg LockedConfig, ledger *Ledger) error {
 			if err != nil {
 				return err
 			}
-			p, err := LockedTx(ctx, tx, cfg.Topic, key, fmt.Sprintf("locked-s%d-w%d-t%d", cfg.Seed, w, txNo), pause)
+			p, err := lockedTx(ctx, tx, cfg.Topic, key, fmt.Sprintf("locked-s%d-w%d-t%d", cfg.Seed, w, txNo), pause, cfg.EventFirst)
 			if err != nil {
 				tx.Rollback(ctx)
 				return err
