@@ -153,7 +153,8 @@ func (e *env) settle(ctx context.Context) error {
 }
 
 // deleteReturningBaseline writes the same backlog again and drains it with
-// plain SQL, 1,000 rows per statement, in the poller's order.
+// plain SQL, 1,000 rows per statement, in (txid, id) order (the order of
+// the reader before ticks, kept so that ratios stay comparable).
 func (e *env) deleteReturningBaseline(ctx context.Context) (*Baseline, error) {
 	e.cfg.Logger.Info("writing the baseline backlog")
 	written, _, err := e.fill(ctx, e.cfg.Events, 0)
