@@ -20,6 +20,7 @@ import (
 
 func TestMain(m *testing.M) {
 	code := pgtest.Run(m)
+	stopCommitTSCluster()
 	testbin.Cleanup()
 	os.Exit(code)
 }
@@ -46,9 +47,10 @@ func TestCrashLoopExactlyOnce(t *testing.T) {
 
 	// Two long transactions. The first inserts before anything else, so it
 	// holds the lowest id, and commits 1.5 s later, after thousands of later
-	// transactions; while it is open nothing behind it can be published.
-	// The second inserts when 90% of the events are written and commits
-	// last, after every writer and every kill.
+	// transactions, which are published meanwhile; its row comes in the
+	// first tick after its commit. The second inserts when 90% of the
+	// events are written and commits last, after every writer and every
+	// kill.
 	long := pgtest.Connect(t, url)
 	longTx, err := long.Begin(ctx)
 	if err != nil {

@@ -1,49 +1,3 @@
-// Package poller reads the outbox with plain SQL: the polling reader.
-//
-// # Approach: the snapshot horizon
-//
-// An outbox row's ordering id is assigned at INSERT but becomes visible at
-// COMMIT, so a reader that keeps a cursor "id > last seen" skips a row whose
-// transaction took a low id and committed late. Instead every row records
-// the id of the transaction that wrote it (txid, an xid8 filled by
-// pg_current_xact_id()), and the poller reads only rows whose transaction
-// is older than the oldest transaction still running:
-//
-//	WHERE txid < pg_snapshot_xmin(pg_current_snapshot())
-//	  AND (txid, id) > cursor
-//	ORDER BY txid, id
-//
-// Every transaction below that horizon has finished, so no row can appear
-// later behind the cursor: nothing is skipped. Ordering by (txid, id) keeps
-// the order guarantee: if T1 committed before T2 began, T2 got its
-// transaction id after T1 had one, so T1's rows come first; within a
-// transaction rows keep their insert order.
-//
-// Costs, stated plainly:
-//   - A long-running transaction anywhere in the cluster (even one that
-//     writes no events) holds the horizon back: events committed after it
-//     started wait until it ends. Keep transactions short, or use the WAL
-//     reader (cdc/), which has no such wait.
-//   - Transaction ids do not survive a dump and restore into a new cluster;
-//     drain the outbox before moving it.
-//   - Each row costs a DELETE after publication (done by the core in
-//     batches), which is the price of the table staying small.
-//
-// # Wake-up
-//
-// An AFTER INSERT statement trigger sends NOTIFY on the channel
-// "<schema>.events" at commit. The poller LISTENs on its own connection and
-// queries as soon as a notification arrives; it also queries every
-// PollInterval, because notifications are lost while it is disconnected.
-// When rows exist beyond the cursor but are not yet below the horizon (an
-// older transaction is still open), it retries after a short, growing delay
-// instead of waiting for the next notification.
-//
-// The poller never deletes rows: the core does, after the sink has made the
-// events durable, in the transaction that saves the checkpoint. The cursor
-// lives in memory; after a restart the core passes the checkpoint position
-// to Start, and the rows still in the table are exactly the events not yet
-// acknowledged.
 package poller
 
 import (
@@ -51,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -70,7 +24,7 @@ type Config struct {
 	DatabaseURL string
 	// Schema holds the outbox table (default "outbox").
 	Schema string
-	// PollInterval is how often the poller queries without a notification
+	// PollInterval is how often the poller reads without a notification
 	// (default 1s).
 	PollInterval time.Duration
 	// Logger receives the poller's logs (default: slog.Default()).
@@ -102,22 +56,64 @@ func (c Config) Validate() error {
 	return nil
 }
 
+// tick is a recorded snapshot.
+type tick struct {
+	n    uint64
+	snap string
+	// byTS: the batch is ordered by commit timestamp.
+	byTS bool
+}
+
+// batch is the tick being delivered.
+type batch struct {
+	tick
+	// prev is the previous tick's snapshot; nil means none: the batch is
+	// every visible row still in the outbox.
+	prev *string
+	// ordinal is the Minor of the last event delivered.
+	ordinal uint64
+	started bool
+	// lastID is the row id of the last event delivered (row-id order).
+	lastID int64
+	// In commit-timestamp order: the sort key of the last event delivered
+	// and, once the batch proved large, the ids still to deliver.
+	lastKey  int64
+	lastTxid string
+	listed   bool
+	ids      []int64
+	done     bool
+}
+
 // Poller is a relay.Source that reads the outbox table with SQL.
 type Poller struct {
-	cfg     Config
-	query   string
-	pending string
-	channel string
+	cfg Config
+	q   queries
 
 	conn   *pgx.Conn
 	listen *pgx.Conn
-	cursor relay.Position
-	// backoff is the current delay while rows wait behind the horizon.
-	backoff time.Duration
-	// acked is signalled by Acked. The core's acknowledgement transaction
-	// holds the horizon while it runs and sends no notification when it
-	// commits, so its end is a reason to look again.
-	acked chan struct{}
+	// byTS is whether the server tracks commit timestamps.
+	byTS bool
+	// nextTick numbers the next recorded tick.
+	nextTick uint64
+	// prev is the snapshot of the last tick whose batch is fully delivered;
+	// nil: none since Start.
+	prev *string
+	// replay holds recorded ticks to deliver again after a restart.
+	replay []tick
+	// resume is the ordinal the first replayed tick was acknowledged to.
+	resume uint64
+	cur    *batch
+
+	// acked is the highest acknowledged tick (set by Acked, from the core's
+	// acknowledgement goroutine); pruned is what the poller last deleted
+	// below.
+	acked  atomic.Uint64
+	pruned uint64
+
+	wake       chan struct{}
+	listenErr  chan error
+	stopListen context.CancelFunc
+	listenDone chan struct{}
 }
 
 var _ relay.Source = (*Poller)(nil)
@@ -128,26 +124,35 @@ func New(cfg Config) (*Poller, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	table := pgx.Identifier{cfg.Schema, "events"}.Sanitize()
-	return &Poller{
-		cfg: cfg,
-		// The text rendering of txid gets its own name: ORDER BY must sort
-		// by the xid8 column, not by its text.
-		query: `SELECT e.id, e.txid::text AS txid_text, e.event_id::text, e.topic, e.key, e.payload, e.headers::text, e.created_at
-FROM ` + table + ` AS e
-WHERE e.txid < pg_snapshot_xmin(pg_current_snapshot()) AND (e.txid, e.id) > ($1::text::xid8, $2)
-ORDER BY e.txid, e.id
-LIMIT $3`,
-		acked:   make(chan struct{}, 1),
-		pending: `SELECT EXISTS (SELECT 1 FROM ` + table + ` WHERE (txid, id) > ($1::text::xid8, $2))`,
-		channel: cfg.Schema + ".events",
-	}, nil
+	return &Poller{cfg: cfg, q: newQueries(cfg.Schema)}, nil
 }
 
-// Start connects, listens for commits and sets the cursor to from.
+// Start connects, listens for commits and prepares to deliver the events
+// after from: the rest of from's tick when it is recorded, the recorded
+// ticks after it, then new ones.
 func (p *Poller) Start(ctx context.Context, from relay.Position) error {
 	p.Close(ctx)
 	conn, err := pgconfig.Connect(ctx, p.cfg.DatabaseURL)
+	if err != nil {
+		return err
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			conn.Close(ctx)
+		}
+	}()
+	// A tick matters only until its batch is acknowledged, and the core's
+	// acknowledgement commits synchronously, which flushes the tick's
+	// commit record before its own: recording a tick need not wait for a
+	// flush of its own.
+	if _, err := conn.Exec(ctx, `SET synchronous_commit = off`); err != nil {
+		return fmt.Errorf("poller: setting synchronous_commit: %w", err)
+	}
+	if err := conn.QueryRow(ctx, `SELECT current_setting('track_commit_timestamp')::bool`).Scan(&p.byTS); err != nil {
+		return fmt.Errorf("poller: reading track_commit_timestamp: %w", err)
+	}
+	replay, resume, next, err := p.loadTicks(ctx, conn, from)
 	if err != nil {
 		return err
 	}
@@ -159,28 +164,122 @@ func (p *Poller) Start(ctx context.Context, from relay.Position) error {
 		}
 	})
 	if err != nil {
-		conn.Close(ctx)
 		return err
 	}
-	if _, err := listen.Exec(ctx, "LISTEN "+pgx.Identifier{p.channel}.Sanitize()); err != nil {
-		conn.Close(ctx)
+	if _, err := listen.Exec(ctx, "LISTEN "+pgx.Identifier{p.cfg.Schema + ".events"}.Sanitize()); err != nil {
 		listen.Close(ctx)
 		return fmt.Errorf("poller: LISTEN: %w", err)
 	}
-	p.conn, p.listen, p.cursor, p.backoff = conn, listen, from, 0
+	ok = true
+	p.conn, p.listen = conn, listen
+	p.replay, p.resume, p.nextTick, p.prev, p.cur = replay, resume, next, nil, nil
+	p.acked.Store(0)
+	p.pruned = 0
+	p.wake = make(chan struct{}, 1)
+	p.listenErr = make(chan error, 1)
+	lctx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	p.stopListen, p.listenDone = stop, make(chan struct{})
+	go p.listenLoop(lctx, listen, p.wake, p.listenErr, p.listenDone)
+	if len(replay) > 0 {
+		p.cfg.Logger.Info("poller: delivering unacknowledged ticks again", "from", from.String(), "ticks", len(replay))
+	}
 	return nil
 }
 
-// Next returns up to max events after the cursor, waiting for a commit
-// when there are none.
+// loadTicks returns the recorded ticks to deliver again after from (from's
+// own first), the ordinal of from within its tick, and the next tick number.
+// Ticks before from's are deleted; when from's tick is not recorded (a first
+// start, a checkpoint of another reader, a pruned or truncated table) all
+// are, and delivery starts from every visible row.
+func (p *Poller) loadTicks(ctx context.Context, conn *pgx.Conn, from relay.Position) ([]tick, uint64, uint64, error) {
+	var maxTick int64
+	if err := conn.QueryRow(ctx, p.q.maxTick).Scan(&maxTick); err != nil {
+		return nil, 0, 0, fmt.Errorf("poller: reading ticks: %w", err)
+	}
+	next := max(uint64(maxTick), from.Major) + 1
+	rows, err := conn.Query(ctx, p.q.loadTicks, int64(from.Major))
+	if err != nil {
+		return nil, 0, 0, fmt.Errorf("poller: reading ticks: %w", err)
+	}
+	var ticks []tick
+	for rows.Next() {
+		var t tick
+		var n int64
+		if err := rows.Scan(&n, &t.snap, &t.byTS); err != nil {
+			rows.Close()
+			return nil, 0, 0, fmt.Errorf("poller: reading ticks: %w", err)
+		}
+		t.n = uint64(n)
+		ticks = append(ticks, t)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, 0, 0, fmt.Errorf("poller: reading ticks: %w", err)
+	}
+	if from.IsZero() || len(ticks) == 0 || ticks[0].n != from.Major {
+		if _, err := conn.Exec(ctx, p.q.clearTicks); err != nil {
+			return nil, 0, 0, fmt.Errorf("poller: clearing ticks: %w", err)
+		}
+		return nil, 0, next, nil
+	}
+	if _, err := conn.Exec(ctx, p.q.prune, int64(from.Major)); err != nil {
+		return nil, 0, 0, fmt.Errorf("poller: pruning ticks: %w", err)
+	}
+	for i := range ticks {
+		if ticks[i].byTS && !p.byTS {
+			p.cfg.Logger.Warn("poller: a recorded tick was ordered by commit timestamp, which the server no longer tracks; delivering it again in row-id order",
+				"tick", ticks[i].n)
+			ticks[i].byTS = false
+		}
+	}
+	return ticks, from.Minor, next, nil
+}
+
+// listenLoop turns notifications into a wake-up; several arriving while
+// Next reads coalesce into one.
+func (p *Poller) listenLoop(ctx context.Context, listen *pgx.Conn, wake chan<- struct{}, errc chan<- error, done chan<- struct{}) {
+	defer close(done)
+	for {
+		if _, err := listen.WaitForNotification(ctx); err != nil {
+			if ctx.Err() == nil {
+				errc <- err
+			}
+			return
+		}
+		select {
+		case wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// Next returns up to max events of the current batch, starting the next
+// one (recorded, or a new tick) when it is done, and waits for a commit
+// when there is nothing to deliver.
 func (p *Poller) Next(ctx context.Context, max int) ([]relay.Event, error) {
 	if p.conn == nil {
 		return nil, errors.New("poller: Next before Start")
 	}
 	for {
-		events, err := p.read(ctx, max)
+		if p.cur != nil {
+			events, err := p.page(ctx, max)
+			if err != nil {
+				return nil, err
+			}
+			p.finish()
+			if len(events) > 0 {
+				return events, nil
+			}
+			continue
+		}
+		if len(p.replay) > 0 {
+			t := p.replay[0]
+			p.replay = p.replay[1:]
+			p.cur = &batch{tick: t, prev: p.prev, ordinal: p.resume}
+			p.resume = 0
+			continue
+		}
+		events, err := p.fresh(ctx, max)
 		if err != nil || len(events) > 0 {
-			p.backoff = 0
 			return events, err
 		}
 		if err := p.wait(ctx); err != nil {
@@ -189,26 +288,187 @@ func (p *Poller) Next(ctx context.Context, max int) ([]relay.Event, error) {
 	}
 }
 
-func (p *Poller) read(ctx context.Context, max int) ([]relay.Event, error) {
-	rows, err := p.conn.Query(ctx, p.query, strconv.FormatUint(p.cursor.Major, 10), int64(p.cursor.Minor), max)
+// finish moves on from the current batch once it is fully delivered.
+func (p *Poller) finish() {
+	if p.cur != nil && p.cur.done {
+		snap := p.cur.snap
+		p.prev, p.cur = &snap, nil
+	}
+}
+
+// fresh takes a snapshot and reads the first page of its batch, recording
+// the tick (and pruning acknowledged ones) in the same statement when the
+// batch has rows.
+func (p *Poller) fresh(ctx context.Context, max int) ([]relay.Event, error) {
+	prune := p.acked.Load()
+	if prune <= p.pruned {
+		prune = 0
+	}
+	b := &batch{tick: tick{n: p.nextTick, byTS: p.byTS}, prev: p.prev}
+	var sql string
+	var args []any
+	if b.byTS {
+		sql, args = p.q.freshTS(b.prev == nil), []any{b.prev, max, int64(b.n), int64(prune)}
+	} else {
+		sql, args = p.q.freshID(b.prev == nil), []any{b.prev, int64(0), max, int64(b.n), int64(prune)}
+	}
+	events, snap, err := p.read(ctx, b, sql, args, true)
+	if err != nil {
+		return nil, err
+	}
+	if prune > 0 {
+		p.pruned = prune
+	}
+	if len(events) == 0 {
+		return nil, nil
+	}
+	if snap == nil {
+		return nil, errors.New("poller: the tick's snapshot was not returned")
+	}
+	p.nextTick++
+	b.snap = *snap
+	b.started = true
+	b.done = len(events) < max
+	p.cur = b
+	p.finish()
+	return events, nil
+}
+
+// page reads the next page of the current batch.
+func (p *Poller) page(ctx context.Context, max int) ([]relay.Event, error) {
+	// On a copy: a read that fails half way leaves the batch's cursor as it
+	// was.
+	b := *p.cur
+	events, err := p.pageOf(ctx, &b, max)
+	if err != nil {
+		return nil, err
+	}
+	*p.cur = b
+	return events, nil
+}
+
+func (p *Poller) pageOf(ctx context.Context, b *batch, max int) ([]relay.Event, error) {
+	if !b.byTS {
+		var sql string
+		if b.started || b.prev == nil {
+			sql = p.q.scanID
+		} else {
+			sql = p.q.firstID
+		}
+		events, _, err := p.read(ctx, b, sql, []any{b.prev, b.snap, b.lastID, max}, false)
+		if err != nil {
+			return nil, err
+		}
+		b.started = true
+		b.done = len(events) < max
+		return events, nil
+	}
+	if !b.started && b.prev != nil {
+		events, _, err := p.read(ctx, b, p.q.firstTS, []any{b.prev, b.snap, max}, false)
+		if err != nil {
+			return nil, err
+		}
+		b.started = true
+		b.done = len(events) < max
+		return events, nil
+	}
+	if !b.listed {
+		if err := p.list(ctx, b); err != nil {
+			return nil, err
+		}
+	}
+	take := b.ids[:min(max, len(b.ids))]
+	b.ids = b.ids[len(take):]
+	b.done = len(b.ids) == 0
+	return p.fetch(ctx, b, take)
+}
+
+// list reads, in commit-timestamp order, the ids of the batch's rows after
+// the last one delivered.
+func (p *Poller) list(ctx context.Context, b *batch) error {
+	sql := p.q.keysDelta
+	if b.prev == nil {
+		sql = p.q.keysAll
+	}
+	lastTxid := b.lastTxid
+	if !b.started {
+		b.lastKey, lastTxid = minKey, "0"
+	}
+	rows, err := p.conn.Query(ctx, sql, b.prev, b.snap, b.lastKey, lastTxid, b.lastID)
+	if err != nil {
+		return fmt.Errorf("poller: listing a large batch: %w", err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return fmt.Errorf("poller: listing a large batch: %w", err)
+	}
+	b.ids, b.listed, b.started = ids, true, true
+	return nil
+}
+
+// fetch reads the rows of ids and returns them in the order of ids. A row
+// deleted meanwhile (by someone else) is left out.
+func (p *Poller) fetch(ctx context.Context, b *batch, ids []int64) ([]relay.Event, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	rows, err := p.conn.Query(ctx, p.q.fetch, ids)
 	if err != nil {
 		return nil, fmt.Errorf("poller: reading events: %w", err)
 	}
+	byID := make(map[int64]relay.Event, len(ids))
+	for rows.Next() {
+		e, err := scanEvent(rows)
+		if err != nil {
+			rows.Close()
+			return nil, err
+		}
+		byID[e.ID] = e
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("poller: reading events: %w", err)
+	}
+	events := make([]relay.Event, 0, len(byID))
+	for _, id := range ids {
+		e, ok := byID[id]
+		if !ok {
+			continue
+		}
+		b.ordinal++
+		e.Position = relay.Position{Major: b.n, Minor: b.ordinal}
+		events = append(events, e)
+	}
+	return events, nil
+}
+
+// read runs a page query of b and numbers the events it returns. A fresh
+// query returns the tick's snapshot in one of its rows.
+func (p *Poller) read(ctx context.Context, b *batch, sql string, args []any, fresh bool) ([]relay.Event, *string, error) {
+	rows, err := p.conn.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, nil, fmt.Errorf("poller: reading events: %w", err)
+	}
+	defer rows.Close()
 	// Sized by what arrives, not by max: under a steady load most reads
 	// return a few rows, and a max-sized slice each time fed the GC.
 	var events []relay.Event
-	var txid string
+	var snap *string
 	for rows.Next() {
 		var e relay.Event
-		var key, headers *string
-		if err := rows.Scan(&e.ID, &txid, &e.EventID, &e.Topic, &key, &e.Payload, &headers, &e.CreatedAt); err != nil {
-			rows.Close()
-			return nil, fmt.Errorf("poller: reading events: %w", err)
+		var key, headers, s *string
+		dest := make([]any, 0, 10)
+		if fresh {
+			dest = append(dest, &s)
 		}
-		major, err := strconv.ParseUint(txid, 10, 64)
-		if err != nil {
-			rows.Close()
-			return nil, fmt.Errorf("poller: transaction id %q: %w", txid, err)
+		dest = append(dest, &e.ID, &e.EventID, &e.Topic, &key, &e.Payload, &headers, &e.CreatedAt)
+		if b.byTS {
+			dest = append(dest, &b.lastKey, &b.lastTxid)
+		}
+		if err := rows.Scan(dest...); err != nil {
+			return nil, nil, fmt.Errorf("poller: reading events: %w", err)
+		}
+		if s != nil {
+			snap = s
 		}
 		if key != nil {
 			e.Key = []byte(*key)
@@ -216,66 +476,66 @@ func (p *Poller) read(ctx context.Context, max int) ([]relay.Event, error) {
 		if headers != nil {
 			e.Headers = []byte(*headers)
 		}
-		e.Position = relay.Position{Major: major, Minor: uint64(e.ID)}
+		b.ordinal++
+		b.lastID = e.ID
+		e.Position = relay.Position{Major: b.n, Minor: b.ordinal}
 		events = append(events, e)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("poller: reading events: %w", err)
+		return nil, nil, fmt.Errorf("poller: reading events: %w", err)
 	}
-	if len(events) > 0 {
-		p.cursor = events[len(events)-1].Position
-	}
-	return events, nil
+	return events, snap, nil
 }
 
-// wait blocks until a notification, the poll interval, or, when rows are
-// waiting behind the horizon, a short backoff.
+func scanEvent(rows pgx.Rows) (relay.Event, error) {
+	var e relay.Event
+	var key, headers *string
+	if err := rows.Scan(&e.ID, &e.EventID, &e.Topic, &key, &e.Payload, &headers, &e.CreatedAt); err != nil {
+		return e, fmt.Errorf("poller: reading events: %w", err)
+	}
+	if key != nil {
+		e.Key = []byte(*key)
+	}
+	if headers != nil {
+		e.Headers = []byte(*headers)
+	}
+	return e, nil
+}
+
+// wait blocks until a notification or the poll interval.
 func (p *Poller) wait(ctx context.Context) error {
-	var pending bool
-	if err := p.conn.QueryRow(ctx, p.pending, strconv.FormatUint(p.cursor.Major, 10), int64(p.cursor.Minor)).Scan(&pending); err != nil {
-		return fmt.Errorf("poller: checking for pending events: %w", err)
-	}
-	timeout := p.cfg.PollInterval
-	if pending {
-		p.backoff = min(max(2*p.backoff, time.Millisecond), 100*time.Millisecond, p.cfg.PollInterval)
-		timeout = p.backoff
-	}
-	waitCtx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	if pending {
-		go func() {
-			select {
-			case <-p.acked:
-				cancel()
-			case <-waitCtx.Done():
-			}
-		}()
-	}
-	_, err := p.listen.WaitForNotification(waitCtx)
-	switch {
-	case err == nil:
-		return nil
-	case ctx.Err() != nil:
+	t := time.NewTimer(p.cfg.PollInterval)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
 		return ctx.Err()
-	case waitCtx.Err() != nil:
+	case <-p.wake:
 		return nil
-	default:
+	case <-t.C:
+		return nil
+	case err := <-p.listenErr:
 		return fmt.Errorf("poller: waiting for notifications: %w", err)
 	}
 }
 
-// Acked wakes a wait for rows behind the horizon; the core deletes the
-// published rows itself.
-func (p *Poller) Acked(context.Context, relay.Position) error {
-	select {
-	case p.acked <- struct{}{}:
-	default:
+// Acked lets the next tick delete the recorded ticks before through's: a
+// restart delivers again from through's tick at the earliest.
+func (p *Poller) Acked(_ context.Context, through relay.Position) error {
+	for {
+		old := p.acked.Load()
+		if through.Major <= old || p.acked.CompareAndSwap(old, through.Major) {
+			return nil
+		}
 	}
-	return nil
 }
 
 // Close closes the poller's connections.
 func (p *Poller) Close(ctx context.Context) error {
+	if p.stopListen != nil {
+		p.stopListen()
+		<-p.listenDone
+		p.stopListen = nil
+	}
 	var errs []error
 	for _, c := range []**pgx.Conn{&p.conn, &p.listen} {
 		if *c != nil {

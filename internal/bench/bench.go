@@ -16,7 +16,10 @@
 //     acknowledgement (fsync), read from the relay's own histograms: from
 //     each transaction's commit (its commit record's time) with the WAL
 //     reader, from created_at (the INSERT, before the commit, so a longer
-//     span) with the polling reader, which cannot know commit times.
+//     span) with the polling reader, which cannot know commit times. With
+//     --long-tx a transaction that wrote in another database of the
+//     cluster stays open for the whole run (mode "live+long-tx"): the
+//     latencies are those during it.
 //
 // The relay's peak RSS and CPU seconds come from /proc. The first SIGINT
 // stops the run and prints what was measured so far.
@@ -49,6 +52,11 @@ type Config struct {
 	EventsPerTx int
 	// Backlog writes everything before starting the relay.
 	Backlog bool
+	// LongTx, in a live run, holds a transaction that wrote a row in
+	// another database of the cluster open from before the writers start
+	// until every event is published: a batch job or an idle-in-transaction
+	// session elsewhere. The latencies are then those measured during it.
+	LongTx bool
 	// Baseline runs the baseline after the relay (default true).
 	Baseline bool
 	// RelayBinary is the relay executable to run as a child.
@@ -111,6 +119,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("--sink kafka needs the cluster: --relay-args '--kafka-brokers host:port --kafka-create-topics'")
 	case c.Rate < 0:
 		return fmt.Errorf("rate must not be negative")
+	case c.Backlog && c.LongTx:
+		return fmt.Errorf("--long-tx applies to live runs, not --backlog")
 	case c.Backlog && c.Rate > 0:
 		return fmt.Errorf("--rate applies to live runs, not --backlog")
 	case c.RelayBinary == "":

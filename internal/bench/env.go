@@ -257,13 +257,13 @@ func (p *relayProc) latency() (from string, p50, p90, p99, maxLatency time.Durat
 		return "", 0, 0, 0, maxLatency, errors.New("no latency histogram")
 	}
 	h := f.Metric[0].GetHistogram()
-	return from, quantile(h, 0.5), quantile(h, 0.9), quantile(h, 0.99), maxLatency, nil
+	return from, Quantile(h, 0.5), Quantile(h, 0.9), Quantile(h, 0.99), maxLatency, nil
 }
 
 func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
 
-// quantile interpolates linearly within the bucket holding q.
-func quantile(h *dto.Histogram, q float64) time.Duration {
+// Quantile interpolates linearly within the bucket of h holding q.
+func Quantile(h *dto.Histogram, q float64) time.Duration {
 	total := float64(h.GetSampleCount())
 	if total == 0 {
 		return 0

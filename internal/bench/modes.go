@@ -7,6 +7,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"time"
+
+	"github.com/outboxrelay/relay/internal/pgconfig"
 )
 
 func (e *env) result(mode string) Result {
@@ -151,7 +153,8 @@ func (e *env) settle(ctx context.Context) error {
 }
 
 // deleteReturningBaseline writes the same backlog again and drains it with
-// plain SQL, 1,000 rows per statement, in the poller's order.
+// plain SQL, 1,000 rows per statement, in (txid, id) order (the order of
+// the reader before ticks, kept so that ratios stay comparable).
 func (e *env) deleteReturningBaseline(ctx context.Context) (*Baseline, error) {
 	e.cfg.Logger.Info("writing the baseline backlog")
 	written, _, err := e.fill(ctx, e.cfg.Events, 0)
@@ -252,6 +255,14 @@ func (e *env) live(ctx context.Context) (Result, error) {
 		return res, err
 	}
 	defer p.stop()
+	if e.cfg.LongTx {
+		res.Mode = "live+long-tx"
+		release, err := e.holdForeignTx(ctx)
+		if err != nil {
+			return res, err
+		}
+		defer release()
+	}
 	if e.cfg.Source == "cdc" {
 		if err := e.awaitCaughtUp(ctx); err != nil {
 			return res, err
@@ -278,4 +289,31 @@ func (e *env) live(ctx context.Context) (Result, error) {
 	res.measureRelay(p)
 	res.Interrupted = ctx.Err() != nil
 	return res, err
+}
+
+// holdForeignTx opens a transaction in the cluster's administrative
+// database (not the bench's), writes a row so that it has a transaction id,
+// and leaves it open until release.
+func (e *env) holdForeignTx(ctx context.Context) (release func(), err error) {
+	conn, err := pgconfig.Connect(ctx, e.adminURL)
+	if err != nil {
+		return nil, err
+	}
+	tx, err := conn.Begin(ctx)
+	if err == nil {
+		_, err = tx.Exec(ctx, `CREATE TEMP TABLE relay_bench_long_tx (n bigint) ON COMMIT DROP`)
+	}
+	if err == nil {
+		_, err = tx.Exec(ctx, `INSERT INTO relay_bench_long_tx VALUES (1)`)
+	}
+	if err != nil {
+		conn.Close(context.WithoutCancel(ctx))
+		return nil, fmt.Errorf("holding a transaction in another database: %w", err)
+	}
+	e.cfg.Logger.Info("holding a writing transaction open in another database for the run")
+	return func() {
+		bg := context.WithoutCancel(ctx)
+		tx.Rollback(bg)
+		conn.Close(bg)
+	}, nil
 }

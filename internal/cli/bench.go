@@ -31,6 +31,7 @@ func runBench(ctx context.Context, stdio IO, args []string) error {
 	fs.IntVar(&cfg.Rate, "rate", 0, "open-loop write rate in events/s across all writers (0: as fast as possible)")
 	fs.IntVar(&cfg.EventsPerTx, "events-per-tx", 0, "events per writer transaction (default 1 live, 1000 with --backlog)")
 	fs.BoolVar(&cfg.Backlog, "backlog", false, "write everything first, then start the relay (replay after an outage)")
+	fs.BoolVar(&cfg.LongTx, "long-tx", false, "live: hold a writing transaction open in another database of the cluster for the whole run, and report the latencies during it")
 	baseline := fs.Bool("baseline", true, "with --backlog, also run the baseline on the same data")
 	relayArgs := fs.String("relay-args", "", "extra `relay run` flags, space-separated")
 	fs.IntVar(&cfg.Runs, "runs", 1, "repeat the measurement this many times in the same environment and report each and the median")
@@ -89,7 +90,7 @@ func printBench(w io.Writer, results []bench.Result) {
 		slices.Sort(ratios)
 		fmt.Fprintf(w, "relay/baseline over %d runs: median %.2f, min %.2f, max %.2f\n", len(ratios), median(ratios), ratios[0], ratios[len(ratios)-1])
 	}
-	if len(results) > 1 && results[0].Mode == "live" {
+	if len(results) > 1 && strings.HasPrefix(results[0].Mode, "live") {
 		p99 := make([]float64, len(results))
 		for i, r := range results {
 			p99[i] = float64(r.LatencyP99) / float64(time.Millisecond)

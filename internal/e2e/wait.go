@@ -21,12 +21,7 @@ import (
 func Migrated(t testing.TB) (url, bin string) {
 	t.Helper()
 	url = pgtest.NewDatabase(t)
-	bin = testbin.Relay(t)
-	p := Start(t, bin, nil, "migrate", "up", "--database-url", url)
-	if code := p.Wait(time.Minute); code != 0 {
-		t.Fatalf("migrate up: exit %d: %s", code, p.Output())
-	}
-	return url, bin
+	return url, MigrateURL(t, url)
 }
 
 // HoldAcks locks the checkpoint table for d and then runs then: the relay
@@ -134,4 +129,16 @@ func Metric(t testing.TB, addr, name string) float64 {
 	}
 	t.Fatalf("metric %s not exported", name)
 	return 0
+}
+
+// MigrateURL migrates the database at url (of any cluster) with the real
+// binary and returns the binary's path.
+func MigrateURL(t testing.TB, url string) (bin string) {
+	t.Helper()
+	bin = testbin.Relay(t)
+	p := Start(t, bin, nil, "migrate", "up", "--database-url", url)
+	if code := p.Wait(time.Minute); code != 0 {
+		t.Fatalf("migrate up: exit %d: %s", code, p.Output())
+	}
+	return bin
 }

@@ -1,0 +1,137 @@
+// Package poller reads the outbox with plain SQL: the polling reader.
+//
+// # Approach: ticks (snapshot deltas, as in PgQ)
+//
+// An outbox row's ordering id is assigned at INSERT but becomes visible at
+// COMMIT, so a cursor "id > last seen" skips a row whose transaction took a
+// low id and committed late, and a cursor on the writing transaction's id
+// (txid) publishes in transaction-start order, which is not commit order.
+// The poller instead records ticks: a tick is pg_current_snapshot(), the
+// set of transactions committed at that moment. The batch of tick n is the
+// outbox rows whose writing transaction (the txid column, an xid8 filled by
+// pg_current_xact_id()) is visible in tick n and was not visible in tick
+// n-1:
+//
+//	pg_visible_in_snapshot(txid, tick n) AND NOT pg_visible_in_snapshot(txid, tick n-1)
+//
+// A transaction still running at tick n is not visible in it; its rows land
+// in the batch of the first tick in which it is, whatever ids they took. A
+// long transaction, in this database or any other of the cluster, delays
+// only its own rows. The first batch after a (re)start is every visible row
+// still in the outbox: the core deletes a row when it is acknowledged, so
+// those are exactly the unacknowledged events.
+//
+// Within a batch the rows are ordered
+//   - by commit timestamp, then transaction id, then row id, when the server
+//     runs with track_commit_timestamp = on (detected at Start; a row whose
+//     transaction has no recorded timestamp, because it committed before the
+//     setting was turned on or its timestamp was truncated with the commit
+//     log, sorts first);
+//   - by row id (insertion order) otherwise.
+//
+// # The ordering guarantee, exactly
+//
+// Batches follow ticks, and a transaction visible in a tick is visible in
+// every later one, so if T1 committed (its commit became visible) before T2
+// committed, T1's rows are in the same or an earlier batch than T2's. Within
+// a batch:
+//   - If T1 committed before T2 inserted its outbox row (the case of writers
+//     serialized by a lock they take before writing the event: T2 waits for
+//     T1 to commit), T1's row has the lower id, so T1's event comes first in
+//     either mode. This holds whatever the order of the two transaction ids
+//     (T2 may have taken its id first by writing elsewhere).
+//   - With track_commit_timestamp on, T1 comes first whenever its commit
+//     timestamp is lower, also when T2 wrote its event before waiting on
+//     T1's lock. Commit timestamps come from the server's wall clock: a clock
+//     stepped backwards between the two commits can reverse two transactions
+//     that land in the same batch.
+//   - With track_commit_timestamp off, an event written before the lock
+//     that serializes it is published in insertion order, which may differ
+//     from commit order. Write the event after taking the lock, or turn the
+//     setting on.
+//
+// The rows of one transaction keep their insertion order and are contiguous
+// in the commit-timestamp order; in row-id order they may interleave with
+// the rows of a concurrent transaction of the same batch. A batch larger
+// than the core's batch size is returned over several calls to Next.
+//
+// # Positions
+//
+// An event's relay.Position is (tick number, ordinal within the tick's
+// batch). Positions strictly increase. Start(from) makes every new tick
+// number greater than from.Major, so positions stay above the checkpoint
+// whatever wrote it (a checkpoint of the previous, transaction-id based
+// reader included: its events are not dropped as already published).
+//
+// # What is persisted, and the faults it survives
+//
+// A tick is recorded in <schema>.poll_ticks (tick number, snapshot, and
+// whether its batch is ordered by commit timestamp) in the same statement
+// that reads the batch's first rows, before any of them is delivered; a
+// tick whose batch is empty is not recorded and costs no transaction id.
+// Ticks below the acknowledged one are deleted with the next tick. So the
+// table holds the ticks of unacknowledged batches only.
+//
+//   - Process killed (SIGKILL), connection lost, leader change: Start with
+//     the checkpoint (n, k) delivers again the rest of tick n's batch (the
+//     rows still in the outbox that are visible in tick n), then the batches
+//     of the recorded ticks after n, in the order they were first delivered,
+//     then new ticks. The unacknowledged rows therefore come again in the
+//     order and with the batch boundaries they first had; tests kill the
+//     relay at random moments and read the whole log back
+//     (TestCrashLoopExactlyOnce, TestHotKeysCommitOrder).
+//   - PostgreSQL crash: ticks are committed without waiting for their WAL
+//     flush (synchronous_commit is off on the reader's connection), which
+//     spares a flush per batch. The core's acknowledgement commits
+//     synchronously and so flushes every tick before it; a server crash can
+//     lose only ticks of unacknowledged batches, and their events are then
+//     delivered again after the checkpoint in the order of new ticks, which
+//     may differ from the first. That relies on the sink deduplicating
+//     re-delivered events by identity, not by their order.
+//   - Paused process: the reader holds no snapshot and no transaction
+//     between calls, so a paused relay holds nothing back in the server.
+//     If it wakes after another relay took over, the core's leadership
+//     keeps it from acknowledging; a tick it records meanwhile either
+//     collides with one of the new leader's on the primary key (an error
+//     and a restart) or is one more snapshot in the tick sequence. Batches
+//     are the deltas between successive recorded snapshots, so such a tick
+//     skips nothing, but it may change the re-delivery order after a later
+//     crash. No test pauses a relay.
+//   - Transaction-id wraparound: txid and snapshots are 64-bit (xid8,
+//     pg_snapshot), which do not wrap; visibility is computed from the
+//     snapshots alone, not from the commit log, so it stays right for rows
+//     of any age. The commit-timestamp lookup converts to a 32-bit xid; an
+//     event left unpublished for more than about two billion transactions
+//     may get a wrong or no timestamp and so a wrong place in its batch.
+//   - Operator edits: deleting rows of the outbox drops those events;
+//     deleting rows of poll_ticks, or truncating it, loses only the exact
+//     re-delivery order after a crash (the reader then starts from every
+//     visible row); writing txid by hand breaks the guarantee for that row.
+//     Turning track_commit_timestamp off while ticks ordered by it are
+//     unacknowledged re-delivers them in row-id order (logged).
+//   - Clock steps: ordering never uses the relay's clock. The server's clock
+//     matters only for commit timestamps, as said above.
+//   - A dump and restore into a new cluster changes transaction ids: drain
+//     the outbox first and truncate poll_ticks.
+//
+// # Wake-up and cost
+//
+// An AFTER INSERT statement trigger sends NOTIFY on "<schema>.events" when
+// a writing transaction commits; a goroutine LISTENs on a connection of its
+// own and wakes Next, coalescing bursts into one read. Since rows wait only
+// for their own transaction's commit, which notifies, there is nothing to
+// retry on a growing delay as the horizon-based reader had to; Next also
+// reads every PollInterval, for notifications lost while disconnected.
+//
+// A read of a live batch is one statement: it takes the snapshot, reads the
+// rows whose transactions started since the previous tick or were running
+// in it (through the (txid, id) index), records the tick when there are
+// rows and prunes acknowledged ticks; a non-empty tick costs a row in
+// poll_ticks and a transaction id (an empty one neither). A large batch (a backlog, the first
+// batch after a start) is read in row-id order along the primary key, a
+// page at a time; in commit-timestamp order its row ids are listed once,
+// sorted, and then read a page at a time by id.
+//
+// The poller never deletes outbox rows: the core does, after the sink has
+// made the events durable, in the transaction that saves the checkpoint.
+package poller

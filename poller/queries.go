@@ -1,0 +1,122 @@
+package poller
+
+import (
+	"math"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// minKey sorts before every commit timestamp; a transaction without one
+// gets it.
+const minKey = math.MinInt64
+
+// queries are the poller's SQL statements for one schema.
+//
+// A batch is defined by s(cur, prev): the rows whose transaction is visible
+// in cur and not in prev (every visible row when prev is NULL). Two ways to
+// find them:
+//   - delta: the transactions that may be new in cur are those running in
+//     prev (its xip list) and those that started after it (txid at or above
+//     its xmax); both are index lookups on (txid, id), so a live read costs
+//     what the new rows cost, however old the oldest running transaction;
+//   - scan: the rows in primary-key order from a cursor, filtered by
+//     visibility: for batches too large to sort, and the first batch after a
+//     start.
+type queries struct {
+	freshIDDelta, freshIDScan, freshTSDelta, freshTSScan string
+	firstID, scanID, firstTS                             string
+	keysDelta, keysAll, fetch                            string
+	maxTick, loadTicks, clearTicks, prune                string
+}
+
+const (
+	eventCols = `e.id, e.event_id::text AS event_id, e.topic, e.key, e.payload, e.headers::text AS headers, e.created_at`
+	pageCols  = `page.id, page.event_id, page.topic, page.key, page.payload, page.headers, page.created_at`
+	// commitKey is the commit timestamp in microseconds; the 32-bit xid
+	// the function takes is the xid8's low half, right for any transaction
+	// less than two billion transactions old.
+	commitKey = `CROSS JOIN LATERAL (SELECT coalesce((extract(epoch FROM pg_xact_commit_timestamp(e.txid::xid)) * 1000000)::bigint, -9223372036854775808) AS ck) AS k`
+	tsOrder   = `k.ck, e.txid, e.id`
+)
+
+func newQueries(schema string) queries {
+	events := pgx.Identifier{schema, "events"}.Sanitize()
+	ticks := pgx.Identifier{schema, "poll_ticks"}.Sanitize()
+
+	// Each yields the batch's rows as e (joined to s).
+	delta := `s CROSS JOIN LATERAL (
+    SELECT e.* FROM ` + events + ` AS e
+    WHERE e.txid >= pg_snapshot_xmax(s.prev) AND e.txid < pg_snapshot_xmax(s.cur)
+    UNION ALL
+    SELECT e.* FROM ` + events + ` AS e WHERE e.txid = ANY (ARRAY(SELECT pg_snapshot_xip(s.prev)))
+) AS e`
+	deltaWhere := `pg_visible_in_snapshot(e.txid, s.cur)`
+	scan := `s CROSS JOIN ` + events + ` AS e`
+	scanWhere := `pg_visible_in_snapshot(e.txid, s.cur) AND (s.prev IS NULL OR NOT pg_visible_in_snapshot(e.txid, s.prev))`
+
+	freshS := `s AS (SELECT pg_current_snapshot() AS cur, $1::text::pg_snapshot AS prev)`
+	givenS := `s AS (SELECT $2::text::pg_snapshot AS cur, $1::text::pg_snapshot AS prev)`
+
+	// fresh reads the first page of a new tick's batch and records the tick
+	// when the page has rows; the tick number and the prune bound are the
+	// last two parameters.
+	fresh := func(page, order string, byTS bool, nArg, pruneArg string) string {
+		tsCols := ""
+		flag := "false"
+		if byTS {
+			tsCols = ", page.ck, page.txid::text"
+			flag = "true"
+		}
+		return `WITH ` + freshS + `,
+page AS MATERIALIZED (` + page + `),
+t AS (INSERT INTO ` + ticks + ` (tick, snapshot, by_commit_ts)
+    SELECT ` + nArg + `::bigint, s.cur, ` + flag + ` FROM s WHERE EXISTS (SELECT 1 FROM page)),
+d AS (DELETE FROM ` + ticks + ` WHERE tick < ` + pruneArg + `::bigint)
+SELECT CASE WHEN row_number() OVER () = 1 THEN (SELECT s.cur::text FROM s) END AS snap,
+    ` + pageCols + tsCols + `
+FROM page ORDER BY ` + order
+	}
+	idPage := func(from, where string) string {
+		return `SELECT ` + eventCols + ` FROM ` + from + ` WHERE ` + where + ` AND e.id > $2 ORDER BY e.id LIMIT $3`
+	}
+	tsPage := func(from, where, limit string) string {
+		return `SELECT ` + eventCols + `, k.ck, e.txid FROM ` + from + ` ` + commitKey + ` WHERE ` + where + ` ORDER BY ` + tsOrder + ` LIMIT ` + limit
+	}
+	given := func(page string) string { return `WITH ` + givenS + ` ` + page }
+
+	return queries{
+		freshIDDelta: fresh(idPage(delta, deltaWhere), "page.id", false, "$4", "$5"),
+		freshIDScan:  fresh(idPage(scan, scanWhere), "page.id", false, "$4", "$5"),
+		freshTSDelta: fresh(tsPage(delta, deltaWhere, "$2"), "page.ck, page.txid, page.id", true, "$3", "$4"),
+		freshTSScan:  fresh(tsPage(scan, scanWhere, "$2"), "page.ck, page.txid, page.id", true, "$3", "$4"),
+		firstID: given(`SELECT ` + eventCols + ` FROM ` + delta + ` WHERE ` + deltaWhere +
+			` AND e.id > $3 ORDER BY e.id LIMIT $4`),
+		scanID: given(`SELECT ` + eventCols + ` FROM ` + scan + ` WHERE ` + scanWhere +
+			` AND e.id > $3 ORDER BY e.id LIMIT $4`),
+		firstTS: given(`SELECT ` + eventCols + `, k.ck, e.txid::text FROM ` + delta + ` ` + commitKey + ` WHERE ` + deltaWhere +
+			` ORDER BY ` + tsOrder + ` LIMIT $3`),
+		keysDelta: given(`SELECT e.id FROM ` + delta + ` ` + commitKey + ` WHERE ` + deltaWhere +
+			` AND (k.ck, e.txid, e.id) > ($3, $4::text::xid8, $5) ORDER BY ` + tsOrder),
+		keysAll: given(`SELECT e.id FROM ` + scan + ` ` + commitKey + ` WHERE ` + scanWhere +
+			` AND (k.ck, e.txid, e.id) > ($3, $4::text::xid8, $5) ORDER BY ` + tsOrder),
+		fetch:      `SELECT ` + eventCols + ` FROM ` + events + ` AS e WHERE e.id = ANY($1::bigint[])`,
+		maxTick:    `SELECT coalesce(max(tick), 0) FROM ` + ticks,
+		loadTicks:  `SELECT tick, snapshot::text, by_commit_ts FROM ` + ticks + ` WHERE tick >= $1 ORDER BY tick`,
+		clearTicks: `DELETE FROM ` + ticks,
+		prune:      `DELETE FROM ` + ticks + ` WHERE tick < $1`,
+	}
+}
+
+func (q queries) freshID(scan bool) string {
+	if scan {
+		return q.freshIDScan
+	}
+	return q.freshIDDelta
+}
+
+func (q queries) freshTS(scan bool) string {
+	if scan {
+		return q.freshTSScan
+	}
+	return q.freshTSDelta
+}
