@@ -8,7 +8,7 @@ import (
 
 // Position is where an event sits in its source's delivery order. Positions
 // of successive events from one source strictly increase. The polling reader
-// uses (writing transaction id, ordering id); the WAL reader uses (commit
+// uses (tick, ordinal within the tick's batch); the WAL reader uses (commit
 // LSN, index within the transaction).
 type Position struct {
 	Major uint64
