@@ -411,6 +411,28 @@ type Record struct {
 // holds.
 func ReadLog(t testing.TB, dataDir, topic string) []Record {
 	t.Helper()
+	var out []Record
+	EachBatch(t, dataDir, topic, func(part int32, raw []byte) {
+		_, recs, err := broker.DecodeBatch(raw)
+		if err != nil {
+			t.Fatalf("decoding %s/%d: %v", topic, part, err)
+		}
+		for _, r := range recs {
+			h := map[string]string{}
+			for _, hh := range r.Headers {
+				h[hh.Key] = string(hh.Value)
+			}
+			out = append(out, Record{Topic: topic, Partition: part, Offset: r.Offset, Key: string(r.Key), KeyBytes: r.Key,
+				Value: r.Value, Headers: h, Timestamp: r.Timestamp, HeaderList: r.Headers})
+		}
+	})
+	return out
+}
+
+// EachBatch calls fn with every record batch of topic in dataDir (a
+// directory no process holds), partition by partition in offset order.
+func EachBatch(t testing.TB, dataDir, topic string, fn func(partition int32, batch []byte)) {
+	t.Helper()
 	ctx := context.Background()
 	b, err := broker.Open(ctx, broker.Options{Dir: dataDir, JanitorInterval: -1, Logger: discardLogger()})
 	if err != nil {
@@ -421,7 +443,6 @@ func ReadLog(t testing.TB, dataDir, topic string) []Record {
 	if err != nil {
 		t.Fatalf("topic %s: %v", topic, err)
 	}
-	var out []Record
 	for p := range info.Partitions {
 		part := int32(p)
 		start, end, err := b.Offsets(topic, part)
@@ -433,29 +454,27 @@ func ReadLog(t testing.TB, dataDir, topic string) []Record {
 			if err != nil {
 				t.Fatalf("fetch %s/%d@%d: %v", topic, part, off, err)
 			}
-			n := 0
-			for r, err := range broker.ReadRecords(res.Batches) {
+			next := off
+			for raw, err := range broker.Batches(res.Batches) {
 				if err != nil {
-					t.Fatalf("decoding %s/%d@%d: %v", topic, part, off, err)
+					t.Fatalf("batches of %s/%d@%d: %v", topic, part, off, err)
 				}
-				if r.Offset < off {
+				h, err := broker.ParseBatchHeader(raw)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if h.LastOffset() < off {
 					continue
 				}
-				h := map[string]string{}
-				for _, hh := range r.Headers {
-					h[hh.Key] = string(hh.Value)
-				}
-				out = append(out, Record{Topic: topic, Partition: part, Offset: r.Offset, Key: string(r.Key), KeyBytes: r.Key,
-					Value: r.Value, Headers: h, Timestamp: r.Timestamp, HeaderList: r.Headers})
-				off = r.Offset + 1
-				n++
+				fn(part, raw)
+				next = h.LastOffset() + 1
 			}
-			if n == 0 {
-				t.Fatalf("fetch %s/%d@%d returned no records before the end %d", topic, part, off, end)
+			if next == off {
+				t.Fatalf("fetch %s/%d@%d returned no batch before the end %d", topic, part, off, end)
 			}
+			off = next
 		}
 	}
-	return out
 }
 
 // Check asserts that records hold every committed event exactly once,

@@ -196,50 +196,15 @@ type batchInfo struct {
 // holds, partition by partition in offset order.
 func readBatches(t *testing.T, dataDir, topic string) []batchInfo {
 	t.Helper()
-	ctx := context.Background()
-	b, err := broker.Open(ctx, broker.Options{Dir: dataDir, JanitorInterval: -1})
-	if err != nil {
-		t.Fatalf("opening the log: %v", err)
-	}
-	defer b.Close()
-	info, err := b.Topic(topic)
-	if err != nil {
-		t.Fatalf("topic %s: %v", topic, err)
-	}
 	var out []batchInfo
-	for p := range info.Partitions {
-		part := int32(p)
-		start, end, err := b.Offsets(topic, part)
+	e2e.EachBatch(t, dataDir, topic, func(part int32, raw []byte) {
+		h, err := broker.ParseBatchHeader(raw)
 		if err != nil {
 			t.Fatal(err)
 		}
-		for off := start; off < end; {
-			res, err := b.Fetch(ctx, topic, part, off, 4<<20)
-			if err != nil {
-				t.Fatalf("fetch %s/%d@%d: %v", topic, part, off, err)
-			}
-			next := off
-			for raw, err := range broker.Batches(res.Batches) {
-				if err != nil {
-					t.Fatalf("batches of %s/%d@%d: %v", topic, part, off, err)
-				}
-				h, err := broker.ParseBatchHeader(raw)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if h.LastOffset() < off {
-					continue
-				}
-				out = append(out, batchInfo{partition: part, base: h.BaseOffset, last: h.LastOffset(), producerID: h.ProducerID,
-					epoch: h.ProducerEpoch, baseSeq: h.BaseSequence, lastSeq: h.LastSequence()})
-				next = h.LastOffset() + 1
-			}
-			if next == off {
-				t.Fatalf("fetch %s/%d@%d returned no batch before the end %d", topic, part, off, end)
-			}
-			off = next
-		}
-	}
+		out = append(out, batchInfo{partition: part, base: h.BaseOffset, last: h.LastOffset(), producerID: h.ProducerID,
+			epoch: h.ProducerEpoch, baseSeq: h.BaseSequence, lastSeq: h.LastSequence()})
+	})
 	return out
 }
 
