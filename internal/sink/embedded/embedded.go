@@ -151,17 +151,6 @@ func (s *state) acked(k tp) (int64, bool) {
 	return off, ok
 }
 
-func (s *state) clone() state {
-	c := state{LogID: s.LogID, ProducerID: s.ProducerID, Acked: make(map[string]map[int32]int64, len(s.Acked))}
-	for t, parts := range s.Acked {
-		c.Acked[t] = make(map[int32]int64, len(parts))
-		for p, n := range parts {
-			c.Acked[t][p] = n
-		}
-	}
-	return c
-}
-
 func (s *state) setAcked(k tp, off int64) {
 	if s.Acked[k.topic] == nil {
 		s.Acked[k.topic] = map[int32]int64{}
@@ -216,8 +205,8 @@ func (s *Sink) Start(ctx context.Context, session relay.Session) error {
 		return fmt.Errorf("embedded sink: taking the relay's producer identity: %w", err)
 	}
 	st := state{LogID: b.LogID(), ProducerID: id.ID, Acked: map[string]map[int32]int64{}}
-	if saved.LogID == st.LogID {
-		st.Acked = saved.clone().Acked
+	if saved.LogID == st.LogID && saved.Acked != nil {
+		st.Acked = saved.Acked
 	}
 	ids := map[int64]bool{id.ID: true}
 	if session.State != nil {
@@ -462,14 +451,11 @@ func (s *Sink) PublishAsync(ctx context.Context, msgs []relay.Message) (wait fun
 			return relay.PublishResult{}, err
 		}
 		s.setFailure(nil)
-		// The waits run in PublishAsync's order, so s.st only moves
-		// forward; a copy goes with this batch's acknowledgement.
-		if len(batches) > 0 {
-			next := s.st.clone()
-			for _, a := range batches {
-				next.setAcked(a.key, a.end)
-			}
-			s.st = next
+		// The waits run in PublishAsync's order and only here, so s.st
+		// only moves forward; the encoded copy goes with this batch's
+		// acknowledgement.
+		for _, a := range batches {
+			s.st.setAcked(a.key, a.end)
 		}
 		state, err := json.Marshal(s.st)
 		if err != nil {
