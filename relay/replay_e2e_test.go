@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"os"
 	"os/exec"
 	"strings"
@@ -204,53 +203,9 @@ func TestReplayWindowWhileLive(t *testing.T) {
 	}
 
 	records := e2e.ReadLog(t, dataDir, "orders")
-	var live, replayed []e2e.Record
-	marker := fmt.Sprint(req.ID)
-	for _, r := range records {
-		if v, ok := r.Headers[relay.HeaderReplay]; ok {
-			if v != marker {
-				t.Fatalf("replayed record with marker %q, want %q", v, marker)
-			}
-			replayed = append(replayed, r)
-		} else {
-			live = append(live, r)
-		}
-	}
-	n := e2e.Check(t, live, ledger)
-	if n != len(ledger.Committed) {
-		t.Fatalf("%d live records for %d committed events", n, len(ledger.Committed))
-	}
-	// Exactly the window, once each, in each partition's original order.
-	inWindow := map[string]bool{}
-	for _, id := range window {
-		inWindow[id] = true
-	}
-	seen := map[string]int{}
-	replayOrder := map[int32][]string{}
-	for _, r := range replayed {
-		id := r.Headers[relay.HeaderEventID]
-		seen[id]++
-		if !inWindow[id] || seen[id] > 1 {
-			t.Fatalf("replayed event %s: in the window %v, copies %d", id, inWindow[id], seen[id])
-		}
-		replayOrder[r.Partition] = append(replayOrder[r.Partition], id)
-	}
-	if len(seen) != len(window) {
-		t.Fatalf("%d events replayed, want the %d of the window", len(seen), len(window))
-	}
-	originalOrder := map[int32][]string{}
-	for _, r := range live {
-		if id := r.Headers[relay.HeaderEventID]; inWindow[id] {
-			originalOrder[r.Partition] = append(originalOrder[r.Partition], id)
-		}
-	}
-	for p, ids := range originalOrder {
-		if strings.Join(ids, ",") != strings.Join(replayOrder[p], ",") {
-			t.Fatalf("partition %d: replayed order differs from the original order", p)
-		}
-	}
+	n, replayed := e2e.CheckReplay(t, records, ledger, req.ID, window)
 	t.Logf("%d live events exactly once, %d replayed once each in original order; %d of 2 kills landed mid-replay",
-		n, len(replayed), midReplay)
+		n, replayed, midReplay)
 }
 
 // TestRetentionPruning archives published events with --retain and prunes

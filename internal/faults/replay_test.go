@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"os/exec"
 	"strings"
 	"testing"
@@ -131,52 +130,10 @@ func TestReplayAcrossTakeovers(t *testing.T) {
 	b.stop()
 
 	records := e2e.ReadLog(t, e.dataDir, "orders")
-	var live, replayed []e2e.Record
-	marker := fmt.Sprint(req.ID)
-	for _, r := range records {
-		if v, ok := r.Headers[relay.HeaderReplay]; ok {
-			if v != marker {
-				t.Fatalf("replayed record with marker %q, want %q", v, marker)
-			}
-			replayed = append(replayed, r)
-		} else {
-			live = append(live, r)
-		}
-	}
-	n := e2e.Check(t, live, ledger)
-	if n != len(ledger.Committed) {
-		t.Fatalf("%d live records for %d committed events", n, len(ledger.Committed))
-	}
-	inWindow := map[string]bool{}
-	for _, id := range window {
-		inWindow[id] = true
-	}
-	copies := map[string]int{}
-	replayOrder := map[int32][]string{}
-	for _, r := range replayed {
-		id := r.Headers[relay.HeaderEventID]
-		if copies[id]++; !inWindow[id] || copies[id] > 1 {
-			t.Errorf("replayed event %s: in the window %v, copy %d", id, inWindow[id], copies[id])
-		}
-		replayOrder[r.Partition] = append(replayOrder[r.Partition], id)
-	}
-	if len(copies) != len(window) {
-		t.Fatalf("%d events replayed, want the %d of the window", len(copies), len(window))
-	}
-	originalOrder := map[int32][]string{}
-	for _, r := range live {
-		if id := r.Headers[relay.HeaderEventID]; inWindow[id] {
-			originalOrder[r.Partition] = append(originalOrder[r.Partition], id)
-		}
-	}
-	for p, ids := range originalOrder {
-		if strings.Join(ids, ",") != strings.Join(replayOrder[p], ",") {
-			t.Errorf("partition %d: replayed order differs from the original order", p)
-		}
-	}
+	n, replayed := e2e.CheckReplay(t, records, ledger, req.ID, window)
 	if midReplay == 0 {
 		t.Errorf("no round of killed sessions landed while the replay ran")
 	}
 	t.Logf("%d live events exactly once, %d replayed once each in original order; %d of %d rounds of killed sessions landed mid-replay, %d takeovers",
-		n, len(replayed), midReplay, rounds, takeovers)
+		n, replayed, midReplay, rounds, takeovers)
 }

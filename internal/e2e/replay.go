@@ -1,0 +1,62 @@
+package e2e
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/outboxrelay/relay/relay"
+)
+
+// CheckReplay splits records into live and replayed ones (by the
+// relay-replay header, which must name request), checks the live ones with
+// Check against ledger, and checks that the replayed ones are exactly the
+// events of window, once each, in each partition's original order. It
+// returns how many live and replayed records it checked.
+func CheckReplay(t testing.TB, records []Record, ledger *Ledger, request int64, window []string) (live, replayed int) {
+	t.Helper()
+	var liveRecs, replayRecs []Record
+	marker := fmt.Sprint(request)
+	for _, r := range records {
+		if v, ok := r.Headers[relay.HeaderReplay]; ok {
+			if v != marker {
+				t.Fatalf("replayed record with marker %q, want %q", v, marker)
+			}
+			replayRecs = append(replayRecs, r)
+		} else {
+			liveRecs = append(liveRecs, r)
+		}
+	}
+	n := Check(t, liveRecs, ledger)
+	if n != len(ledger.Committed) {
+		t.Fatalf("%d live records for %d committed events", n, len(ledger.Committed))
+	}
+	inWindow := map[string]bool{}
+	for _, id := range window {
+		inWindow[id] = true
+	}
+	copies := map[string]int{}
+	replayOrder := map[int32][]string{}
+	for _, r := range replayRecs {
+		id := r.Headers[relay.HeaderEventID]
+		if copies[id]++; !inWindow[id] || copies[id] > 1 {
+			t.Fatalf("replayed event %s: in the window %v, copy %d", id, inWindow[id], copies[id])
+		}
+		replayOrder[r.Partition] = append(replayOrder[r.Partition], id)
+	}
+	if len(copies) != len(window) {
+		t.Fatalf("%d events replayed, want the %d of the window", len(copies), len(window))
+	}
+	originalOrder := map[int32][]string{}
+	for _, r := range liveRecs {
+		if id := r.Headers[relay.HeaderEventID]; inWindow[id] {
+			originalOrder[r.Partition] = append(originalOrder[r.Partition], id)
+		}
+	}
+	for p, ids := range originalOrder {
+		if strings.Join(ids, ",") != strings.Join(replayOrder[p], ",") {
+			t.Fatalf("partition %d: replayed order differs from the original order", p)
+		}
+	}
+	return n, len(replayRecs)
+}
