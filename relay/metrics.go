@@ -25,6 +25,8 @@ type Metrics struct {
 	DrainETA      prometheus.Gauge
 	ArchivePruned prometheus.Counter
 	Replayed      prometheus.Counter
+	HeldKeys      prometheus.Gauge
+	HeldEvents    prometheus.Gauge
 }
 
 // NewMetrics registers the relay's metrics, with the Go and process
@@ -97,9 +99,17 @@ func NewMetrics() *Metrics {
 			Name: "relay_replayed_events_total",
 			Help: "Archived events republished by replay requests.",
 		}),
+		HeldKeys: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "relay_held_keys",
+			Help: "Keys held behind a dead letter (dead-letter policy hold-key), sampled on the leader.",
+		}),
+		HeldEvents: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "relay_held_events",
+			Help: "Events held behind their key's dead letter, waiting for its retry or discard, sampled on the leader.",
+		}),
 	}
 	m.Registry.MustRegister(m.Published, m.Latency, m.LatencyMax, m.CommitLatency, m.CommitMax, m.BatchSize, m.Backlog, m.DeadLetters, m.Errors, m.Leader, m.LastPublished,
-		m.PublishRate, m.DrainETA, m.ArchivePruned, m.Replayed,
+		m.PublishRate, m.DrainETA, m.ArchivePruned, m.Replayed, m.HeldKeys, m.HeldEvents,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

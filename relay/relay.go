@@ -63,7 +63,13 @@ type Config struct {
 	// ReplayInterval is how often the leader looks for replay requests
 	// while none runs (default 1s).
 	ReplayInterval time.Duration
-	Logger         *slog.Logger
+	// DeadLetterPolicy is what a dead letter does to its key's later
+	// events: PolicySkip (default) publishes them, PolicyHoldKey holds
+	// them until it is retried or discarded (hold.go). TopicPolicies
+	// overrides it per topic.
+	DeadLetterPolicy string
+	TopicPolicies    map[string]string
+	Logger           *slog.Logger
 	Metrics        *Metrics
 }
 
@@ -102,6 +108,9 @@ func (c Config) WithDefaults() Config {
 	if c.ReplayInterval <= 0 {
 		c.ReplayInterval = time.Second
 	}
+	if c.DeadLetterPolicy == "" {
+		c.DeadLetterPolicy = PolicySkip
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -124,6 +133,14 @@ func (c Config) Validate() error {
 	}
 	if c.BatchSize > 100_000 {
 		return fmt.Errorf("batch size %d is above the limit of 100000", c.BatchSize)
+	}
+	if err := ValidPolicy(c.DeadLetterPolicy); err != nil {
+		return err
+	}
+	for topic, p := range c.TopicPolicies {
+		if err := ValidPolicy(p); err != nil {
+			return fmt.Errorf("topic %s: %w", topic, err)
+		}
 	}
 	_, err := pgconfig.ParseConfig(c.DatabaseURL)
 	return err
@@ -160,6 +177,9 @@ type Relay struct {
 	deleteSQL, deleteRangesSQL, deadSQL, checkpointSQL, loadSQL, backlogSQL string
 	replay                                                                  replaySQL
 	lease                                                                   leaseSQL
+	holdSQL                                                                 holdSQL
+	// holds are the held keys (hold.go).
+	holds holds
 	// holder names this process in the leadership table.
 	holder string
 	// published counts acknowledged live events, for the drain rate.
@@ -178,8 +198,8 @@ func New(cfg Config, source Source, sink Sink) (*Relay, error) {
 		deleteSQL: `DELETE FROM ` + ident("events") + ` WHERE id = ANY($1::bigint[])`,
 		deleteRangesSQL: `DELETE FROM ` + ident("events") + ` e USING unnest($1::bigint[], $2::bigint[]) AS r(lo, hi)
 WHERE e.id BETWEEN r.lo AND r.hi`,
-		deadSQL: `INSERT INTO ` + ident("dead_letters") + ` (event_row_id, event_id, topic, key, payload, headers, created_at, error, reason)
-VALUES ($1, $2::uuid, $3, $4, $5, $6::text::jsonb, $7, $8, $9)`,
+		deadSQL: `INSERT INTO ` + ident("dead_letters") + ` (event_row_id, event_id, topic, key, payload, headers, created_at, error, reason, holds, held_by)
+VALUES ($1, $2::uuid, $3, $4, $5, $6::text::jsonb, $7, $8, $9, $10, $11)`,
 		checkpointSQL: `INSERT INTO ` + ident("checkpoints") + ` AS c (name, position_major, position_minor, sink_state, published, source, updated_at)
 VALUES ($1, $2, $3, $4, $5, $6, now())
 ON CONFLICT (name) DO UPDATE SET position_major = $2, position_minor = $3, sink_state = $4,
@@ -191,6 +211,8 @@ FROM (SELECT count(*) AS n FROM (SELECT 1 FROM ` + ident("events") + ` LIMIT 100
 	}
 	r.replay = newReplaySQL(ident)
 	r.lease = newLeaseSQL(ident)
+	r.holdSQL = newHoldSQL(ident)
+	r.holds.by = map[holdKey]int64{}
 	r.holder = holderName()
 	r.role.Store(RoleStarting)
 	return r, nil
