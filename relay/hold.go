@@ -195,16 +195,16 @@ func newHoldSQL(ident func(string) string) holdSQL {
 		count: `SELECT count(DISTINCT (topic, key)) FILTER (WHERE holds), count(*) FILTER (WHERE held_by IS NOT NULL AND resolution IS NULL)
 FROM ` + dl + ` WHERE holds OR (held_by IS NOT NULL AND resolution IS NULL)`,
 		// A holding dead letter retried or discarded: to release.
-		pick: `SELECT id FROM ` + dl + ` WHERE holds AND resolution IS NOT NULL ORDER BY id LIMIT 1`,
+		pick:   `SELECT id FROM ` + dl + ` WHERE holds AND resolution IS NOT NULL ORDER BY id LIMIT 1`,
 		holder: `SELECT ` + cols + `, holds, coalesce(resolution, ''), republished_at IS NULL FROM ` + dl + ` WHERE id = $1`,
-		held: `SELECT ` + cols + ` FROM ` + dl + ` WHERE held_by = $1 AND resolution IS NULL ORDER BY id LIMIT $2`,
+		held:   `SELECT ` + cols + ` FROM ` + dl + ` WHERE held_by = $1 AND resolution IS NULL ORDER BY id LIMIT $2`,
 		// The holder of a key, after a release step.
 		heldRows:    `SELECT coalesce((SELECT event_row_id FROM ` + dl + ` WHERE holds AND topic = $1 AND key = $2 ORDER BY id DESC LIMIT 1), 0)`,
 		republished: `UPDATE ` + dl + ` SET republished_at = now() WHERE id = $1`,
 		released:    `UPDATE ` + dl + ` SET resolution = 'released', resolved_at = now() WHERE id = ANY($1::bigint[]) AND resolution IS NULL`,
 		retryFailed: `UPDATE ` + dl + ` SET resolution = NULL, resolved_at = NULL, failed_at = now(), reason = $2, error = $3 WHERE id = $1`,
-		newHolder: `UPDATE ` + dl + ` SET holds = true, held_by = NULL, failed_at = now(), reason = $2, error = $3 WHERE id = $1`,
-		moveHeld:  `UPDATE ` + dl + ` SET held_by = $2 WHERE held_by = $1 AND resolution IS NULL AND id <> $3`,
+		newHolder:   `UPDATE ` + dl + ` SET holds = true, held_by = NULL, failed_at = now(), reason = $2, error = $3 WHERE id = $1`,
+		moveHeld:    `UPDATE ` + dl + ` SET held_by = $2 WHERE held_by = $1 AND resolution IS NULL AND id <> $3`,
 		done: `UPDATE ` + dl + ` SET holds = false WHERE id = $1 AND resolution IS NOT NULL
     AND NOT EXISTS (SELECT 1 FROM ` + dl + ` WHERE held_by = $2 AND resolution IS NULL)`,
 	}

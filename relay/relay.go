@@ -70,7 +70,7 @@ type Config struct {
 	DeadLetterPolicy string
 	TopicPolicies    map[string]string
 	Logger           *slog.Logger
-	Metrics        *Metrics
+	Metrics          *Metrics
 }
 
 // WithDefaults returns c with unset fields filled in.
