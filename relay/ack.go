@@ -67,6 +67,9 @@ func (r *Relay) ackLoop(ctx context.Context, in <-chan ack, tracker *ackTracker,
 			if m.replay != nil {
 				r.m.Replayed.Add(float64(m.replay.sent))
 			}
+			if m.heartbeat != 0 {
+				r.beats.reached(m.heartbeat)
+			}
 		}
 		r.m.LastPublished.SetToCurrentTime()
 	}

@@ -1,6 +1,8 @@
 package relay
 
 import (
+	"sync/atomic"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 )
@@ -27,6 +29,9 @@ type Metrics struct {
 	Replayed      prometheus.Counter
 	HeldKeys      prometheus.Gauge
 	HeldEvents    prometheus.Gauge
+	HeartbeatAge  prometheus.GaugeFunc
+	// heartbeatAge computes HeartbeatAge at each scrape (set by New).
+	heartbeatAge atomic.Pointer[func() float64]
 }
 
 // NewMetrics registers the relay's metrics, with the Go and process
@@ -108,8 +113,17 @@ func NewMetrics() *Metrics {
 			Help: "Events held behind their key's dead letter, waiting for its retry or discard, sampled on the leader.",
 		}),
 	}
+	m.HeartbeatAge = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "relay_heartbeat_age_seconds",
+		Help: "On the leader: how long ago the newest heartbeat that went through reader, sink and acknowledgement was sent (/readyz fails above --ready-timeout); 0 elsewhere.",
+	}, func() float64 {
+		if f := m.heartbeatAge.Load(); f != nil {
+			return (*f)()
+		}
+		return 0
+	})
 	m.Registry.MustRegister(m.Published, m.Latency, m.LatencyMax, m.CommitLatency, m.CommitMax, m.BatchSize, m.Backlog, m.DeadLetters, m.Errors, m.Leader, m.LastPublished,
-		m.PublishRate, m.DrainETA, m.ArchivePruned, m.Replayed, m.HeldKeys, m.HeldEvents,
+		m.PublishRate, m.DrainETA, m.ArchivePruned, m.Replayed, m.HeldKeys, m.HeldEvents, m.HeartbeatAge,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -24,6 +24,9 @@ type ack struct {
 	replay *replayChunk
 	// release is set for a batch of a held key's release (release.go).
 	release *releaseChunk
+	// heartbeat is the newest of this process's heartbeats in the batch
+	// (heartbeat.go).
+	heartbeat uint64
 }
 
 // batch is what the read loop hands the publisher: live events from the
@@ -112,6 +115,9 @@ func (r *Relay) runPipeline(ctx, hard context.Context, l *lease) error {
 
 	g.Go(func() error { r.sampleBacklog(read); return nil })
 	g.Go(func() error { r.sampleHolds(read); return nil })
+	if r.cfg.ReadyTimeout > 0 {
+		g.Go(func() error { r.sendHeartbeats(read); return nil })
+	}
 	if r.cfg.Retain > 0 {
 		g.Go(func() error { r.pruneArchive(read); return nil })
 	}

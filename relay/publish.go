@@ -64,6 +64,9 @@ func (r *Relay) publishLoop(ctx context.Context, in <-chan batch, out chan<- fli
 				continue
 			}
 			f.a.ids = append(f.a.ids, e.ID)
+			if r.heartbeatIn(&f.a, e) {
+				continue
+			}
 			if held, ok := r.heldOf(e); ok {
 				f.a.dead = append(f.a.dead, held)
 				continue
@@ -138,6 +141,7 @@ func (r *Relay) durableLoop(ctx context.Context, in <-chan flight, out chan<- ac
 			}
 		}
 		a.state = state
+		r.probeSink(ctx, &a)
 		select {
 		case out <- a:
 		case <-ctx.Done():

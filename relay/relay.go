@@ -69,8 +69,13 @@ type Config struct {
 	// overrides it per topic.
 	DeadLetterPolicy string
 	TopicPolicies    map[string]string
-	Logger           *slog.Logger
-	Metrics          *Metrics
+	// ReadyTimeout is how long the leader stays ready without a heartbeat
+	// that went through the whole path (default 30s; heartbeat.go).
+	// Negative sends no heartbeat: for sources that do not read the outbox
+	// table.
+	ReadyTimeout time.Duration
+	Logger       *slog.Logger
+	Metrics      *Metrics
 }
 
 // WithDefaults returns c with unset fields filled in.
@@ -107,6 +112,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.ReplayInterval <= 0 {
 		c.ReplayInterval = time.Second
+	}
+	if c.ReadyTimeout == 0 {
+		c.ReadyTimeout = 30 * time.Second
 	}
 	if c.DeadLetterPolicy == "" {
 		c.DeadLetterPolicy = PolicySkip
@@ -180,6 +188,9 @@ type Relay struct {
 	holdSQL                                                                 holdSQL
 	// holds are the held keys (hold.go).
 	holds holds
+	// beats are the readiness heartbeats (heartbeat.go).
+	beats        *heartbeats
+	heartbeatSQL string
 	// holder names this process in the leadership table.
 	holder string
 	// published counts acknowledged live events, for the drain rate.
@@ -213,6 +224,15 @@ FROM (SELECT count(*) AS n FROM (SELECT 1 FROM ` + ident("events") + ` LIMIT 100
 	r.lease = newLeaseSQL(ident)
 	r.holdSQL = newHoldSQL(ident)
 	r.holds.by = map[holdKey]int64{}
+	r.beats = newHeartbeats()
+	age := func() float64 {
+		if r.Role() != RoleLeader || cfg.ReadyTimeout < 0 {
+			return 0
+		}
+		return r.beats.age().Seconds()
+	}
+	r.m.heartbeatAge.Store(&age)
+	r.heartbeatSQL = `INSERT INTO ` + ident("events") + ` (topic, payload) VALUES ($1, $2)`
 	r.holder = holderName()
 	r.role.Store(RoleStarting)
 	return r, nil
@@ -221,8 +241,9 @@ FROM (SELECT count(*) AS n FROM (SELECT 1 FROM ` + ident("events") + ` LIMIT 100
 // Role reports what the relay is doing now.
 func (r *Relay) Role() Role { return r.role.Load().(Role) }
 
-// Ready returns nil when the relay is the leader, its pipeline runs and the
-// sink accepts messages.
+// Ready returns nil when the relay is the leader, its pipeline runs, the
+// sink accepts messages and a heartbeat went through the whole path within
+// ReadyTimeout (heartbeat.go).
 func (r *Relay) Ready(ctx context.Context) error {
 	if role := r.Role(); role != RoleLeader {
 		return fmt.Errorf("role is %s", role)
@@ -230,7 +251,10 @@ func (r *Relay) Ready(ctx context.Context) error {
 	if err := r.lastErr.Load(); err != nil {
 		return *err
 	}
-	return r.sink.Ready(ctx)
+	if err := r.sink.Ready(ctx); err != nil {
+		return err
+	}
+	return r.heartbeatReady()
 }
 
 // Run elects a leader and runs the pipeline until ctx ends. Cancelling ctx
@@ -346,6 +370,7 @@ func (r *Relay) leadOnce(ctx context.Context, b *backoff) error {
 		r.m.Errors.WithLabelValues("leader").Inc()
 		return err
 	}
+	r.beats.lead()
 	r.role.Store(RoleLeader)
 	r.m.Leader.Set(1)
 	defer r.m.Leader.Set(0)

@@ -59,6 +59,7 @@ type runFlags struct {
 	allowLost       bool
 	deadPolicy      string
 	topicPolicies   string
+	readyTimeout    time.Duration
 }
 
 func (f *runFlags) register(fs *flag.FlagSet) {
@@ -88,6 +89,7 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.StringVar(&f.deadPolicy, "dead-letter-policy", relay.PolicySkip, "what a dead letter does to its key's later events: skip (they are published) or hold-key (they wait, in order, until it is retried or discarded)")
 	fs.StringVar(&f.topicPolicies, "dead-letter-policy-topics", "", "per-topic dead-letter policies overriding --dead-letter-policy, as topic=policy[,topic=policy]")
+	fs.DurationVar(&f.readyTimeout, "ready-timeout", 30*time.Second, "/readyz fails when no heartbeat went through the whole path (read, published, acknowledged) for this long; the leader sends one every sixth of it")
 	fs.StringVar(&f.cpuProfile, "cpu-profile", "", "write a CPU profile of the whole run to this file (for go tool pprof)")
 }
 
@@ -107,6 +109,8 @@ func (f *runFlags) validate() error {
 		return usagef("--retain must not be negative")
 	case f.pruneInterval <= 0:
 		return usagef("--prune-interval must be positive")
+	case f.readyTimeout < 300*time.Millisecond:
+		return usagef("--ready-timeout %v: must be at least 300ms", f.readyTimeout)
 	case f.pollInterval <= 0:
 		return usagef("--poll-interval must be positive")
 	case f.ackInterval < 0 || f.ackInterval > time.Minute:
@@ -264,6 +268,7 @@ func (f *runFlags) serve(ctx context.Context, log *slog.Logger) error {
 		PruneInterval:    f.pruneInterval,
 		DeadLetterPolicy: f.deadPolicy,
 		TopicPolicies:    topicPolicies,
+		ReadyTimeout:     f.readyTimeout,
 		Logger:           log,
 		Metrics:          metrics,
 	}, source, sink)
