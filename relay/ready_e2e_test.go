@@ -8,9 +8,11 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/outboxrelay/relay/internal/e2e"
@@ -35,42 +37,106 @@ func readyz(t *testing.T, addr string) (int, string) {
 	return resp.StatusCode, body.Reason
 }
 
-// TestReadinessFollowsTheHeartbeat runs the binary with --ready-timeout 2s
-// and blocks, in turn, the poll reader (a lock on its tick table) and the
-// acknowledgement (a lock on the checkpoint table): /readyz must turn not
-// ready, naming the heartbeat, with relay_heartbeat_age_seconds past the
-// bound, and ready again once the lock is gone.
-func TestReadinessFollowsTheHeartbeat(t *testing.T) {
-	ctx := context.Background()
-	url, bin := e2e.Migrated(t)
-	addr := e2e.FreeAddr(t)
-	p := e2e.Start(t, bin, nil, runArgs(url, e2e.DataDir(t), addr, "--ready-timeout", "2s")...)
-	e2e.WaitReady(t, p, true, 30*time.Second)
-	admin := pgtest.Connect(t, url)
-	for _, block := range []struct{ what, lock string }{
-		{"the reader", "LOCK TABLE outbox.poll_ticks IN ACCESS EXCLUSIVE MODE"},
-		{"the acknowledgement", "LOCK TABLE outbox.checkpoints IN ACCESS EXCLUSIVE MODE"},
-	} {
+// lockFor blocks by holding lock in a transaction until released.
+func lockFor(lock string) func(t *testing.T, admin *pgx.Conn) (release func()) {
+	return func(t *testing.T, admin *pgx.Conn) func() {
+		ctx := context.Background()
 		tx, err := admin.Begin(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := tx.Exec(ctx, block.lock); err != nil {
+		if _, err := tx.Exec(ctx, lock); err != nil {
 			t.Fatal(err)
 		}
-		e2e.WaitReady(t, p, false, 30*time.Second)
-		code, reason := readyz(t, addr)
-		if code != http.StatusServiceUnavailable || !strings.Contains(reason, "no heartbeat reached the log") {
-			t.Fatalf("%s blocked: /readyz %d %q, want 503 naming the heartbeat", block.what, code, reason)
+		return func() {
+			if err := tx.Rollback(ctx); err != nil {
+				t.Fatal(err)
+			}
 		}
-		if age := e2e.Metric(t, addr, "relay_heartbeat_age_seconds"); age <= 2 {
-			t.Fatalf("%s blocked: relay_heartbeat_age_seconds %v while not ready", block.what, age)
+	}
+}
+
+// stopWALSender stalls the WAL reader's stream: SIGSTOP of the server
+// process that sends the slot's changes (the tests run as root), SIGCONT
+// to release.
+func stopWALSender(slot string) func(t *testing.T, admin *pgx.Conn) (release func()) {
+	return func(t *testing.T, admin *pgx.Conn) func() {
+		var pid int
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+			err := admin.QueryRow(context.Background(), `SELECT active_pid FROM pg_replication_slots WHERE slot_name = $1 AND active`, slot).Scan(&pid)
+			if err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the WAL sender of slot %s: %v", slot, err)
+			}
 		}
-		if err := tx.Rollback(ctx); err != nil {
-			t.Fatal(err)
+		if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+			t.Fatalf("stopping the WAL sender %d: %v", pid, err)
 		}
-		e2e.WaitReady(t, p, true, time.Minute)
-		t.Logf("%s blocked: %q; ready again after the lock was released", block.what, reason)
+		return func() {
+			if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
+				t.Fatalf("resuming the WAL sender %d: %v", pid, err)
+			}
+		}
+	}
+}
+
+type readinessBlock struct {
+	what  string
+	block func(t *testing.T, admin *pgx.Conn) (release func())
+}
+
+// TestReadinessFollowsTheHeartbeat runs the binary with --ready-timeout 2s
+// and blocks, in turn, the reader (the poller by a lock on its tick table,
+// the WAL reader by stopping the server process that streams to it) and
+// the acknowledgement (a lock on the checkpoint table): /readyz must turn
+// not ready, naming the heartbeat, with relay_heartbeat_age_seconds past
+// the bound, and ready again once the block is gone.
+func TestReadinessFollowsTheHeartbeat(t *testing.T) {
+	ack := readinessBlock{"the acknowledgement", lockFor("LOCK TABLE outbox.checkpoints IN ACCESS EXCLUSIVE MODE")}
+	for _, c := range []struct {
+		source string
+		blocks []readinessBlock
+	}{
+		{"poll", []readinessBlock{{"the reader", lockFor("LOCK TABLE outbox.poll_ticks IN ACCESS EXCLUSIVE MODE")}, ack}},
+		{"cdc", []readinessBlock{{"the reader", stopWALSender("relay_ready_cdc")}, ack}},
+	} {
+		t.Run(c.source, func(t *testing.T) {
+			ctx := context.Background()
+			url, bin := e2e.Migrated(t)
+			addr := e2e.FreeAddr(t)
+			p := e2e.Start(t, bin, nil, runArgs(url, e2e.DataDir(t), addr, "--ready-timeout", "2s",
+				"--source", c.source, "--slot", "relay_ready_"+c.source)...)
+			e2e.WaitReady(t, p, true, 30*time.Second)
+			admin := pgtest.Connect(t, url)
+			for _, b := range c.blocks {
+				var once sync.Once
+				unblock := b.block(t, admin)
+				release := func() { once.Do(unblock) }
+				t.Cleanup(release) // also when the test fails while blocked
+				e2e.WaitReady(t, p, false, 30*time.Second)
+				code, reason := readyz(t, addr)
+				if code != http.StatusServiceUnavailable || !strings.Contains(reason, "no heartbeat reached the log") {
+					t.Fatalf("%s blocked: /readyz %d %q, want 503 naming the heartbeat", b.what, code, reason)
+				}
+				if age := e2e.Metric(t, addr, "relay_heartbeat_age_seconds"); age <= 2 {
+					t.Fatalf("%s blocked: relay_heartbeat_age_seconds %v while not ready", b.what, age)
+				}
+				release()
+				e2e.WaitReady(t, p, true, time.Minute)
+				t.Logf("%s blocked: %q; ready again after the block was released", b.what, reason)
+			}
+			p.Signal(syscall.SIGTERM)
+			if code := p.Wait(time.Minute); code != 0 {
+				t.Fatalf("relay exited %d after SIGTERM", code)
+			}
+			if c.source == "cdc" {
+				if _, err := admin.Exec(ctx, "SELECT pg_drop_replication_slot('relay_ready_cdc')"); err != nil {
+					t.Fatal(err)
+				}
+			}
+		})
 	}
 }
 
