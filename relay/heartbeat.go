@@ -53,6 +53,8 @@ const HeartbeatTopic = "relay heartbeat"
 // reached the log.
 type heartbeats struct {
 	nonce string
+	// sql inserts a heartbeat row.
+	sql string
 
 	mu   sync.Mutex
 	next uint64
@@ -132,6 +134,34 @@ func (h *heartbeats) age() time.Duration {
 	return time.Since(h.through)
 }
 
+// Ready returns nil when the relay is the leader, its pipeline runs, the
+// sink accepts messages and a heartbeat went through the whole path within
+// ReadyTimeout (heartbeat.go).
+func (r *Relay) Ready(ctx context.Context) error {
+	if role := r.Role(); role != RoleLeader {
+		return fmt.Errorf("role is %s", role)
+	}
+	if err := r.lastErr.Load(); err != nil {
+		return *err
+	}
+	if err := r.sink.Ready(ctx); err != nil {
+		return err
+	}
+	return r.heartbeatReady()
+}
+
+func (r *Relay) initHeartbeats(ident func(string) string) {
+	r.beats = newHeartbeats()
+	r.beats.sql = `INSERT INTO ` + ident("events") + ` (topic, payload) VALUES ($1, $2)`
+	age := func() float64 {
+		if r.Role() != RoleLeader || r.cfg.ReadyTimeout < 0 {
+			return 0
+		}
+		return r.beats.age().Seconds()
+	}
+	r.m.heartbeatAge.Store(&age)
+}
+
 // heartbeatInterval is how often the leader sends a heartbeat.
 func (c Config) heartbeatInterval() time.Duration {
 	return min(max(c.ReadyTimeout/6, 50*time.Millisecond), 10*time.Second)
@@ -142,7 +172,7 @@ func (r *Relay) sendHeartbeats(ctx context.Context) {
 	every := r.cfg.heartbeatInterval()
 	for {
 		_, payload := r.beats.send()
-		if _, err := r.pool.Exec(ctx, r.heartbeatSQL, HeartbeatTopic, []byte(payload)); err != nil && ctx.Err() == nil {
+		if _, err := r.pool.Exec(ctx, r.beats.sql, HeartbeatTopic, []byte(payload)); err != nil && ctx.Err() == nil {
 			r.log.Warn("writing the readiness heartbeat failed", "err", err)
 		}
 		if sleepCtx(ctx, every) != nil {

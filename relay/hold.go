@@ -97,6 +97,18 @@ func ParseTopicPolicies(specs []string) (map[string]string, error) {
 	return out, nil
 }
 
+func (c Config) validatePolicies() error {
+	if err := ValidPolicy(c.DeadLetterPolicy); err != nil {
+		return err
+	}
+	for topic, p := range c.TopicPolicies {
+		if err := ValidPolicy(p); err != nil {
+			return fmt.Errorf("topic %s: %w", topic, err)
+		}
+	}
+	return nil
+}
+
 // policy is the dead-letter policy of topic.
 func (c Config) policy(topic string) string {
 	if p, ok := c.TopicPolicies[topic]; ok {
@@ -112,8 +124,9 @@ type holdKey struct{ topic, key string }
 // rejections; the read loop changes a key only while nothing is in flight
 // (a release).
 type holds struct {
-	mu sync.Mutex
-	by map[holdKey]int64
+	sql holdSQL
+	mu  sync.Mutex
+	by  map[holdKey]int64
 }
 
 func (h *holds) holder(e Event) (int64, bool) {
@@ -138,7 +151,7 @@ func (h *holds) set(k holdKey, row int64) {
 
 // loadHolds reads the held keys at the start of a pipeline.
 func (r *Relay) loadHolds(ctx context.Context) error {
-	rows, err := r.pool.Query(ctx, r.holdSQL.load)
+	rows, err := r.pool.Query(ctx, r.holds.sql.load)
 	if err != nil {
 		return fmt.Errorf("reading the held keys: %w", err)
 	}
@@ -214,7 +227,7 @@ FROM ` + dl + ` WHERE holds OR (held_by IS NOT NULL AND resolution IS NULL)`,
 func (r *Relay) sampleHolds(ctx context.Context) {
 	for {
 		var keys, events int64
-		if err := r.pool.QueryRow(ctx, r.holdSQL.count).Scan(&keys, &events); err == nil {
+		if err := r.pool.QueryRow(ctx, r.holds.sql.count).Scan(&keys, &events); err == nil {
 			r.m.HeldKeys.Set(float64(keys))
 			r.m.HeldEvents.Set(float64(events))
 		} else if ctx.Err() == nil {

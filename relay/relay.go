@@ -142,13 +142,8 @@ func (c Config) Validate() error {
 	if c.BatchSize > 100_000 {
 		return fmt.Errorf("batch size %d is above the limit of 100000", c.BatchSize)
 	}
-	if err := ValidPolicy(c.DeadLetterPolicy); err != nil {
+	if err := c.validatePolicies(); err != nil {
 		return err
-	}
-	for topic, p := range c.TopicPolicies {
-		if err := ValidPolicy(p); err != nil {
-			return fmt.Errorf("topic %s: %w", topic, err)
-		}
 	}
 	_, err := pgconfig.ParseConfig(c.DatabaseURL)
 	return err
@@ -185,12 +180,10 @@ type Relay struct {
 	deleteSQL, deleteRangesSQL, deadSQL, checkpointSQL, loadSQL, backlogSQL string
 	replay                                                                  replaySQL
 	lease                                                                   leaseSQL
-	holdSQL                                                                 holdSQL
-	// holds are the held keys (hold.go).
+	// holds are the held keys (hold.go), beats the readiness heartbeats
+	// (heartbeat.go).
 	holds holds
-	// beats are the readiness heartbeats (heartbeat.go).
-	beats        *heartbeats
-	heartbeatSQL string
+	beats *heartbeats
 	// holder names this process in the leadership table.
 	holder string
 	// published counts acknowledged live events, for the drain rate.
@@ -222,17 +215,8 @@ FROM (SELECT count(*) AS n FROM (SELECT 1 FROM ` + ident("events") + ` LIMIT 100
 	}
 	r.replay = newReplaySQL(ident)
 	r.lease = newLeaseSQL(ident)
-	r.holdSQL = newHoldSQL(ident)
-	r.holds.by = map[holdKey]int64{}
-	r.beats = newHeartbeats()
-	age := func() float64 {
-		if r.Role() != RoleLeader || cfg.ReadyTimeout < 0 {
-			return 0
-		}
-		return r.beats.age().Seconds()
-	}
-	r.m.heartbeatAge.Store(&age)
-	r.heartbeatSQL = `INSERT INTO ` + ident("events") + ` (topic, payload) VALUES ($1, $2)`
+	r.holds = holds{sql: newHoldSQL(ident), by: map[holdKey]int64{}}
+	r.initHeartbeats(ident)
 	r.holder = holderName()
 	r.role.Store(RoleStarting)
 	return r, nil
@@ -240,22 +224,6 @@ FROM (SELECT count(*) AS n FROM (SELECT 1 FROM ` + ident("events") + ` LIMIT 100
 
 // Role reports what the relay is doing now.
 func (r *Relay) Role() Role { return r.role.Load().(Role) }
-
-// Ready returns nil when the relay is the leader, its pipeline runs, the
-// sink accepts messages and a heartbeat went through the whole path within
-// ReadyTimeout (heartbeat.go).
-func (r *Relay) Ready(ctx context.Context) error {
-	if role := r.Role(); role != RoleLeader {
-		return fmt.Errorf("role is %s", role)
-	}
-	if err := r.lastErr.Load(); err != nil {
-		return *err
-	}
-	if err := r.sink.Ready(ctx); err != nil {
-		return err
-	}
-	return r.heartbeatReady()
-}
 
 // Run elects a leader and runs the pipeline until ctx ends. Cancelling ctx
 // is a graceful stop: the in-flight batch is published and acknowledged

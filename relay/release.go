@@ -75,7 +75,7 @@ type releaser struct {
 func (rl *releaser) step(ctx context.Context, out chan<- batch, after Position) (bool, error) {
 	r := rl.r
 	var id int64
-	err := r.pool.QueryRow(ctx, r.holdSQL.pick).Scan(&id)
+	err := r.pool.QueryRow(ctx, r.holds.sql.pick).Scan(&id)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return false, nil
 	}
@@ -88,7 +88,7 @@ func (rl *releaser) step(ctx context.Context, out chan<- batch, after Position) 
 	for {
 		var holds, fresh bool
 		var resolution string
-		dlID, ev, err := scanDeadEvent(r.pool.QueryRow(ctx, r.holdSQL.holder, id), &holds, &resolution, &fresh)
+		dlID, ev, err := scanDeadEvent(r.pool.QueryRow(ctx, r.holds.sql.holder, id), &holds, &resolution, &fresh)
 		if err != nil {
 			return false, fmt.Errorf("reading dead letter %d to release its key: %w", id, err)
 		}
@@ -97,7 +97,7 @@ func (rl *releaser) step(ctx context.Context, out chan<- batch, after Position) 
 			// Released, or stopped by an event that failed again: the
 			// key's holder is whatever the table now says.
 			var row int64
-			if err := r.pool.QueryRow(ctx, r.holdSQL.heldRows, k.topic, k.key).Scan(&row); err != nil {
+			if err := r.pool.QueryRow(ctx, r.holds.sql.heldRows, k.topic, k.key).Scan(&row); err != nil {
 				return false, fmt.Errorf("reading the holder of key %q: %w", k.key, err)
 			}
 			r.holds.set(k, row)
@@ -113,7 +113,7 @@ func (rl *releaser) step(ctx context.Context, out chan<- batch, after Position) 
 			c.ids = append(c.ids, dlID)
 			events = append(events, ev)
 		}
-		rows, err := r.pool.Query(ctx, r.holdSQL.held, ev.ID, r.cfg.BatchSize-len(events))
+		rows, err := r.pool.Query(ctx, r.holds.sql.held, ev.ID, r.cfg.BatchSize-len(events))
 		if err != nil {
 			return false, fmt.Errorf("reading the events held behind dead letter %d: %w", dlID, err)
 		}
@@ -194,7 +194,7 @@ func (r *Relay) settleRelease(a *ack, routed []Event, res PublishResult) {
 // queueRelease adds a release chunk's acknowledgement to the ack
 // transaction.
 func (r *Relay) queueRelease(b *pgx.Batch, c *releaseChunk) {
-	s := r.holdSQL
+	s := r.holds.sql
 	released := c.published
 	if c.retry && len(released) > 0 && released[0] == c.holderID {
 		b.Queue(s.republished, c.holderID)
