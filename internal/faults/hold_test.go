@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -101,6 +102,14 @@ FROM outbox.dead_letters`).Scan(&holding, &waiting); err != nil {
 	waitFor(t, 30*time.Second, "the held-key metrics", func() bool {
 		return e2e.Metric(t, r.addr, "relay_held_keys") == 3 && e2e.Metric(t, r.addr, "relay_held_events") == 117
 	})
+
+	st := e2e.Start(t, e.bin, nil, "status", "--json", "--database-url", e.url, "--http-addr", r.addr)
+	if code := st.Wait(time.Minute); code != 0 {
+		t.Fatalf("relay status: exit %d: %s", code, st.Output())
+	}
+	if out := st.Output(); !strings.Contains(out, `"held_keys": 3`) || !strings.Contains(out, `"held_events": 117`) {
+		t.Fatalf("relay status does not show 3 held keys and 117 held events:\n%s", out)
+	}
 
 	// Nothing of a held key after its poison is in the log.
 	r.stop()
