@@ -11,5 +11,7 @@
 // dead-letter table in the same transaction; under the hold-key policy the
 // later events of their key follow them there, held, until the leader
 // releases them in order after a retry or discard (fault model in hold.go
-// and release.go).
+// and release.go). Readiness is end to end: the leader's heartbeat rows go
+// the same way and /readyz fails when none got through within the bound
+// (heartbeat.go).
 package relay
