@@ -67,6 +67,9 @@ func (r *Relay) ackLoop(ctx context.Context, in <-chan ack, tracker *ackTracker,
 			if m.replay != nil {
 				r.m.Replayed.Add(float64(m.replay.sent))
 			}
+			if m.heartbeat != 0 {
+				r.beats.reached(m.heartbeat)
+			}
 		}
 		r.m.LastPublished.SetToCurrentTime()
 	}
@@ -111,7 +114,14 @@ func (r *Relay) commitAcks(ctx context.Context, acks []ack, l *lease) error {
 					k := string(e.Key)
 					key = &k
 				}
-				b.Queue(r.deadSQL, e.ID, e.EventID, e.Topic, key, e.Payload, headers, e.CreatedAt, d.err.Error(), d.reason)
+				var heldBy *int64
+				if d.heldBy != 0 {
+					heldBy = &d.heldBy
+				}
+				b.Queue(r.deadSQL, e.ID, e.EventID, e.Topic, key, e.Payload, headers, e.CreatedAt, d.err.Error(), d.reason, d.holds, heldBy)
+			}
+			if a.release != nil {
+				r.queueRelease(b, a.release)
 			}
 		}
 		b.Queue(r.checkpointSQL, r.cfg.Name, int64(last.through.Major), int64(last.through.Minor), last.state, published, r.cfg.SourceKind)
@@ -122,9 +132,16 @@ func (r *Relay) commitAcks(ctx context.Context, acks []ack, l *lease) error {
 	}
 	for _, a := range acks {
 		for _, d := range a.dead {
+			if d.heldBy != 0 {
+				r.log.Debug("event held behind its key's dead letter", "event_id", d.event.EventID, "id", d.event.ID, "held_by", d.heldBy)
+				continue
+			}
 			r.m.DeadLetters.WithLabelValues(d.reason).Inc()
 			r.log.Warn("event moved to the dead letters", "event_id", d.event.EventID, "id", d.event.ID,
-				"topic", d.event.Topic, "reason", d.reason, "err", d.err)
+				"topic", d.event.Topic, "reason", d.reason, "holds_key", d.holds, "err", d.err)
+		}
+		if a.release != nil {
+			r.releaseAcked(a.release)
 		}
 	}
 	return nil

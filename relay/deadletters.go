@@ -4,7 +4,11 @@ package relay
 // (its event goes back into the outbox, with its original event id, so
 // consumers that already saw it can deduplicate) or by discard (on
 // purpose, with a note). Resolved rows stay, as the record of what was
-// done (migration 007).
+// done (migration 007). Under the hold-key policy (hold.go) a dead letter
+// may hold its key; resolving it only marks it, and the leader then
+// publishes it (for a retry) and the events held behind it, in order
+// (release.go). Held events are not dead letters: they are listed, but
+// retried or discarded only with the dead letter that holds them.
 
 import (
 	"context"
@@ -19,6 +23,8 @@ import (
 const (
 	DeadLetterRetried   = "retried"
 	DeadLetterDiscarded = "discarded"
+	// DeadLetterReleased marks a held event published by a release.
+	DeadLetterReleased = "released"
 )
 
 // DeadLetterFilter selects dead letters. Zero fields select everything;
@@ -73,13 +79,19 @@ type DeadLetter struct {
 	Resolution string     `json:"resolution,omitempty"`
 	ResolvedAt *time.Time `json:"resolved_at,omitempty"`
 	Note       string     `json:"note,omitempty"`
+	// Holds: this dead letter holds its key (hold-key policy); with a
+	// resolution, the leader is releasing it.
+	Holds bool `json:"holds,omitempty"`
+	// HeldBy is set on a held event: the outbox row id of the dead letter
+	// that holds it.
+	HeldBy *int64 `json:"held_by,omitempty"`
 }
 
 // ListDeadLetters returns up to limit dead letters matching f, oldest
 // first.
 func ListDeadLetters(ctx context.Context, db DB, schema string, f DeadLetterFilter, limit int) ([]DeadLetter, error) {
 	q := `SELECT id, event_row_id, event_id::text, topic, key, payload, headers::text, created_at, failed_at, reason, error,
-    coalesce(resolution, ''), resolved_at, coalesce(note, '')
+    coalesce(resolution, ''), resolved_at, coalesce(note, ''), holds, held_by
 FROM ` + ident(schema, "dead_letters") + ` WHERE ` + deadLetterWhere + ` AND ($7 OR resolution IS NULL) ORDER BY id LIMIT $8`
 	rows, err := db.Query(ctx, q, append(f.args(), f.Resolved, limit)...)
 	if err != nil {
@@ -90,7 +102,7 @@ FROM ` + ident(schema, "dead_letters") + ` WHERE ` + deadLetterWhere + ` AND ($7
 	for rows.Next() {
 		var d DeadLetter
 		if err := rows.Scan(&d.ID, &d.EventRowID, &d.EventID, &d.Topic, &d.Key, &d.Payload, &d.Headers, &d.CreatedAt, &d.FailedAt,
-			&d.Reason, &d.Error, &d.Resolution, &d.ResolvedAt, &d.Note); err != nil {
+			&d.Reason, &d.Error, &d.Resolution, &d.ResolvedAt, &d.Note, &d.Holds, &d.HeldBy); err != nil {
 			return nil, fmt.Errorf("reading dead letters: %w", err)
 		}
 		out = append(out, d)
@@ -118,21 +130,22 @@ var ErrNoFilter = errors.New("no dead letters named: give ids or a filter, or sa
 // RetryDeadLetters puts the events of the unresolved dead letters matching
 // f back into the outbox, in the order they failed, each with its original
 // event id, topic, key, payload, headers and creation time, and marks them
-// retried, in one transaction. It returns how many it retried.
+// retried, in one transaction. A dead letter that holds its key is only
+// marked: the leader publishes it and then its key's held events. Held
+// events are not selected. It returns how many it retried.
 func RetryDeadLetters(ctx context.Context, db Beginner, schema string, f DeadLetterFilter, all bool) (int64, error) {
 	if f.Empty() && !all {
 		return 0, ErrNoFilter
 	}
 	q := `WITH picked AS (
     UPDATE ` + ident(schema, "dead_letters") + ` SET resolution = 'retried', resolved_at = now()
-    WHERE resolution IS NULL AND ` + deadLetterWhere + ` RETURNING id, event_id, topic, key, payload, headers, created_at)
-INSERT INTO ` + ident(schema, "events") + ` (event_id, topic, key, payload, headers, created_at)
-SELECT event_id, topic, key, payload, headers, created_at FROM picked ORDER BY id`
+    WHERE resolution IS NULL AND held_by IS NULL AND ` + deadLetterWhere + ` RETURNING id, holds, event_id, topic, key, payload, headers, created_at),
+put AS (INSERT INTO ` + ident(schema, "events") + ` (event_id, topic, key, payload, headers, created_at)
+    SELECT event_id, topic, key, payload, headers, created_at FROM picked WHERE NOT holds ORDER BY id)
+SELECT count(*) FROM picked`
 	var n int64
 	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
-		tag, err := tx.Exec(ctx, q, f.args()...)
-		n = tag.RowsAffected()
-		return err
+		return tx.QueryRow(ctx, q, f.args()...).Scan(&n)
 	})
 	if err != nil {
 		return 0, fmt.Errorf("retrying dead letters: %w", err)
@@ -141,13 +154,15 @@ SELECT event_id, topic, key, payload, headers, created_at FROM picked ORDER BY i
 }
 
 // DiscardDeadLetters marks the unresolved dead letters matching f
-// discarded, with note, and returns how many.
+// discarded, with note, and returns how many. The leader then publishes the
+// events held behind those that hold their key. Held events are not
+// selected.
 func DiscardDeadLetters(ctx context.Context, db DB, schema string, f DeadLetterFilter, all bool, note string) (int64, error) {
 	if f.Empty() && !all {
 		return 0, ErrNoFilter
 	}
 	q := `UPDATE ` + ident(schema, "dead_letters") + ` SET resolution = 'discarded', resolved_at = now(), note = $7
-WHERE resolution IS NULL AND ` + deadLetterWhere
+WHERE resolution IS NULL AND held_by IS NULL AND ` + deadLetterWhere
 	tag, err := db.Exec(ctx, q, append(f.args(), note)...)
 	if err != nil {
 		return 0, fmt.Errorf("discarding dead letters: %w", err)

@@ -8,5 +8,10 @@
 // source position and the sink's state are saved together. Only after that
 // commit does the source learn the events are done (the WAL reader then
 // advances its slot). Events that can never be published go to the
-// dead-letter table in the same transaction.
+// dead-letter table in the same transaction; under the hold-key policy the
+// later events of their key follow them there, held, until the leader
+// releases them in order after a retry or discard (fault model in hold.go
+// and release.go). Readiness is end to end: the leader's heartbeat rows go
+// the same way and /readyz fails when none got through within the bound
+// (heartbeat.go).
 package relay

@@ -1,6 +1,8 @@
 package relay
 
 import (
+	"sync/atomic"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 )
@@ -25,6 +27,11 @@ type Metrics struct {
 	DrainETA      prometheus.Gauge
 	ArchivePruned prometheus.Counter
 	Replayed      prometheus.Counter
+	HeldKeys      prometheus.Gauge
+	HeldEvents    prometheus.Gauge
+	HeartbeatAge  prometheus.GaugeFunc
+	// heartbeatAge computes HeartbeatAge at each scrape (set by New).
+	heartbeatAge atomic.Pointer[func() float64]
 }
 
 // NewMetrics registers the relay's metrics, with the Go and process
@@ -97,9 +104,26 @@ func NewMetrics() *Metrics {
 			Name: "relay_replayed_events_total",
 			Help: "Archived events republished by replay requests.",
 		}),
+		HeldKeys: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "relay_held_keys",
+			Help: "Keys held behind a dead letter (dead-letter policy hold-key), sampled on the leader.",
+		}),
+		HeldEvents: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "relay_held_events",
+			Help: "Events held behind their key's dead letter, waiting for its retry or discard, sampled on the leader.",
+		}),
 	}
+	m.HeartbeatAge = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "relay_heartbeat_age_seconds",
+		Help: "On the leader: how long ago the newest heartbeat that went through reader, sink and acknowledgement was sent (/readyz fails above --ready-timeout); 0 elsewhere.",
+	}, func() float64 {
+		if f := m.heartbeatAge.Load(); f != nil {
+			return (*f)()
+		}
+		return 0
+	})
 	m.Registry.MustRegister(m.Published, m.Latency, m.LatencyMax, m.CommitLatency, m.CommitMax, m.BatchSize, m.Backlog, m.DeadLetters, m.Errors, m.Leader, m.LastPublished,
-		m.PublishRate, m.DrainETA, m.ArchivePruned, m.Replayed,
+		m.PublishRate, m.DrainETA, m.ArchivePruned, m.Replayed, m.HeldKeys, m.HeldEvents, m.HeartbeatAge,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -22,19 +22,29 @@ type ack struct {
 	byTopic   map[string]int
 	// replay is set for a chunk of republished archive rows.
 	replay *replayChunk
+	// release is set for a batch of a held key's release (release.go).
+	release *releaseChunk
+	// heartbeat is the newest of this process's heartbeats in the batch
+	// (heartbeat.go).
+	heartbeat uint64
 }
 
 // batch is what the read loop hands the publisher: live events from the
 // source, or a replay chunk of archived events.
 type batch struct {
-	events []Event
-	replay *replayChunk
+	events  []Event
+	replay  *replayChunk
+	release *releaseChunk
 }
 
 type deadLetter struct {
 	event  Event
 	reason string
 	err    error
+	// holds: the dead letter holds its key; heldBy: the event is held
+	// behind the dead letter of that outbox row (hold.go).
+	holds  bool
+	heldBy int64
 }
 
 // pipeline runs source -> sink -> acknowledgement until ctx ends (graceful)
@@ -71,6 +81,10 @@ func (r *Relay) runPipeline(ctx, hard context.Context, l *lease) error {
 		r.m.Errors.WithLabelValues("ack").Inc()
 		return err
 	}
+	if err := r.loadHolds(hard); err != nil {
+		r.m.Errors.WithLabelValues("ack").Inc()
+		return err
+	}
 	if err := r.sink.Start(hard, Session{State: ck.state, Fence: l.Fence}); err != nil {
 		r.m.Errors.WithLabelValues("sink").Inc()
 		return fmt.Errorf("starting the sink: %w", err)
@@ -100,6 +114,10 @@ func (r *Relay) runPipeline(ctx, hard context.Context, l *lease) error {
 	defer stopRead()
 
 	g.Go(func() error { r.sampleBacklog(read); return nil })
+	g.Go(func() error { r.sampleHolds(read); return nil })
+	if r.cfg.ReadyTimeout > 0 {
+		g.Go(func() error { r.sendHeartbeats(read); return nil })
+	}
 	if r.cfg.Retain > 0 {
 		g.Go(func() error { r.pruneArchive(read); return nil })
 	}
@@ -133,6 +151,7 @@ type liveBatch struct {
 func (r *Relay) readLoop(ctx context.Context, out chan<- batch, after Position, tracker *ackTracker, l *lease) error {
 	last := after
 	rp := &replayer{r: r, tracker: tracker, lease: l}
+	rl := &releaser{r: r, tracker: tracker}
 	if err := rp.resume(ctx, out, last); err != nil {
 		if ctx.Err() != nil {
 			return nil
@@ -167,6 +186,17 @@ func (r *Relay) readLoop(ctx context.Context, out chan<- batch, after Position, 
 	for {
 		var lb liveBatch
 		if !time.Now().Before(nextReplay) {
+			released, err := rl.step(ctx, out, last)
+			if ctx.Err() != nil {
+				return nil
+			}
+			if err != nil {
+				r.m.Errors.WithLabelValues("release").Inc()
+				return err
+			}
+			if released {
+				continue
+			}
 			did, err := rp.step(ctx, out, last)
 			if ctx.Err() != nil {
 				return nil

@@ -177,7 +177,7 @@ SELECT 'orders', 'k' || (g % 5), convert_to('e' || g, 'UTF8') FROM generate_seri
 	}
 	sink := &flakySink{failAt: map[int]bool{3: true, 9: true, 10: true, 20: true}}
 	r, err := New(Config{DatabaseURL: url, BatchSize: 50, BacklogInterval: 10 * time.Millisecond, Retain: time.Hour,
-		PruneInterval: 10 * time.Millisecond, Lease: time.Second, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, src, sink)
+		PruneInterval: 10 * time.Millisecond, Lease: time.Second, ReadyTimeout: -1, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, src, sink)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -25,6 +25,13 @@ const maxInFlight = 4
 // waits for the sink to make it durable.
 func (r *Relay) publishLoop(ctx context.Context, in <-chan batch, out chan<- flight) error {
 	for b := range in {
+		if b.release != nil {
+			f, msgs := r.routeRelease(b)
+			if err := r.hand(ctx, f, msgs, out); err != nil {
+				return err
+			}
+			continue
+		}
 		events := b.events
 		f := flight{
 			a: ack{
@@ -57,31 +64,47 @@ func (r *Relay) publishLoop(ctx context.Context, in <-chan batch, out chan<- fli
 				continue
 			}
 			f.a.ids = append(f.a.ids, e.ID)
+			if r.heartbeatIn(&f.a, e) {
+				continue
+			}
+			if held, ok := r.heldOf(e); ok {
+				f.a.dead = append(f.a.dead, held)
+				continue
+			}
 			if err != nil {
 				var re *RouteError
 				errors.As(err, &re)
-				f.a.dead = append(f.a.dead, deadLetter{event: e, reason: re.Reason, err: err})
+				f.a.dead = append(f.a.dead, r.deadLetterOf(e, re.Reason, err))
 				continue
 			}
 			msgs = append(msgs, msg)
 			f.routed = append(f.routed, e)
 		}
-		if len(msgs) > 0 {
-			wait, err := r.startPublish(ctx, msgs)
-			if err != nil {
-				if ctx.Err() == nil {
-					r.m.Errors.WithLabelValues("sink").Inc()
-				}
-				return fmt.Errorf("publishing: %w", err)
+		if err := r.hand(ctx, f, msgs, out); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// hand gives a batch's messages to the sink and its flight to the
+// durability stage.
+func (r *Relay) hand(ctx context.Context, f flight, msgs []Message, out chan<- flight) error {
+	if len(msgs) > 0 {
+		wait, err := r.startPublish(ctx, msgs)
+		if err != nil {
+			if ctx.Err() == nil {
+				r.m.Errors.WithLabelValues("sink").Inc()
 			}
-			f.wait = wait
-			r.m.BatchSize.Observe(float64(len(msgs)))
+			return fmt.Errorf("publishing: %w", err)
 		}
-		select {
-		case out <- f:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
+		f.wait = wait
+		r.m.BatchSize.Observe(float64(len(msgs)))
+	}
+	select {
+	case out <- f:
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 	return nil
 }
@@ -118,6 +141,7 @@ func (r *Relay) durableLoop(ctx context.Context, in <-chan flight, out chan<- ac
 			}
 		}
 		a.state = state
+		r.probeSink(ctx, &a)
 		select {
 		case out <- a:
 		case <-ctx.Done():
@@ -130,6 +154,10 @@ func (r *Relay) durableLoop(ctx context.Context, in <-chan flight, out chan<- ac
 // settle records in a the sink's verdict on each published event, and the
 // latency of those now durable.
 func (r *Relay) settle(a *ack, routed []Event, res PublishResult) {
+	if a.release != nil {
+		r.settleRelease(a, routed, res)
+		return
+	}
 	now := time.Now()
 	var worst, worstCommit time.Duration
 	for i, e := range routed {
@@ -142,7 +170,7 @@ func (r *Relay) settle(a *ack, routed []Event, res PublishResult) {
 			continue
 		}
 		if ferr, failed := res.Failed[i]; failed {
-			a.dead = append(a.dead, deadLetter{event: e, reason: ReasonSinkRejected, err: ferr})
+			a.dead = append(a.dead, r.deadLetterOf(e, ReasonSinkRejected, ferr))
 			continue
 		}
 		a.count++

@@ -63,8 +63,19 @@ type Config struct {
 	// ReplayInterval is how often the leader looks for replay requests
 	// while none runs (default 1s).
 	ReplayInterval time.Duration
-	Logger         *slog.Logger
-	Metrics        *Metrics
+	// DeadLetterPolicy is what a dead letter does to its key's later
+	// events: PolicySkip (default) publishes them, PolicyHoldKey holds
+	// them until it is retried or discarded (hold.go). TopicPolicies
+	// overrides it per topic.
+	DeadLetterPolicy string
+	TopicPolicies    map[string]string
+	// ReadyTimeout is how long the leader stays ready without a heartbeat
+	// that went through the whole path (default 30s; heartbeat.go).
+	// Negative sends no heartbeat: for sources that do not read the outbox
+	// table.
+	ReadyTimeout time.Duration
+	Logger       *slog.Logger
+	Metrics      *Metrics
 }
 
 // WithDefaults returns c with unset fields filled in.
@@ -102,6 +113,12 @@ func (c Config) WithDefaults() Config {
 	if c.ReplayInterval <= 0 {
 		c.ReplayInterval = time.Second
 	}
+	if c.ReadyTimeout == 0 {
+		c.ReadyTimeout = 30 * time.Second
+	}
+	if c.DeadLetterPolicy == "" {
+		c.DeadLetterPolicy = PolicySkip
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -124,6 +141,9 @@ func (c Config) Validate() error {
 	}
 	if c.BatchSize > 100_000 {
 		return fmt.Errorf("batch size %d is above the limit of 100000", c.BatchSize)
+	}
+	if err := c.validatePolicies(); err != nil {
+		return err
 	}
 	_, err := pgconfig.ParseConfig(c.DatabaseURL)
 	return err
@@ -160,6 +180,10 @@ type Relay struct {
 	deleteSQL, deleteRangesSQL, deadSQL, checkpointSQL, loadSQL, backlogSQL string
 	replay                                                                  replaySQL
 	lease                                                                   leaseSQL
+	// holds are the held keys (hold.go), beats the readiness heartbeats
+	// (heartbeat.go).
+	holds holds
+	beats *heartbeats
 	// holder names this process in the leadership table.
 	holder string
 	// published counts acknowledged live events, for the drain rate.
@@ -178,8 +202,8 @@ func New(cfg Config, source Source, sink Sink) (*Relay, error) {
 		deleteSQL: `DELETE FROM ` + ident("events") + ` WHERE id = ANY($1::bigint[])`,
 		deleteRangesSQL: `DELETE FROM ` + ident("events") + ` e USING unnest($1::bigint[], $2::bigint[]) AS r(lo, hi)
 WHERE e.id BETWEEN r.lo AND r.hi`,
-		deadSQL: `INSERT INTO ` + ident("dead_letters") + ` (event_row_id, event_id, topic, key, payload, headers, created_at, error, reason)
-VALUES ($1, $2::uuid, $3, $4, $5, $6::text::jsonb, $7, $8, $9)`,
+		deadSQL: `INSERT INTO ` + ident("dead_letters") + ` (event_row_id, event_id, topic, key, payload, headers, created_at, error, reason, holds, held_by)
+VALUES ($1, $2::uuid, $3, $4, $5, $6::text::jsonb, $7, $8, $9, $10, $11)`,
 		checkpointSQL: `INSERT INTO ` + ident("checkpoints") + ` AS c (name, position_major, position_minor, sink_state, published, source, updated_at)
 VALUES ($1, $2, $3, $4, $5, $6, now())
 ON CONFLICT (name) DO UPDATE SET position_major = $2, position_minor = $3, sink_state = $4,
@@ -191,6 +215,8 @@ FROM (SELECT count(*) AS n FROM (SELECT 1 FROM ` + ident("events") + ` LIMIT 100
 	}
 	r.replay = newReplaySQL(ident)
 	r.lease = newLeaseSQL(ident)
+	r.holds = holds{sql: newHoldSQL(ident), by: map[holdKey]int64{}}
+	r.initHeartbeats(ident)
 	r.holder = holderName()
 	r.role.Store(RoleStarting)
 	return r, nil
@@ -198,18 +224,6 @@ FROM (SELECT count(*) AS n FROM (SELECT 1 FROM ` + ident("events") + ` LIMIT 100
 
 // Role reports what the relay is doing now.
 func (r *Relay) Role() Role { return r.role.Load().(Role) }
-
-// Ready returns nil when the relay is the leader, its pipeline runs and the
-// sink accepts messages.
-func (r *Relay) Ready(ctx context.Context) error {
-	if role := r.Role(); role != RoleLeader {
-		return fmt.Errorf("role is %s", role)
-	}
-	if err := r.lastErr.Load(); err != nil {
-		return *err
-	}
-	return r.sink.Ready(ctx)
-}
 
 // Run elects a leader and runs the pipeline until ctx ends. Cancelling ctx
 // is a graceful stop: the in-flight batch is published and acknowledged
@@ -324,6 +338,7 @@ func (r *Relay) leadOnce(ctx context.Context, b *backoff) error {
 		r.m.Errors.WithLabelValues("leader").Inc()
 		return err
 	}
+	r.beats.lead()
 	r.role.Store(RoleLeader)
 	r.m.Leader.Set(1)
 	defer r.m.Leader.Set(0)

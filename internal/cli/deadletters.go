@@ -47,7 +47,7 @@ func (f *deadLetterFlags) register(fs *flag.FlagSet, action string) {
 	f.db.register(fs)
 	fs.StringVar(&f.topic, "topic", "", "only this topic")
 	fs.StringVar(&f.key, "key", "", "only this key")
-	fs.StringVar(&f.reason, "reason", "", "only this reason: invalid_topic, invalid_headers, too_large, sink_rejected")
+	fs.StringVar(&f.reason, "reason", "", "only this reason: invalid_topic, invalid_headers, too_large, sink_rejected, held")
 	fs.StringVar(&f.since, "since", "", "only those that failed at or after this time (RFC 3339, or a duration ago such as 2h)")
 	fs.StringVar(&f.until, "until", "", "only those that failed before this time (RFC 3339, or a duration ago)")
 	fs.BoolVar(&f.asJSON, "json", false, "print JSON")
@@ -125,10 +125,7 @@ func deadLettersList(ctx context.Context, stdio IO, args []string) error {
 		tw := tabwriter.NewWriter(stdio.Stdout, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "ID\tFAILED AT\tREASON\tTOPIC\tKEY\tEVENT ID\tSTATE\tERROR")
 		for _, d := range ds {
-			state := "unresolved"
-			if d.Resolution != "" {
-				state = d.Resolution
-			}
+			state := deadLetterState(d)
 			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", d.ID, d.FailedAt.UTC().Format(time.RFC3339), d.Reason,
 				clip(d.Topic, 40), clip(deref(d.Key), 30), d.EventID, state, clip(d.Error, 80))
 		}
@@ -173,9 +170,9 @@ func printDeadLetter(w io.Writer, d relay.DeadLetter) {
 	fmt.Fprintf(tw, "error\t%s\n", d.Error)
 	switch {
 	case d.Resolution == "":
-		fmt.Fprintf(tw, "state\tunresolved\n")
+		fmt.Fprintf(tw, "state\t%s\n", deadLetterState(d))
 	case d.ResolvedAt != nil:
-		fmt.Fprintf(tw, "state\t%s at %s\n", d.Resolution, d.ResolvedAt.UTC().Format(time.RFC3339))
+		fmt.Fprintf(tw, "state\t%s at %s\n", deadLetterState(d), d.ResolvedAt.UTC().Format(time.RFC3339))
 	}
 	if d.Note != "" {
 		fmt.Fprintf(tw, "note\t%s\n", d.Note)
@@ -197,7 +194,7 @@ func deadLettersRetry(ctx context.Context, stdio IO, args []string) error {
 		if err != nil {
 			return noFilterUsage(err)
 		}
-		return report(stdio, f.asJSON, "retried", n, "put back into the outbox with their original event ids")
+		return report(stdio, f.asJSON, "retried", n, "put back into the outbox with their original event ids (one that holds its key is published by the leader, then the events held behind it)")
 	})
 }
 
@@ -210,8 +207,24 @@ func deadLettersDiscard(ctx context.Context, stdio IO, args []string) error {
 		if err != nil {
 			return noFilterUsage(err)
 		}
-		return report(stdio, f.asJSON, "discarded", n, "marked discarded; their rows stay as the record")
+		return report(stdio, f.asJSON, "discarded", n, "marked discarded; their rows stay as the record (the events held behind one are published by the leader)")
 	})
+}
+
+// deadLetterState names what became of a dead letter, and whether it holds
+// its key (the hold-key policy) or is held behind another.
+func deadLetterState(d relay.DeadLetter) string {
+	switch {
+	case d.HeldBy != nil && d.Resolution == "":
+		return fmt.Sprintf("held behind row %d", *d.HeldBy)
+	case d.Holds && d.Resolution == "":
+		return "unresolved, holds its key"
+	case d.Holds:
+		return d.Resolution + ", releasing its key"
+	case d.Resolution == "":
+		return "unresolved"
+	}
+	return d.Resolution
 }
 
 func noFilterUsage(err error) error {

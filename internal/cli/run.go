@@ -57,6 +57,9 @@ type runFlags struct {
 	ackInterval     time.Duration
 	leaderLease     time.Duration
 	allowLost       bool
+	deadPolicy      string
+	topicPolicies   string
+	readyTimeout    time.Duration
 }
 
 func (f *runFlags) register(fs *flag.FlagSet) {
@@ -84,6 +87,9 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.pruneInterval, "prune-interval", time.Minute, "with --retain: how often archived events older than the retention are deleted")
 	fs.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	fs.StringVar(&f.deadPolicy, "dead-letter-policy", relay.PolicySkip, "what a dead letter does to its key's later events: skip (they are published) or hold-key (they wait, in order, until it is retried or discarded)")
+	fs.StringVar(&f.topicPolicies, "dead-letter-policy-topics", "", "per-topic dead-letter policies overriding --dead-letter-policy, as topic=policy[,topic=policy]")
+	fs.DurationVar(&f.readyTimeout, "ready-timeout", 30*time.Second, "/readyz fails when no heartbeat went through the whole path (read, published, acknowledged) for this long; the leader sends one every sixth of it")
 	fs.StringVar(&f.cpuProfile, "cpu-profile", "", "write a CPU profile of the whole run to this file (for go tool pprof)")
 }
 
@@ -103,6 +109,8 @@ func (f *runFlags) validate() error {
 		return usagef("--retain must not be negative")
 	case f.pruneInterval <= 0:
 		return usagef("--prune-interval must be positive")
+	case f.readyTimeout < 300*time.Millisecond:
+		return usagef("--ready-timeout %v: must be at least 300ms", f.readyTimeout)
 	case f.pollInterval <= 0:
 		return usagef("--poll-interval must be positive")
 	case f.ackInterval < 0 || f.ackInterval > time.Minute:
@@ -116,6 +124,12 @@ func (f *runFlags) validate() error {
 	case f.logFormat != "text" && f.logFormat != "json":
 		return usagef("--log-format %q: must be text or json", f.logFormat)
 	}
+	if err := relay.ValidPolicy(f.deadPolicy); err != nil {
+		return usagef("--dead-letter-policy: %v", err)
+	}
+	if _, err := f.topicPolicyMap(); err != nil {
+		return usagef("--dead-letter-policy-topics: %v", err)
+	}
 	for flag, addr := range map[string]string{"--kafka-addr": f.kafkaAddr, "--kafka-advertised-addr": f.kafkaAdvertised, "--http-addr": f.httpAddr} {
 		if err := validateListenAddr(flag, addr); err != nil {
 			return err
@@ -126,6 +140,13 @@ func (f *runFlags) validate() error {
 		return usagef("--log-level %q: must be debug, info, warn or error", f.logLevel)
 	}
 	return nil
+}
+
+func (f *runFlags) topicPolicyMap() (map[string]string, error) {
+	if f.topicPolicies == "" {
+		return nil, nil
+	}
+	return relay.ParseTopicPolicies(strings.Split(f.topicPolicies, ","))
 }
 
 func (f *runFlags) logger(stdio IO) *slog.Logger {
@@ -230,19 +251,26 @@ func (f *runFlags) serve(ctx context.Context, log *slog.Logger) error {
 	}); err != nil {
 		return err
 	}
+	topicPolicies, err := f.topicPolicyMap()
+	if err != nil {
+		return err
+	}
 	r, err := relay.New(relay.Config{
-		DatabaseURL:     f.db.url,
-		Schema:          f.db.schema,
-		SourceKind:      f.source,
-		BatchSize:       f.batchSize,
-		MaxMessageBytes: f.maxMessageBytes,
-		ShutdownTimeout: f.shutdownTimeout,
-		Lease:           f.leaderLease,
-		AckInterval:     ackInterval(f.ackInterval),
-		Retain:          f.retain,
-		PruneInterval:   f.pruneInterval,
-		Logger:          log,
-		Metrics:         metrics,
+		DatabaseURL:      f.db.url,
+		Schema:           f.db.schema,
+		SourceKind:       f.source,
+		BatchSize:        f.batchSize,
+		MaxMessageBytes:  f.maxMessageBytes,
+		ShutdownTimeout:  f.shutdownTimeout,
+		Lease:            f.leaderLease,
+		AckInterval:      ackInterval(f.ackInterval),
+		Retain:           f.retain,
+		PruneInterval:    f.pruneInterval,
+		DeadLetterPolicy: f.deadPolicy,
+		TopicPolicies:    topicPolicies,
+		ReadyTimeout:     f.readyTimeout,
+		Logger:           log,
+		Metrics:          metrics,
 	}, source, sink)
 	if err != nil {
 		return err

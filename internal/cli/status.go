@@ -32,10 +32,14 @@ type statusReport struct {
 	LeaderEpoch  int64  `json:"leader_epoch"`
 	LeaderHolder string `json:"leader_holder,omitempty"`
 	// Daemon is what the daemon at --http-addr says, when it answers.
-	Daemon      *daemonStatus         `json:"daemon,omitempty"`
-	Checkpoints []checkpointStatus    `json:"checkpoints"`
-	Backlog     backlogStatus         `json:"backlog"`
-	DeadLetters int64                 `json:"dead_letters"`
+	Daemon      *daemonStatus      `json:"daemon,omitempty"`
+	Checkpoints []checkpointStatus `json:"checkpoints"`
+	Backlog     backlogStatus      `json:"backlog"`
+	DeadLetters int64              `json:"dead_letters"`
+	// HeldKeys and HeldEvents: keys held behind a dead letter (hold-key
+	// policy) and the events waiting behind them.
+	HeldKeys    int64                 `json:"held_keys"`
+	HeldEvents  int64                 `json:"held_events"`
 	LastPublish *time.Time            `json:"last_publish,omitempty"`
 	Archive     archiveStatus         `json:"archive"`
 	Slots       []slotStatus          `json:"slots"`
@@ -144,9 +148,11 @@ FROM `+id("leadership")+` l, `+id("leader_lease")+` s`).Scan(&rep.LeaderEpoch, &
 	err = conn.QueryRow(ctx, `SELECT (SELECT count(*) FROM `+id("events")+`),
     coalesce((SELECT extract(epoch FROM now() - created_at)::float8 FROM `+id("events")+` ORDER BY id LIMIT 1), 0),
     (SELECT count(*) FROM `+id("dead_letters")+`),
+    (SELECT count(DISTINCT (topic, key)) FROM `+id("dead_letters")+` WHERE holds),
+    (SELECT count(*) FROM `+id("dead_letters")+` WHERE held_by IS NOT NULL AND resolution IS NULL),
     (SELECT count(*) FROM `+id("events_archive")+`),
     (SELECT min(published_at) FROM `+id("events_archive")+`)`).Scan(
-		&rep.Backlog.Rows, &rep.Backlog.OldestAgeSeconds, &rep.DeadLetters, &rep.Archive.Rows, &rep.Archive.Oldest)
+		&rep.Backlog.Rows, &rep.Backlog.OldestAgeSeconds, &rep.DeadLetters, &rep.HeldKeys, &rep.HeldEvents, &rep.Archive.Rows, &rep.Archive.Oldest)
 	if err != nil {
 		return nil, fmt.Errorf("reading the outbox: %w", err)
 	}
@@ -292,6 +298,9 @@ func printStatus(w io.Writer, rep *statusReport) {
 		fmt.Fprintf(tw, "last publish\t%s (%s ago)\n", rep.LastPublish.Format(time.RFC3339), time.Since(*rep.LastPublish).Round(time.Second))
 	}
 	fmt.Fprintf(tw, "dead letters\t%d\n", rep.DeadLetters)
+	if rep.HeldKeys > 0 || rep.HeldEvents > 0 {
+		fmt.Fprintf(tw, "held keys\t%d, with %d events waiting behind their dead letters\n", rep.HeldKeys, rep.HeldEvents)
+	}
 	fmt.Fprintf(tw, "archive\t%d events", rep.Archive.Rows)
 	if rep.Archive.Oldest != nil {
 		fmt.Fprintf(tw, ", oldest published %s", rep.Archive.Oldest.Format(time.RFC3339))

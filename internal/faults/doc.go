@@ -18,7 +18,11 @@
 //     acknowledgement, then SIGKILL;
 //   - a Kafka client producing under the relay's own producer id;
 //   - every connection between relay and PostgreSQL cut every few seconds
-//     for two minutes, with either reader.
+//     for two minutes, with either reader;
+//   - SIGKILLs while poison events hold three keys under the hold-key
+//     dead-letter policy, and during their release after retry and
+//     discard (the log must have each key's events in order, none of a
+//     held key published before its release).
 //
 // The package has no non-test code besides this comment; the helpers it
 // uses (the fault proxy, writers, the log checker) are in internal/e2e.
