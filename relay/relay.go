@@ -30,6 +30,10 @@ type Config struct {
 	// BatchSize is the most events read and published at once (default
 	// 1000).
 	BatchSize int
+	// BatchBytes bounds the bytes of events (key, payload, headers) of one
+	// batch beside its row count; a larger event is a batch alone. The
+	// pipeline holds about maxInFlight+2 batches (default 8 MiB).
+	BatchBytes int
 	// MaxMessageBytes bounds key, payload and headers of one event; larger
 	// events go to the dead letters (default 1 MiB, Kafka's default).
 	MaxMessageBytes int
@@ -77,6 +81,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.BatchSize <= 0 {
 		c.BatchSize = 1000
+	}
+	if c.BatchBytes <= 0 {
+		c.BatchBytes = 8 << 20
 	}
 	if c.MaxMessageBytes <= 0 {
 		c.MaxMessageBytes = 1 << 20
