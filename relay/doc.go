@@ -8,5 +8,10 @@
 // source position and the sink's state are saved together. Only after that
 // commit does the source learn the events are done (the WAL reader then
 // advances its slot). Events that can never be published go to the
-// dead-letter table in the same transaction.
+// dead-letter table in the same transaction; one a source delivered
+// without its content (too large, Event.TooLarge) is copied there from its
+// outbox row in SQL, before the row's deletion, so a crash before the
+// commit leaves the row to be read and dead-lettered again, and a commit
+// records it exactly once (oversize.go). Memory is bounded by a byte budget
+// as well as rows (budget.go).
 package relay

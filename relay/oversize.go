@@ -13,6 +13,15 @@ import (
 // letters with INSERT ... SELECT, before it deletes the row, in the same
 // transaction. The dead letter keeps the whole payload, so that `relay
 // dead-letters retry` can put it back once the limit is raised.
+//
+// Faults: the copy and the deletion commit together, so a crash before the
+// commit leaves the row in the outbox and no dead letter; the row is read
+// and dead-lettered again. A row deleted by someone else between the read
+// and the acknowledgement is recorded from what the source delivered (no
+// key, payload or headers), with a note in its error. Only the poll reader
+// delivers such events: it read the row, so the row is visible to the
+// acknowledgement's snapshot (the WAL reader may deliver a row before it is
+// visible, and delivers every row whole).
 
 // route is Route, for an event with its content or without it.
 func (r *Relay) route(e Event) (Message, error) {
