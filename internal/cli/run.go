@@ -274,7 +274,7 @@ func (f *runFlags) newSource(log *slog.Logger, metrics *relay.Metrics) (relay.So
 			MaxMessageBytes: f.maxMessageBytes, PageBytes: f.batchBytes})
 	}
 	src, err := cdc.New(cdc.Config{DatabaseURL: f.db.url, Schema: f.db.schema, SlotName: f.slot,
-		PublicationName: f.publication, HeartbeatInterval: f.heartbeat, Logger: log})
+		PublicationName: f.publication, HeartbeatInterval: f.heartbeat, Logger: log, QueueBytes: 2 * f.batchBytes})
 	if err != nil {
 		return nil, err
 	}
