@@ -141,6 +141,7 @@ VALUES ('large', 'huge', convert_to(repeat('x', $1), 'UTF8'), '{"test":"e2e"}') 
 		}
 		t.Fatalf("the relay's pipeline started %d times or restarted:\n%s", n, strings.Join(errs, "\n"))
 	}
+	t.Logf("stopped %v after the start of the writes", time.Since(started))
 	e2e.Check(t, e2e.ReadLog(t, dataDir, "small"), small)
 	// The large events are checked without their padding, which is
 	// checked for its length: the log is read one batch at a time.
@@ -155,4 +156,5 @@ VALUES ('large', 'huge', convert_to(repeat('x', $1), 'UTF8'), '{"test":"e2e"}') 
 		records = append(records, r)
 	})
 	e2e.Check(t, records, large)
+	t.Logf("checked %v after the start of the writes", time.Since(started))
 }
