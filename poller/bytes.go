@@ -42,20 +42,22 @@ func (l limits) eventCols() string {
 }
 
 // cost is what a row of a page (aliased page) counts against the page
-// budget: its size when its content is loaded, else nothing.
+// budget: its size when its content is loaded, else nothing. An int4 (a
+// loaded row is within the message limit), so that its sum is a bigint,
+// not a numeric.
 func (l limits) cost() string {
-	return `CASE WHEN page.sz <= ` + strconv.FormatInt(l.message, 10) + ` THEN page.sz ELSE 0 END`
+	return `CASE WHEN page.sz <= ` + strconv.FormatInt(l.message, 10) + ` THEN page.sz::int ELSE 0 END`
 }
 
 // budget wraps a page query (whose rows come in order) into one that
 // returns the rows that fit the page budget, with two more columns: run,
-// the cost of the rows up to and including each one, and total, the cost
-// of the whole page: run < total on the last row returned means the budget
-// cut the page short.
+// the cost of the rows up to and including each one, and more, whether a
+// row follows it in the page: more on the last row returned means the
+// budget cut the page short. One window, which streams.
 func (l limits) budget(page, order string) string {
 	cost := l.cost()
-	return `SELECT * FROM (SELECT page.*, (sum(` + cost + `) OVER (ORDER BY ` + order + ` ROWS UNBOUNDED PRECEDING))::bigint AS run,
-    (sum(` + cost + `) OVER ())::bigint AS total FROM (` + page + `) AS page) AS page
+	return `SELECT * FROM (SELECT page.*, sum(` + cost + `) OVER w AS run, lead(page.id) OVER w IS NOT NULL AS more
+    FROM (` + page + `) AS page WINDOW w AS (ORDER BY ` + order + ` ROWS UNBOUNDED PRECEDING)) AS page
 WHERE page.run <= ` + strconv.FormatInt(l.page, 10) + ` OR page.run = ` + cost + ` ORDER BY ` + order
 }
 

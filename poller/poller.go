@@ -479,7 +479,8 @@ func (p *Poller) read(ctx context.Context, b *batch, sql string, args []any, fre
 	for rows.Next() {
 		var e relay.Event
 		var key, headers, s *string
-		var sz, run, total int64
+		var sz, run int64
+		var more bool
 		dest := make([]any, 0, 13)
 		if fresh {
 			dest = append(dest, &s)
@@ -488,12 +489,12 @@ func (p *Poller) read(ctx context.Context, b *batch, sql string, args []any, fre
 		if b.byTS {
 			dest = append(dest, &b.lastKey, &b.lastTxid)
 		}
-		dest = append(dest, &run, &total)
+		dest = append(dest, &run, &more)
 		if err := rows.Scan(dest...); err != nil {
 			return nil, nil, false, fmt.Errorf("poller: reading events: %w", err)
 		}
 		p.lim.sized(&e, sz)
-		cut = run < total
+		cut = more
 		if s != nil {
 			snap = s
 		}

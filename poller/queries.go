@@ -73,7 +73,7 @@ t AS (INSERT INTO ` + ticks + ` (tick, snapshot, by_commit_ts)
     SELECT ` + nArg + `::bigint, s.cur, ` + flag + ` FROM s WHERE EXISTS (SELECT 1 FROM page)),
 d AS (DELETE FROM ` + ticks + ` WHERE tick < ` + pruneArg + `::bigint)
 SELECT CASE WHEN row_number() OVER () = 1 THEN (SELECT s.cur::text FROM s) END AS snap,
-    ` + pageCols + tsCols + `, page.run, page.total
+    ` + pageCols + tsCols + `, page.run, page.more
 FROM (` + l.budget(`SELECT * FROM page`, order) + `) AS page ORDER BY ` + order
 	}
 	idPage := func(from, where string) string {
