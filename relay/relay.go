@@ -30,9 +30,7 @@ type Config struct {
 	// BatchSize is the most events read and published at once (default
 	// 1000).
 	BatchSize int
-	// BatchBytes bounds the bytes of events (key, payload, headers) of one
-	// batch beside its row count; a larger event is a batch alone. The
-	// pipeline holds about maxInFlight+2 batches (default 8 MiB).
+	// BatchBytes bounds a batch's bytes of events (default 8 MiB; budget.go).
 	BatchBytes int
 	// MaxMessageBytes bounds key, payload and headers of one event; larger
 	// events go to the dead letters (default 1 MiB, Kafka's default).
