@@ -37,6 +37,10 @@ type Config struct {
 	// 10000). The stream stops reading while the queue is full, and keeps
 	// sending status updates so the server does not time it out.
 	QueueSize int
+	// QueueBytes bounds the same queue by the bytes of the events' keys,
+	// payloads and headers (default 16 MiB); a single larger event is
+	// queued alone.
+	QueueBytes int
 	// MaxBackoff caps the delay between reconnection attempts (default
 	// 10s).
 	MaxBackoff time.Duration
@@ -70,6 +74,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.QueueSize <= 0 {
 		c.QueueSize = 10_000
+	}
+	if c.QueueBytes <= 0 {
+		c.QueueBytes = 16 << 20
 	}
 	if c.MaxBackoff <= 0 {
 		c.MaxBackoff = 10 * time.Second

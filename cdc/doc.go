@@ -26,8 +26,9 @@
 // transaction, index of the event among the transaction's outbox inserts).
 // The commit LSN is where the commit record starts (BEGIN's final_lsn, the
 // same as COMMIT's commit_lsn), known at BEGIN, so a large transaction
-// flows through a bounded queue (Config.QueueSize) instead of being held in
-// memory whole; its end LSN is remembered at COMMIT for confirming.
+// flows through a bounded queue (Config.QueueSize events, Config.QueueBytes
+// bytes of keys, payloads and headers; a single larger event is queued
+// alone) instead of being held in memory whole; its end LSN is remembered at COMMIT for confirming.
 // Positions strictly increase in delivery order. Next returns whole
 // transactions while they fit in max, and splits only a transaction larger
 // than max (or one that fills the queue), with consecutive positions.

@@ -258,7 +258,7 @@ func (r *reader) queueTableRow(ctx context.Context, e relay.Event, txid string, 
 	e.Position = relay.Position{Major: major, Minor: next}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for s.queued >= s.cfg.QueueSize {
+	for s.fullLocked() {
 		if err := s.waitLocked(ctx); err != nil {
 			return err
 		}
@@ -288,7 +288,7 @@ func (r *reader) recoverSlot(ctx context.Context) error {
 	s.log.Error("REPLICATION SLOT LOST while streaming: it was "+how+"; waiting for in-flight events to be acknowledged, then recreating it and publishing every unpublished outbox row from the table",
 		"publication", s.cfg.PublicationName)
 	s.mu.Lock()
-	s.queue, s.open, s.queued, s.txs, s.inTx = nil, nil, 0, nil, true
+	s.queue, s.open, s.queued, s.queuedBytes, s.txs, s.inTx = nil, nil, 0, 0, nil, true
 	for s.acked.Less(s.delivered) {
 		if err := s.waitLocked(ctx); err != nil {
 			s.mu.Unlock()

@@ -41,6 +41,8 @@ type Source struct {
 	queue  []*chunk
 	open   *chunk
 	queued int
+	// queuedBytes is the bytes of the queued events (see eventBytes).
+	queuedBytes int64
 	// chunkHint is the room a new chunk starts with: the events of the
 	// last transaction received (less any Next took while it arrived).
 	chunkHint int
@@ -156,7 +158,7 @@ func (s *Source) Start(ctx context.Context, from relay.Position) error {
 	s.mu.Lock()
 	s.pool, s.cancel, s.done = pool, cancel, make(chan struct{})
 	s.changed = make(chan struct{})
-	s.queue, s.open, s.queued, s.txs, s.inTx = nil, nil, 0, nil, false
+	s.queue, s.open, s.queued, s.queuedBytes, s.txs, s.inTx = nil, nil, 0, 0, nil, false
 	s.acked, s.delivered = from, from
 	s.flush, s.serverEnd, s.fatal = st.confirmed, 0, nil
 	s.markerDone = make(chan pglogrepl.LSN, 1)
@@ -295,7 +297,7 @@ func (s *Source) take(max int) []relay.Event {
 		if len(out) > 0 {
 			break
 		}
-		if !c.closed && len(c.events) < max && s.queued < s.cfg.QueueSize {
+		if !c.closed && len(c.events) < max && !s.fullLocked() {
 			break
 		}
 		// out is empty here: hand out the head of the chunk, capped so
@@ -306,8 +308,20 @@ func (s *Source) take(max int) []relay.Event {
 		break
 	}
 	s.queued -= len(out)
+	for _, e := range out {
+		s.queuedBytes -= eventBytes(e)
+	}
 	return out
 }
+
+// fullLocked reports whether the queue holds QueueSize events or
+// QueueBytes bytes.
+func (s *Source) fullLocked() bool {
+	return s.queued >= s.cfg.QueueSize || s.queuedBytes >= int64(s.cfg.QueueBytes)
+}
+
+// eventBytes is what a queued event counts against QueueBytes.
+func eventBytes(e relay.Event) int64 { return int64(len(e.Key) + len(e.Payload) + len(e.Headers)) }
 
 // Acked records that every event up to through is durably published, so
 // the flush position sent to the server may move past their

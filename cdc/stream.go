@@ -377,10 +377,11 @@ func (s *Source) pushLocked(e relay.Event) {
 	}
 	s.open.events = append(s.open.events, e)
 	s.queued++
+	s.queuedBytes += eventBytes(e)
 	// A transaction still arriving can be taken only in pieces of Next's
 	// max, or when the queue is full; waking Next for every event would
 	// cost a wake-up per event. The commit wakes it for the rest.
-	if len(s.open.events)%wakeEvery == 0 || s.queued >= s.cfg.QueueSize {
+	if len(s.open.events)%wakeEvery == 0 || s.fullLocked() {
 		s.notifyLocked()
 	}
 }
@@ -406,7 +407,7 @@ func (r *reader) waitForRoom(ctx context.Context, st *statusSender) error {
 	s := r.s
 	for {
 		s.mu.Lock()
-		full := s.queued >= s.cfg.QueueSize
+		full := s.fullLocked()
 		var err error
 		if full {
 			err = s.waitLockedFor(ctx, s.cfg.StatusInterval)

@@ -134,4 +134,25 @@
 //
 // The poller never deletes outbox rows: the core does, after the sink has
 // made the events durable, in the transaction that saves the checkpoint.
+//
+// # Memory
+//
+// Every read measures its rows in SQL: a row's size is the octet_length of
+// its key, payload and headers (as JSON text), which for a TOASTed value
+// reads only its length word. A row larger than Config.MaxMessageBytes
+// comes back without payload and headers (and without its key unless the
+// key alone is within the limit: the dead-letter policy holds by key), with
+// relay.Event.TooLarge set to its size: the core dead-letters it by copying the row in SQL, so
+// the relay never holds it (a 50 MiB row costs the relay its id). A page
+// holds Config.PageBytes of loaded rows at most, beside its row limit: the
+// statement sums the sizes in order (a window) and stops before the row
+// that would go above the budget, except that the first row loaded always
+// comes, alone when it is larger. In commit-timestamp order a large batch's
+// id list carries the sizes and each page takes its ids by the same rule.
+// The bound counts headers as their JSON text, so a row with many headers
+// close to the message limit is dead-lettered a few bytes earlier than the
+// core's own check (which counts header names and values) would; a row
+// within it is loaded and the core's check decides. Tested by
+// TestPagesBoundedByBytes (both orders) and, with the relay binary under a
+// memory limit, TestLargeEventsWithinMemoryLimit.
 package poller

@@ -11,6 +11,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/outboxrelay/relay/internal/pgcluster"
+	"github.com/outboxrelay/relay/internal/pgtest"
+	"github.com/outboxrelay/relay/migrations"
 )
 
 // The package's second cluster, with track_commit_timestamp = on (a
@@ -54,6 +56,22 @@ func commitTSDatabase(t *testing.T) string {
 		admin.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
 	})
 	return commitTS.c.DatabaseURL(name)
+}
+
+// modeDatabase returns a migrated database, and a connection to it, in
+// the cluster of mode: "row-id" (track_commit_timestamp off) or
+// "commit-timestamp" (on).
+func modeDatabase(t *testing.T, mode string) (string, *pgx.Conn) {
+	t.Helper()
+	var url string
+	if mode == "row-id" {
+		url = pgtest.NewDatabase(t)
+	} else {
+		url = commitTSDatabase(t)
+	}
+	conn := pgtest.Connect(t, url)
+	pgtest.Migrate(t, conn, migrations.DefaultSchema)
+	return url, conn
 }
 
 func stopCommitTSCluster() {

@@ -29,6 +29,13 @@ type Config struct {
 	PollInterval time.Duration
 	// Logger receives the poller's logs (default: slog.Default()).
 	Logger *slog.Logger
+	// MaxMessageBytes is the core's message limit: a row whose key,
+	// payload and headers (as JSON text) are larger is delivered without
+	// them, with relay.Event.TooLarge set (default 1 MiB).
+	MaxMessageBytes int
+	// PageBytes bounds the bytes of the rows one Next returns, beside its
+	// row count; a single larger row comes alone (default 8 MiB).
+	PageBytes int
 }
 
 // WithDefaults returns c with its unset fields filled in.
@@ -41,6 +48,12 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	if c.MaxMessageBytes <= 0 {
+		c.MaxMessageBytes = 1 << 20
+	}
+	if c.PageBytes <= 0 {
+		c.PageBytes = 8 << 20
 	}
 	return c
 }
@@ -81,6 +94,7 @@ type batch struct {
 	lastTxid string
 	listed   bool
 	ids      []int64
+	sizes    []int64
 	done     bool
 }
 
@@ -88,6 +102,7 @@ type batch struct {
 type Poller struct {
 	cfg Config
 	q   queries
+	lim limits
 
 	conn   *pgx.Conn
 	listen *pgx.Conn
@@ -124,7 +139,8 @@ func New(cfg Config) (*Poller, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Poller{cfg: cfg, q: newQueries(cfg.Schema)}, nil
+	lim := limits{message: int64(cfg.MaxMessageBytes), page: int64(cfg.PageBytes)}
+	return &Poller{cfg: cfg, q: newQueries(cfg.Schema, lim), lim: lim}, nil
 }
 
 // Start connects, listens for commits and prepares to deliver the events
@@ -312,7 +328,7 @@ func (p *Poller) fresh(ctx context.Context, max int) ([]relay.Event, error) {
 	} else {
 		sql, args = p.q.freshID(b.prev == nil), []any{b.prev, int64(0), max, int64(b.n), int64(prune)}
 	}
-	events, snap, err := p.read(ctx, b, sql, args, true)
+	events, snap, cut, err := p.read(ctx, b, sql, args, true)
 	if err != nil {
 		return nil, err
 	}
@@ -328,7 +344,7 @@ func (p *Poller) fresh(ctx context.Context, max int) ([]relay.Event, error) {
 	p.nextTick++
 	b.snap = *snap
 	b.started = true
-	b.done = len(events) < max
+	b.done = len(events) < max && !cut
 	p.cur = b
 	p.finish()
 	return events, nil
@@ -355,21 +371,21 @@ func (p *Poller) pageOf(ctx context.Context, b *batch, max int) ([]relay.Event, 
 		} else {
 			sql = p.q.firstID
 		}
-		events, _, err := p.read(ctx, b, sql, []any{b.prev, b.snap, b.lastID, max}, false)
+		events, _, cut, err := p.read(ctx, b, sql, []any{b.prev, b.snap, b.lastID, max}, false)
 		if err != nil {
 			return nil, err
 		}
 		b.started = true
-		b.done = len(events) < max
+		b.done = len(events) < max && !cut
 		return events, nil
 	}
 	if !b.started && b.prev != nil {
-		events, _, err := p.read(ctx, b, p.q.firstTS, []any{b.prev, b.snap, max}, false)
+		events, _, cut, err := p.read(ctx, b, p.q.firstTS, []any{b.prev, b.snap, max}, false)
 		if err != nil {
 			return nil, err
 		}
 		b.started = true
-		b.done = len(events) < max
+		b.done = len(events) < max && !cut
 		return events, nil
 	}
 	if !b.listed {
@@ -377,8 +393,9 @@ func (p *Poller) pageOf(ctx context.Context, b *batch, max int) ([]relay.Event, 
 			return nil, err
 		}
 	}
-	take := b.ids[:min(max, len(b.ids))]
-	b.ids = b.ids[len(take):]
+	n := p.lim.take(b.sizes, max)
+	take := b.ids[:n]
+	b.ids, b.sizes = b.ids[n:], b.sizes[n:]
 	b.done = len(b.ids) == 0
 	return p.fetch(ctx, b, take)
 }
@@ -398,11 +415,16 @@ func (p *Poller) list(ctx context.Context, b *batch) error {
 	if err != nil {
 		return fmt.Errorf("poller: listing a large batch: %w", err)
 	}
-	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	var ids, sizes []int64
+	var id, sz int64
+	_, err = pgx.ForEachRow(rows, []any{&id, &sz}, func() error {
+		ids, sizes = append(ids, id), append(sizes, sz)
+		return nil
+	})
 	if err != nil {
 		return fmt.Errorf("poller: listing a large batch: %w", err)
 	}
-	b.ids, b.listed, b.started = ids, true, true
+	b.ids, b.sizes, b.listed, b.started = ids, sizes, true, true
 	return nil
 }
 
@@ -418,7 +440,7 @@ func (p *Poller) fetch(ctx context.Context, b *batch, ids []int64) ([]relay.Even
 	}
 	byID := make(map[int64]relay.Event, len(ids))
 	for rows.Next() {
-		e, err := scanEvent(rows)
+		e, err := p.scanEvent(rows)
 		if err != nil {
 			rows.Close()
 			return nil, err
@@ -442,11 +464,12 @@ func (p *Poller) fetch(ctx context.Context, b *batch, ids []int64) ([]relay.Even
 }
 
 // read runs a page query of b and numbers the events it returns. A fresh
-// query returns the tick's snapshot in one of its rows.
-func (p *Poller) read(ctx context.Context, b *batch, sql string, args []any, fresh bool) ([]relay.Event, *string, error) {
+// query returns the tick's snapshot in one of its rows. cut reports that
+// the page budget ended the page before its row limit did.
+func (p *Poller) read(ctx context.Context, b *batch, sql string, args []any, fresh bool) (_ []relay.Event, _ *string, cut bool, _ error) {
 	rows, err := p.conn.Query(ctx, sql, args...)
 	if err != nil {
-		return nil, nil, fmt.Errorf("poller: reading events: %w", err)
+		return nil, nil, false, fmt.Errorf("poller: reading events: %w", err)
 	}
 	defer rows.Close()
 	// Sized by what arrives, not by max: under a steady load most reads
@@ -456,17 +479,22 @@ func (p *Poller) read(ctx context.Context, b *batch, sql string, args []any, fre
 	for rows.Next() {
 		var e relay.Event
 		var key, headers, s *string
-		dest := make([]any, 0, 10)
+		var sz, run int64
+		var more bool
+		dest := make([]any, 0, 13)
 		if fresh {
 			dest = append(dest, &s)
 		}
-		dest = append(dest, &e.ID, &e.EventID, &e.Topic, &key, &e.Payload, &headers, &e.CreatedAt)
+		dest = append(dest, &e.ID, &e.EventID, &e.Topic, &key, &e.Payload, &headers, &e.CreatedAt, &sz)
 		if b.byTS {
 			dest = append(dest, &b.lastKey, &b.lastTxid)
 		}
+		dest = append(dest, &run, &more)
 		if err := rows.Scan(dest...); err != nil {
-			return nil, nil, fmt.Errorf("poller: reading events: %w", err)
+			return nil, nil, false, fmt.Errorf("poller: reading events: %w", err)
 		}
+		p.lim.sized(&e, sz)
+		cut = more
 		if s != nil {
 			snap = s
 		}
@@ -482,17 +510,19 @@ func (p *Poller) read(ctx context.Context, b *batch, sql string, args []any, fre
 		events = append(events, e)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, nil, fmt.Errorf("poller: reading events: %w", err)
+		return nil, nil, false, fmt.Errorf("poller: reading events: %w", err)
 	}
-	return events, snap, nil
+	return events, snap, cut, nil
 }
 
-func scanEvent(rows pgx.Rows) (relay.Event, error) {
+func (p *Poller) scanEvent(rows pgx.Rows) (relay.Event, error) {
 	var e relay.Event
 	var key, headers *string
-	if err := rows.Scan(&e.ID, &e.EventID, &e.Topic, &key, &e.Payload, &headers, &e.CreatedAt); err != nil {
+	var sz int64
+	if err := rows.Scan(&e.ID, &e.EventID, &e.Topic, &key, &e.Payload, &headers, &e.CreatedAt, &sz); err != nil {
 		return e, fmt.Errorf("poller: reading events: %w", err)
 	}
+	p.lim.sized(&e, sz)
 	if key != nil {
 		e.Key = []byte(*key)
 	}

@@ -36,8 +36,7 @@ type queries struct {
 }
 
 const (
-	eventCols = `e.id, e.event_id::text AS event_id, e.topic, e.key, e.payload, e.headers::text AS headers, e.created_at`
-	pageCols  = `page.id, page.event_id, page.topic, page.key, page.payload, page.headers, page.created_at`
+	pageCols = `page.id, page.event_id, page.topic, page.key, page.payload, page.headers, page.created_at, page.sz`
 	// commitKey is the commit timestamp in microseconds; the 32-bit xid
 	// the function takes is the xid8's low half, right for any transaction
 	// less than two billion transactions old.
@@ -45,8 +44,9 @@ const (
 	tsOrder   = `k.ck, e.txid, e.id`
 )
 
-func newQueries(schema string) queries {
+func newQueries(schema string, l limits) queries {
 	events := pgx.Identifier{schema, "events"}.Sanitize()
+	eventCols := l.eventCols()
 	ticks := pgx.Identifier{schema, "poll_ticks"}.Sanitize()
 
 	// Each yields the batch's rows as e (joined to s).
@@ -56,9 +56,9 @@ func newQueries(schema string) queries {
     UNION ALL
     SELECT e.* FROM pg_snapshot_xip(s.prev) AS x(txid)
     CROSS JOIN LATERAL (SELECT e.* FROM ` + events + ` AS e WHERE e.txid = x.txid OFFSET 0) AS e
-) AS e`
+) AS e ` + rowSize
 	deltaWhere := `pg_visible_in_snapshot(e.txid, s.cur)`
-	scan := `s CROSS JOIN ` + events + ` AS e`
+	scan := `s CROSS JOIN ` + events + ` AS e ` + rowSize
 	scanWhere := `pg_visible_in_snapshot(e.txid, s.cur) AND (s.prev IS NULL OR NOT pg_visible_in_snapshot(e.txid, s.prev))`
 
 	freshS := `s AS (SELECT pg_current_snapshot() AS cur, $1::text::pg_snapshot AS prev)`
@@ -80,8 +80,8 @@ t AS (INSERT INTO ` + ticks + ` (tick, snapshot, by_commit_ts)
     SELECT ` + nArg + `::bigint, s.cur, ` + flag + ` FROM s WHERE EXISTS (SELECT 1 FROM page)),
 d AS (DELETE FROM ` + ticks + ` WHERE tick < ` + pruneArg + `::bigint)
 SELECT CASE WHEN row_number() OVER () = 1 THEN (SELECT s.cur::text FROM s) END AS snap,
-    ` + pageCols + tsCols + `
-FROM page ORDER BY ` + order
+    ` + pageCols + tsCols + `, page.run, page.more
+FROM (` + l.budget(`SELECT * FROM page`, order) + `) AS page ORDER BY ` + order
 	}
 	idPage := func(from, where string) string {
 		return `SELECT ` + eventCols + ` FROM ` + from + ` WHERE ` + where + ` AND e.id > $2 ORDER BY e.id LIMIT $3`
@@ -90,23 +90,24 @@ FROM page ORDER BY ` + order
 		return `SELECT ` + eventCols + `, k.ck, e.txid FROM ` + from + ` ` + commitKey + ` WHERE ` + where + ` ORDER BY ` + tsOrder + ` LIMIT ` + limit
 	}
 	given := func(page string) string { return `WITH ` + givenS + ` ` + page }
+	givenPage := func(page, order string) string { return given(l.budget(page, order)) }
 
 	return queries{
 		freshIDDelta: fresh(idPage(delta, deltaWhere), "page.id", false, "$4", "$5"),
 		freshIDScan:  fresh(idPage(scan, scanWhere), "page.id", false, "$4", "$5"),
-		freshTSDelta: fresh(tsPage(delta, deltaWhere, "$2"), "page.ck, page.txid, page.id", true, "$3", "$4"),
-		freshTSScan:  fresh(tsPage(scan, scanWhere, "$2"), "page.ck, page.txid, page.id", true, "$3", "$4"),
-		firstID: given(`SELECT ` + eventCols + ` FROM ` + delta + ` WHERE ` + deltaWhere +
-			` AND e.id > $3 ORDER BY e.id LIMIT $4`),
-		scanID: given(`SELECT ` + eventCols + ` FROM ` + scan + ` WHERE ` + scanWhere +
-			` AND e.id > $3 ORDER BY e.id LIMIT $4`),
-		firstTS: given(`SELECT ` + eventCols + `, k.ck, e.txid::text FROM ` + delta + ` ` + commitKey + ` WHERE ` + deltaWhere +
-			` ORDER BY ` + tsOrder + ` LIMIT $3`),
-		keysDelta: given(`SELECT e.id FROM ` + delta + ` ` + commitKey + ` WHERE ` + deltaWhere +
+		freshTSDelta: fresh(tsPage(delta, deltaWhere, "$2"), pageTSOrder, true, "$3", "$4"),
+		freshTSScan:  fresh(tsPage(scan, scanWhere, "$2"), pageTSOrder, true, "$3", "$4"),
+		firstID: givenPage(`SELECT `+eventCols+` FROM `+delta+` WHERE `+deltaWhere+
+			` AND e.id > $3 ORDER BY e.id LIMIT $4`, "page.id"),
+		scanID: givenPage(`SELECT `+eventCols+` FROM `+scan+` WHERE `+scanWhere+
+			` AND e.id > $3 ORDER BY e.id LIMIT $4`, "page.id"),
+		firstTS: givenPage(`SELECT `+eventCols+`, k.ck, e.txid::text AS txid FROM `+delta+` `+commitKey+` WHERE `+deltaWhere+
+			` ORDER BY `+tsOrder+` LIMIT $3`, pageTSOrder),
+		keysDelta: given(`SELECT e.id, z.sz FROM ` + delta + ` ` + commitKey + ` WHERE ` + deltaWhere +
 			` AND (k.ck, e.txid, e.id) > ($3, $4::text::xid8, $5) ORDER BY ` + tsOrder),
-		keysAll: given(`SELECT e.id FROM ` + scan + ` ` + commitKey + ` WHERE ` + scanWhere +
+		keysAll: given(`SELECT e.id, z.sz FROM ` + scan + ` ` + commitKey + ` WHERE ` + scanWhere +
 			` AND (k.ck, e.txid, e.id) > ($3, $4::text::xid8, $5) ORDER BY ` + tsOrder),
-		fetch:      `SELECT ` + eventCols + ` FROM ` + events + ` AS e WHERE e.id = ANY($1::bigint[])`,
+		fetch:      `SELECT ` + eventCols + ` FROM ` + events + ` AS e ` + rowSize + ` WHERE e.id = ANY($1::bigint[])`,
 		maxTick:    `SELECT coalesce(max(tick), 0) FROM ` + ticks,
 		loadTicks:  `SELECT tick, snapshot::text, by_commit_ts FROM ` + ticks + ` WHERE tick >= $1 ORDER BY tick`,
 		clearTicks: `DELETE FROM ` + ticks,

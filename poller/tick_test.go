@@ -10,7 +10,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/outboxrelay/relay/internal/pgtest"
-	"github.com/outboxrelay/relay/migrations"
 	"github.com/outboxrelay/relay/poller"
 	"github.com/outboxrelay/relay/relay"
 )
@@ -25,14 +24,7 @@ import (
 func TestBatchOrderAndResume(t *testing.T) {
 	for _, mode := range []string{"row-id", "commit-timestamp"} {
 		t.Run(mode, func(t *testing.T) {
-			var url string
-			if mode == "row-id" {
-				url = pgtest.NewDatabase(t)
-			} else {
-				url = commitTSDatabase(t)
-			}
-			conn := pgtest.Connect(t, url)
-			pgtest.Migrate(t, conn, migrations.DefaultSchema)
+			url, conn := modeDatabase(t, mode)
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
 

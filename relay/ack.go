@@ -92,6 +92,9 @@ func (r *Relay) commitAcks(ctx context.Context, acks []ack, l *lease) error {
 		if err := r.fence(ctx, tx, l); err != nil {
 			return err
 		}
+		if err := r.deadLetterRows(ctx, tx, acks); err != nil {
+			return err
+		}
 		if err := r.removeRows(ctx, tx, ids, archived); err != nil {
 			return err
 		}
@@ -104,6 +107,9 @@ func (r *Relay) commitAcks(ctx context.Context, acks []ack, l *lease) error {
 		for _, a := range acks {
 			for _, d := range a.dead {
 				e := d.event
+				if e.TooLarge > 0 {
+					continue // copied by deadLetterRows
+				}
 				var headers *string
 				if e.Headers != nil {
 					h := string(e.Headers)

@@ -13,5 +13,10 @@
 // releases them in order after a retry or discard (fault model in hold.go
 // and release.go). Readiness is end to end: the leader's heartbeat rows go
 // the same way and /readyz fails when none got through within the bound
-// (heartbeat.go).
+// (heartbeat.go). An event a source
+// delivered without its content (too large, Event.TooLarge) is copied to
+// the dead letters from its outbox row in SQL, before the row's deletion,
+// so a crash before the commit leaves the row to be read and dead-lettered
+// again, and a commit records it exactly once (oversize.go). Memory is
+// bounded by a byte budget as well as rows (budget.go).
 package relay

@@ -35,6 +35,8 @@ type batch struct {
 	events  []Event
 	replay  *replayChunk
 	release *releaseChunk
+	// bytes is what the batch holds of the pipeline's byte budget.
+	bytes int64
 }
 
 type deadLetter struct {
@@ -125,9 +127,10 @@ func (r *Relay) runPipeline(ctx, hard context.Context, l *lease) error {
 	flights := make(chan flight, maxInFlight-1)
 	acks := make(chan ack, 8)
 	tracker := newAckTracker()
+	budget := newByteBudget(r.cfg.BatchBytes)
 	g.Go(func() error {
 		defer close(batches)
-		return r.readLoop(read, batches, ck.position, tracker, l)
+		return r.readLoop(read, batches, ck.position, tracker, l, budget)
 	})
 	g.Go(func() error {
 		defer close(flights)
@@ -135,7 +138,7 @@ func (r *Relay) runPipeline(ctx, hard context.Context, l *lease) error {
 	})
 	g.Go(func() error {
 		defer close(acks)
-		return r.durableLoop(work, flights, acks, ck.state)
+		return r.durableLoop(work, flights, acks, ck.state, budget)
 	})
 	g.Go(func() error { return r.ackLoop(work, acks, tracker, l) })
 	return g.Wait()
@@ -148,9 +151,9 @@ type liveBatch struct {
 
 // readLoop hands the publisher live batches from the source and, between
 // them, chunks of running replays (see replayer.go).
-func (r *Relay) readLoop(ctx context.Context, out chan<- batch, after Position, tracker *ackTracker, l *lease) error {
+func (r *Relay) readLoop(ctx context.Context, out chan<- batch, after Position, tracker *ackTracker, l *lease, budget *byteBudget) error {
 	last := after
-	rp := &replayer{r: r, tracker: tracker, lease: l}
+	rp := &replayer{r: r, tracker: tracker, lease: l, budget: budget}
 	rl := &releaser{r: r, tracker: tracker}
 	if err := rp.resume(ctx, out, last); err != nil {
 		if ctx.Err() != nil {
@@ -247,11 +250,11 @@ func (r *Relay) readLoop(ctx context.Context, out chan<- batch, after Position, 
 		if len(kept) == 0 {
 			continue
 		}
-		tracker.sent.Add(1)
-		select {
-		case out <- batch{events: kept}:
-		case <-ctx.Done():
-			return nil
+		for _, events := range splitBytes(kept, int64(r.cfg.BatchBytes)) {
+			tracker.sent.Add(1)
+			if !sendBatch(ctx, out, batch{events: events}, budget) {
+				return nil
+			}
 		}
 	}
 }

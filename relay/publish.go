@@ -12,6 +12,8 @@ import (
 type flight struct {
 	a      ack
 	routed []Event
+	// bytes is what the batch holds of the pipeline's byte budget.
+	bytes int64
 	// wait returns the sink's result once the batch is durable; nil when
 	// nothing was published (every event went to the dead letters).
 	wait func() (PublishResult, error)
@@ -42,6 +44,7 @@ func (r *Relay) publishLoop(ctx context.Context, in <-chan batch, out chan<- fli
 				replay:    b.replay,
 			},
 			routed: make([]Event, 0, len(events)),
+			bytes:  b.bytes,
 		}
 		var replayHeader Header
 		if b.replay != nil {
@@ -50,7 +53,7 @@ func (r *Relay) publishLoop(ctx context.Context, in <-chan batch, out chan<- fli
 		}
 		msgs := make([]Message, 0, len(events))
 		for _, e := range events {
-			msg, err := Route(e, r.cfg.MaxMessageBytes)
+			msg, err := r.route(e)
 			if b.replay != nil {
 				// An archived event was published once; one that no
 				// longer routes (a lower size limit) is skipped.
@@ -124,7 +127,7 @@ func (r *Relay) startPublish(ctx context.Context, msgs []Message) (func() (Publi
 
 // durableLoop waits, in order, for each batch in flight to be durable,
 // completes its acknowledgement and passes it on.
-func (r *Relay) durableLoop(ctx context.Context, in <-chan flight, out chan<- ack, state []byte) error {
+func (r *Relay) durableLoop(ctx context.Context, in <-chan flight, out chan<- ack, state []byte, budget *byteBudget) error {
 	for f := range in {
 		a := f.a
 		if f.wait != nil {
@@ -140,6 +143,7 @@ func (r *Relay) durableLoop(ctx context.Context, in <-chan flight, out chan<- ac
 				state = res.State
 			}
 		}
+		budget.release(f.bytes)
 		a.state = state
 		r.probeSink(ctx, &a)
 		select {

@@ -30,6 +30,8 @@ type Config struct {
 	// BatchSize is the most events read and published at once (default
 	// 1000).
 	BatchSize int
+	// BatchBytes bounds a batch's bytes of events (default 8 MiB; budget.go).
+	BatchBytes int
 	// MaxMessageBytes bounds key, payload and headers of one event; larger
 	// events go to the dead letters (default 1 MiB, Kafka's default).
 	MaxMessageBytes int
@@ -88,6 +90,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.BatchSize <= 0 {
 		c.BatchSize = 1000
+	}
+	if c.BatchBytes <= 0 {
+		c.BatchBytes = 8 << 20
 	}
 	if c.MaxMessageBytes <= 0 {
 		c.MaxMessageBytes = 1 << 20

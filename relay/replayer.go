@@ -131,6 +131,9 @@ type replayer struct {
 	// lease fences the transactions that start a request or record a
 	// chunk, as the acknowledgements are fenced.
 	lease *lease
+	// budget bounds the bytes of the chunks in flight with the live
+	// batches'.
+	budget *byteBudget
 	// chunkSent is set while a chunk this session sent may be
 	// unacknowledged.
 	chunkSent bool
@@ -174,12 +177,10 @@ func (p *replayer) send(ctx context.Context, out chan<- batch, b batch) error {
 	}
 	p.tracker.sent.Add(1)
 	p.chunkSent = true
-	select {
-	case out <- b:
-		return nil
-	case <-ctx.Done():
+	if !sendBatch(ctx, out, b, p.budget) {
 		return ctx.Err()
 	}
+	return nil
 }
 
 // step hands the next chunk of the oldest unfinished replay request to the

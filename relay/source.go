@@ -46,6 +46,12 @@ type Event struct {
 	CommittedAt time.Time
 	// Position orders the event within its source.
 	Position Position
+	// TooLarge is set by a source that left Key, Payload and Headers out
+	// because the row is larger than the message limit: the row's size in
+	// bytes (key, payload and headers as JSON text). The core dead-letters
+	// the event, copying the row's content into the dead letter in SQL, so
+	// the relay never holds it.
+	TooLarge int64
 }
 
 // Source delivers committed outbox events in commit order: if transaction

@@ -1,8 +1,6 @@
 package bench
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -14,7 +12,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -27,6 +24,7 @@ import (
 
 	"github.com/outboxrelay/relay/internal/pgcluster"
 	"github.com/outboxrelay/relay/internal/pgconfig"
+	"github.com/outboxrelay/relay/internal/procstat"
 	"github.com/outboxrelay/relay/migrations"
 )
 
@@ -196,26 +194,8 @@ func ready(addr string) bool {
 // the process is alive.
 func (p *relayProc) usage() (rss int64, cpu float64) {
 	pid := p.cmd.Process.Pid
-	if status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid)); err == nil {
-		sc := bufio.NewScanner(bytes.NewReader(status))
-		for sc.Scan() {
-			if f := strings.Fields(sc.Text()); len(f) >= 2 && f[0] == "VmHWM:" {
-				kb, _ := strconv.ParseInt(f[1], 10, 64)
-				rss = kb * 1024
-			}
-		}
-	}
-	if stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil {
-		// Fields after the command name, which is in parentheses.
-		if i := bytes.LastIndexByte(stat, ')'); i > 0 {
-			f := strings.Fields(string(stat[i+1:]))
-			if len(f) > 13 {
-				utime, _ := strconv.ParseFloat(f[11], 64)
-				stime, _ := strconv.ParseFloat(f[12], 64)
-				cpu = (utime + stime) / 100 // USER_HZ is 100 on Linux
-			}
-		}
-	}
+	rss, _ = procstat.PeakRSS(pid)
+	cpu, _ = procstat.CPUSeconds(pid)
 	return rss, cpu
 }
 

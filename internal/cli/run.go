@@ -39,6 +39,7 @@ type runFlags struct {
 	dataDir         string
 	httpAddr        string
 	batchSize       int
+	batchBytes      int
 	pollInterval    time.Duration
 	partitions      int
 	maxMessageBytes int
@@ -70,6 +71,7 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.dataDir, "data-dir", "relay-data", "embedded broker data directory")
 	fs.StringVar(&f.httpAddr, "http-addr", "127.0.0.1:9464", "address for /metrics, /healthz and /readyz (empty disables)")
 	fs.IntVar(&f.batchSize, "batch-size", 1000, "most events read and published at once")
+	fs.IntVar(&f.batchBytes, "batch-bytes", 8<<20, "most bytes of events (key + payload + headers) read and published at once (an event larger than this goes alone); the relay holds about 6 batches between reading and durability")
 	fs.DurationVar(&f.pollInterval, "poll-interval", time.Second, "poll reader: query interval when no notification arrives")
 	fs.IntVar(&f.partitions, "partitions", 8, "partition count of topics created on first use")
 	fs.IntVar(&f.maxMessageBytes, "max-message-bytes", 1<<20, "largest event (key + payload + headers); larger ones go to the dead letters")
@@ -103,6 +105,8 @@ func (f *runFlags) validate() error {
 		return usagef("--data-dir is required with --sink embedded")
 	case f.batchSize < 1 || f.batchSize > 100_000:
 		return usagef("--batch-size %d: must be 1..100000", f.batchSize)
+	case f.batchBytes < 1:
+		return usagef("--batch-bytes %d: must be positive", f.batchBytes)
 	case f.partitions < 1 || f.partitions > 10_000:
 		return usagef("--partitions %d: must be 1..10000", f.partitions)
 	case f.retain < 0:
@@ -260,6 +264,7 @@ func (f *runFlags) serve(ctx context.Context, log *slog.Logger) error {
 		Schema:           f.db.schema,
 		SourceKind:       f.source,
 		BatchSize:        f.batchSize,
+		BatchBytes:       f.batchBytes,
 		MaxMessageBytes:  f.maxMessageBytes,
 		ShutdownTimeout:  f.shutdownTimeout,
 		Lease:            f.leaderLease,
@@ -293,10 +298,11 @@ func (f *runFlags) serve(ctx context.Context, log *slog.Logger) error {
 
 func (f *runFlags) newSource(log *slog.Logger, metrics *relay.Metrics) (relay.Source, error) {
 	if f.source == "poll" {
-		return poller.New(poller.Config{DatabaseURL: f.db.url, Schema: f.db.schema, PollInterval: f.pollInterval, Logger: log})
+		return poller.New(poller.Config{DatabaseURL: f.db.url, Schema: f.db.schema, PollInterval: f.pollInterval, Logger: log,
+			MaxMessageBytes: f.maxMessageBytes, PageBytes: f.batchBytes})
 	}
 	src, err := cdc.New(cdc.Config{DatabaseURL: f.db.url, Schema: f.db.schema, SlotName: f.slot,
-		PublicationName: f.publication, HeartbeatInterval: f.heartbeat, Logger: log})
+		PublicationName: f.publication, HeartbeatInterval: f.heartbeat, Logger: log, QueueBytes: 2 * f.batchBytes})
 	if err != nil {
 		return nil, err
 	}

@@ -26,6 +26,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/outboxrelay/relay/internal/broker"
+	"github.com/outboxrelay/relay/internal/procstat"
 )
 
 // Proc is a running relay process.
@@ -123,6 +124,10 @@ func (p *Proc) Exited() bool {
 		return false
 	}
 }
+
+// PeakRSS returns the process's peak resident set size so far; call it
+// while the process is alive.
+func (p *Proc) PeakRSS() (int64, error) { return procstat.PeakRSS(p.cmd.Process.Pid) }
 
 // Output returns what the process has logged so far.
 func (p *Proc) Output() string {
@@ -302,7 +307,7 @@ type TxGen struct {
 	rng    *rand.Rand
 	keys   []string
 	seq    map[string]int
-	pad    string
+	pad    int
 	insert string
 }
 
@@ -319,9 +324,13 @@ type WriterTx struct {
 // choices.
 func NewTxGen(cfg WriterConfig, w int, seed uint64, startSeq map[string]int) *TxGen {
 	g := &TxGen{cfg: cfg, rng: rand.New(rand.NewPCG(uint64(w), seed)), seq: map[string]int{},
-		pad: string(bytes.Repeat([]byte("x"), max(cfg.PayloadBytes-60, 0))),
+		pad: max(cfg.PayloadBytes-60, 0),
+		// The server appends the padding, a "pad" field of that many x's,
+		// to each JSON body: writers of large events cost the test
+		// process nothing for it.
 		insert: `INSERT INTO ` + pgx.Identifier{cfg.Schema, "events"}.Sanitize() +
-			` (topic, key, payload, headers) SELECT $1, k, convert_to(p, 'UTF8'), '{"test":"e2e"}' FROM unnest($2::text[], $3::text[]) AS e(k, p)`}
+			` (topic, key, payload, headers) SELECT $1, k, convert_to(CASE WHEN $4::int > 0 THEN left(p, -1) || ',"pad":"' || repeat('x', $4) || '"}' ELSE p END, 'UTF8'),
+    '{"test":"e2e"}' FROM unnest($2::text[], $3::text[]) AS e(k, p)`}
 	for k := w; k < cfg.Keys; k += cfg.Writers {
 		key := fmt.Sprintf("key-%d", k)
 		g.keys = append(g.keys, key)
@@ -344,10 +353,7 @@ func (g *TxGen) Next(txNo int, prefix string, left int) WriterTx {
 		}
 		wt.next[k] = s + 1
 		p := Payload{ID: fmt.Sprintf("%s-%d", prefix, i), Key: k, Seq: s}
-		body, _ := json.Marshal(struct {
-			Payload
-			Pad string `json:"pad,omitempty"`
-		}{p, g.pad})
+		body, _ := json.Marshal(p)
 		wt.Payloads, wt.keys, wt.bodies = append(wt.Payloads, p), append(wt.keys, k), append(wt.bodies, string(body))
 	}
 	return wt
@@ -355,7 +361,7 @@ func (g *TxGen) Next(txNo int, prefix string, left int) WriterTx {
 
 // Insert writes wt's events in tx.
 func (g *TxGen) Insert(ctx context.Context, tx pgx.Tx, wt WriterTx) error {
-	_, err := tx.Exec(ctx, g.insert, g.cfg.Topic, wt.keys, wt.bodies)
+	_, err := tx.Exec(ctx, g.insert, g.cfg.Topic, wt.keys, wt.bodies, g.pad)
 	return err
 }
 
@@ -412,6 +418,15 @@ type Record struct {
 func ReadLog(t testing.TB, dataDir, topic string) []Record {
 	t.Helper()
 	var out []Record
+	EachRecord(t, dataDir, topic, func(r Record) { out = append(out, r) })
+	return out
+}
+
+// EachRecord calls fn with every record of topic in dataDir (a directory
+// no process holds), partition by partition in offset order, holding one
+// batch at a time: for logs too large to read whole.
+func EachRecord(t testing.TB, dataDir, topic string, fn func(Record)) {
+	t.Helper()
 	EachBatch(t, dataDir, topic, func(part int32, raw []byte) {
 		_, recs, err := broker.DecodeBatch(raw)
 		if err != nil {
@@ -422,11 +437,10 @@ func ReadLog(t testing.TB, dataDir, topic string) []Record {
 			for _, hh := range r.Headers {
 				h[hh.Key] = string(hh.Value)
 			}
-			out = append(out, Record{Topic: topic, Partition: part, Offset: r.Offset, Key: string(r.Key), KeyBytes: r.Key,
+			fn(Record{Topic: topic, Partition: part, Offset: r.Offset, Key: string(r.Key), KeyBytes: r.Key,
 				Value: r.Value, Headers: h, Timestamp: r.Timestamp, HeaderList: r.Headers})
 		}
 	})
-	return out
 }
 
 // EachBatch calls fn with every record batch of topic in dataDir (a

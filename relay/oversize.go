@@ -1,0 +1,70 @@
+package relay
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// An event a source delivered without its content (Event.TooLarge: the
+// row is above MaxMessageBytes) is dead-lettered without the relay ever
+// holding the content: the acknowledgement copies the row into the dead
+// letters with INSERT ... SELECT, before it deletes the row, in the same
+// transaction. The dead letter keeps the whole payload, so that `relay
+// dead-letters retry` can put it back once the limit is raised.
+//
+// Faults: the copy and the deletion commit together, so a crash before the
+// commit leaves the row in the outbox and no dead letter; the row is read
+// and dead-lettered again. A row deleted by someone else between the read
+// and the acknowledgement is recorded from what the source delivered (no
+// key, payload or headers), with a note in its error. Only the poll reader
+// delivers such events: it read the row, so the row is visible to the
+// acknowledgement's snapshot (the WAL reader may deliver a row before it is
+// visible, and delivers every row whole).
+
+// route is Route, for an event with its content or without it.
+func (r *Relay) route(e Event) (Message, error) {
+	if e.TooLarge > 0 {
+		return Message{}, &RouteError{Reason: ReasonTooLarge, Err: fmt.Errorf("%w: %d bytes of key, payload and headers (as JSON text), the limit is %d",
+			ErrTooLarge, e.TooLarge, r.cfg.MaxMessageBytes)}
+	}
+	return Route(e, r.cfg.MaxMessageBytes)
+}
+
+// deadLetterRows copies the rows of the dead letters delivered without
+// their content into the dead-letter table. A row someone else deleted
+// meanwhile is recorded from what the source delivered, without a payload.
+func (r *Relay) deadLetterRows(ctx context.Context, tx pgx.Tx, acks []ack) error {
+	var dead []deadLetter
+	for _, a := range acks {
+		for _, d := range a.dead {
+			if d.event.TooLarge > 0 {
+				dead = append(dead, d)
+			}
+		}
+	}
+	if len(dead) == 0 {
+		return nil
+	}
+	copySQL := `INSERT INTO ` + ident(r.cfg.Schema, "dead_letters") + ` (event_row_id, event_id, topic, key, payload, headers, created_at, error, reason, holds, held_by)
+SELECT id, event_id, topic, key, payload, headers, created_at, $2, $3, $4, $5 FROM ` + ident(r.cfg.Schema, "events") + ` WHERE id = $1`
+	for _, d := range dead {
+		var heldBy *int64
+		if d.heldBy != 0 {
+			heldBy = &d.heldBy
+		}
+		tag, err := tx.Exec(ctx, copySQL, d.event.ID, d.err.Error(), d.reason, d.holds, heldBy)
+		if err != nil {
+			return fmt.Errorf("moving event %s to the dead letters: %w", d.event.EventID, err)
+		}
+		if tag.RowsAffected() > 0 {
+			continue
+		}
+		e := d.event
+		if _, err := tx.Exec(ctx, r.deadSQL, e.ID, e.EventID, e.Topic, nil, nil, nil, e.CreatedAt, d.err.Error()+" (the row was deleted before it could be copied)", d.reason, d.holds, heldBy); err != nil {
+			return fmt.Errorf("moving event %s to the dead letters: %w", e.EventID, err)
+		}
+	}
+	return nil
+}
