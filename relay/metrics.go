@@ -25,6 +25,9 @@ type Metrics struct {
 	DrainETA      prometheus.Gauge
 	ArchivePruned prometheus.Counter
 	Replayed      prometheus.Counter
+	// DestinationWaiting has a sample per topic whose events wait because
+	// the destination refuses it for now (see DestinationError).
+	DestinationWaiting *prometheus.GaugeVec
 }
 
 // NewMetrics registers the relay's metrics, with the Go and process
@@ -97,8 +100,12 @@ func NewMetrics() *Metrics {
 			Name: "relay_replayed_events_total",
 			Help: "Archived events republished by replay requests.",
 		}),
+		DestinationWaiting: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "relay_destination_waiting_since_timestamp_seconds",
+			Help: "Unix time since when the destination refuses a topic for now (missing, unauthorized, throttled), by topic and reason; its events wait in the outbox. No sample while nothing waits.",
+		}, []string{"topic", "reason"}),
 	}
-	m.Registry.MustRegister(m.Published, m.Latency, m.LatencyMax, m.CommitLatency, m.CommitMax, m.BatchSize, m.Backlog, m.DeadLetters, m.Errors, m.Leader, m.LastPublished,
+	m.Registry.MustRegister(m.DestinationWaiting, m.Published, m.Latency, m.LatencyMax, m.CommitLatency, m.CommitMax, m.BatchSize, m.Backlog, m.DeadLetters, m.Errors, m.Leader, m.LastPublished,
 		m.PublishRate, m.DrainETA, m.ArchivePruned, m.Replayed,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m

@@ -22,8 +22,10 @@ type flight struct {
 const maxInFlight = 4
 
 // publishLoop routes each batch and hands it to the sink; durableLoop
-// waits for the sink to make it durable.
-func (r *Relay) publishLoop(ctx context.Context, in <-chan batch, out chan<- flight) error {
+// waits for the sink to make it durable. A batch the destination refuses
+// for now waits (publishWaiting); stop, the graceful stop, ends that
+// wait and the loop.
+func (r *Relay) publishLoop(ctx, stop context.Context, in <-chan batch, out chan<- flight) error {
 	for b := range in {
 		events := b.events
 		f := flight{
@@ -67,7 +69,10 @@ func (r *Relay) publishLoop(ctx context.Context, in <-chan batch, out chan<- fli
 			f.routed = append(f.routed, e)
 		}
 		if len(msgs) > 0 {
-			wait, err := r.startPublish(ctx, msgs)
+			wait, err := r.publishWaiting(ctx, stop, msgs)
+			if err == nil && wait == nil {
+				return nil // stopped while the destination refused the batch
+			}
 			if err != nil {
 				if ctx.Err() == nil {
 					r.m.Errors.WithLabelValues("sink").Inc()

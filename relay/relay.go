@@ -164,6 +164,8 @@ type Relay struct {
 	holder string
 	// published counts acknowledged live events, for the drain rate.
 	published atomic.Int64
+	// waiting holds the topics the destination refuses for now.
+	waiting waiting
 }
 
 // New returns a Relay; Run starts it.
@@ -207,6 +209,9 @@ func (r *Relay) Ready(ctx context.Context) error {
 	}
 	if err := r.lastErr.Load(); err != nil {
 		return *err
+	}
+	if err := r.waiting.err(); err != nil {
+		return err
 	}
 	return r.sink.Ready(ctx)
 }

@@ -57,6 +57,7 @@ type runFlags struct {
 	ackInterval     time.Duration
 	leaderLease     time.Duration
 	allowLost       bool
+	createTopics    bool
 }
 
 func (f *runFlags) register(fs *flag.FlagSet) {
@@ -69,6 +70,7 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.batchSize, "batch-size", 1000, "most events read and published at once")
 	fs.DurationVar(&f.pollInterval, "poll-interval", time.Second, "poll reader: query interval when no notification arrives")
 	fs.IntVar(&f.partitions, "partitions", 8, "partition count of topics created on first use")
+	fs.BoolVar(&f.createTopics, "create-topics", true, "embedded broker: create a topic on first use, by the relay or a Kafka client's metadata request (false: events for a missing topic wait in the outbox until it is created through the Kafka listener)")
 	fs.IntVar(&f.maxMessageBytes, "max-message-bytes", 1<<20, "largest event (key + payload + headers); larger ones go to the dead letters")
 	fs.BoolVar(&f.allowLost, "allow-lost-partitions", false, "embedded broker: open even when a known partition's directory is missing, recreating it empty with the loss on record (without it the relay refuses to start and names the partition)")
 	fs.StringVar(&f.fsync, "fsync", "always", "embedded broker durability: always (fsync before acknowledging) or interval (unsafe: a machine crash can lose acknowledged events)")
@@ -206,7 +208,7 @@ func (f *runFlags) serve(ctx context.Context, log *slog.Logger) error {
 	case f.sink != "embedded":
 	case f.kafkaAddr != "":
 		// The listener exports the broker's storage metrics with its own.
-		kl := &kafkaListener{addr: f.kafkaAddr, advertised: f.kafkaAdvertised, log: log}
+		kl := &kafkaListener{addr: f.kafkaAddr, advertised: f.kafkaAdvertised, autoCreate: f.createTopics, log: log}
 		metrics.Registry.MustRegister(kl)
 		onOpen = kl.attach
 	default:
@@ -224,9 +226,10 @@ func (f *runFlags) serve(ctx context.Context, log *slog.Logger) error {
 			return err
 		}
 	} else if sink, err = embedded.New(embedded.Config{
-		Broker: broker.Options{Dir: f.dataDir, Sync: sync, DefaultPartitions: int32(f.partitions), Logger: log, AllowLostPartitions: f.allowLost},
-		OnOpen: onOpen,
-		Logger: log,
+		Broker:        broker.Options{Dir: f.dataDir, Sync: sync, DefaultPartitions: int32(f.partitions), Logger: log, AllowLostPartitions: f.allowLost},
+		OnOpen:        onOpen,
+		WaitForTopics: !f.createTopics,
+		Logger:        log,
 	}); err != nil {
 		return err
 	}
