@@ -62,6 +62,18 @@
 //     relay-event-id headers: refused by the broker, and ignored by step 3
 //     (only the relay's producer ids count).
 //
+// # Missing topics
+//
+// A topic is created on first use, unless Config.WaitForTopics
+// (--create-topics=false): then PublishAsync refuses a batch naming a topic
+// the broker does not have with a relay.DestinationError, before it
+// appends anything or gives out a sequence number, and puts back into the
+// set of step 3 the identities it matched, so the batch the core offers
+// again is decided as if it came the first time. The refusal is not
+// cached: the broker is asked at every offer. An invalid name, a record
+// over the topic's max.message.bytes and a keyless record on a compacted
+// topic are the event's faults and go to the dead letters.
+//
 // The broker is opened in Start, that is only once this relay leads, and
 // closed in Close. Start waits while another process holds the directory.
 package embedded
