@@ -223,6 +223,55 @@ func TestMissingTopicWaits(t *testing.T) {
 	}
 }
 
+// TestDeletedTopicWaits: a topic deleted under the relay (known to the
+// sink, so found only when producing fails) refuses the batch with a
+// relay.DestinationError, and is asked about again; what Kafka took of the
+// batch (another topic's records) is not produced again, and once the
+// topic is back the batch is published, each record once.
+func TestDeletedTopicWaits(t *testing.T) {
+	t.Parallel()
+	c := kafkatest.Start(t, kfake.SeedTopics(2, "orders", "other"))
+	s := newSink(t, c.Addrs(), func(c *kafka.Config) { c.CreateTopics = false })
+	start(t, s, nil)
+	publish(t, s, []relay.Message{msg("orders", []byte("k"), []byte("o1"), "1")})
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.Addrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	if _, err := adm.DeleteTopics(context.Background(), "orders"); err != nil {
+		t.Fatal(err)
+	}
+	batch := []relay.Message{
+		msg("other", []byte("k"), []byte("x1"), "2"),
+		msg("orders", []byte("k"), []byte("o2"), "3"),
+		msg("other", []byte("k"), []byte("x2"), "4"),
+	}
+	for range 2 {
+		_, err := s.Publish(context.Background(), batch)
+		des := relay.DestinationErrors(err)
+		if len(des) != 1 || des[0].Topic != "orders" || des[0].Reason != relay.WaitTopicMissing {
+			t.Fatalf("Publish to a deleted topic: %v (destination errors %v)", err, des)
+		}
+	}
+	if err := c.Kfake().CreateTopic("orders", 2, nil); err != nil {
+		t.Fatal(err)
+	}
+	if res := publish(t, s, batch); len(res.Failed) > 0 {
+		t.Fatalf("Failed = %v", res.Failed)
+	}
+	for topic, want := range map[string]string{"other": "[x1 x2]", "orders": "[o2]"} {
+		var got []string
+		for _, r := range kafkatest.Read(t, c.Addrs(), topic, false) {
+			got = append(got, string(r.Value))
+		}
+		if fmt.Sprint(got) != want {
+			t.Errorf("%s holds %v, want %s (each record once, in order)", topic, got, want)
+		}
+	}
+}
+
 // TestTopicAuthorization: a topic the relay's SASL user may not write to
 // refuses the batch with a relay.DestinationError; what Kafka took of the
 // batch meanwhile is not produced again when it is offered anew, and once

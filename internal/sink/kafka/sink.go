@@ -552,6 +552,19 @@ func (s *Sink) produce(ctx context.Context, cl *kgo.Client, msgs []relay.Message
 func (s *Sink) classify(msgs []relay.Message, idx []int, errs []error, failed map[int]error) error {
 	var retry, waits []error
 	waiting := map[string]bool{}
+	// gone are topics deleted under the client: it keeps their old topic
+	// ids and would refuse them (UNKNOWN_TOPIC_ID) even once recreated,
+	// unless they are purged from it. Every record is resolved here, so
+	// the purge fails none.
+	var gone []string
+	defer func() {
+		if len(gone) > 0 {
+			s.mu.Lock()
+			cl := s.cl
+			s.mu.Unlock()
+			cl.PurgeTopicsFromClient(gone...)
+		}
+	}()
 	for j, i := range idx {
 		err := errs[j]
 		if err == nil {
@@ -564,6 +577,9 @@ func (s *Sink) classify(msgs []relay.Message, idx []int, errs []error, failed ma
 			if !waiting[t] {
 				waiting[t] = true
 				waits = append(waits, de)
+				if de.Reason == relay.WaitTopicMissing {
+					gone = append(gone, t)
+				}
 			}
 			continue
 		}
