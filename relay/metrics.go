@@ -105,8 +105,9 @@ func NewMetrics() *Metrics {
 			Help: "Unix time since when the destination refuses a topic for now (missing, unauthorized, throttled), by topic and reason; its events wait in the outbox. No sample while nothing waits.",
 		}, []string{"topic", "reason"}),
 	}
-	m.Registry.MustRegister(m.DestinationWaiting, m.Published, m.Latency, m.LatencyMax, m.CommitLatency, m.CommitMax, m.BatchSize, m.Backlog, m.DeadLetters, m.Errors, m.Leader, m.LastPublished,
+	m.Registry.MustRegister(m.Published, m.Latency, m.LatencyMax, m.CommitLatency, m.CommitMax, m.BatchSize, m.Backlog, m.DeadLetters, m.Errors, m.Leader, m.LastPublished,
 		m.PublishRate, m.DrainETA, m.ArchivePruned, m.Replayed,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m.Registry.MustRegister(m.DestinationWaiting)
 	return m
 }
