@@ -39,6 +39,10 @@
 //     session offers the events again from the source.
 //   - Crash during the wait: the rows are in the outbox; nothing else
 //     happened.
+//   - A replay chunk naming a refused topic waits like a live batch (the
+//     live events behind it wait too); cancelling the replay does not end
+//     a wait already begun, creating the topic (or stopping the relay)
+//     does.
 //
 // The wait is loud: Ready (and /readyz) fails naming each topic and the
 // reason, relay_destination_waiting_since_timestamp_seconds has a sample
