@@ -97,6 +97,8 @@ func (f *runFlags) validate() error {
 		return usagef("--sink %q: must be embedded or kafka", f.sink)
 	case f.dataDir == "" && f.sink == "embedded":
 		return usagef("--data-dir is required with --sink embedded")
+	case !f.createTopics && f.kafkaAddr == "" && f.sink == "embedded":
+		return usagef("--create-topics=false needs the Kafka listener (--kafka-addr): topics are then created through it, and nothing else could create them")
 	case f.batchSize < 1 || f.batchSize > 100_000:
 		return usagef("--batch-size %d: must be 1..100000", f.batchSize)
 	case f.partitions < 1 || f.partitions > 10_000:
