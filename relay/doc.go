@@ -13,10 +13,49 @@
 // releases them in order after a retry or discard (fault model in hold.go
 // and release.go). Readiness is end to end: the leader's heartbeat rows go
 // the same way and /readyz fails when none got through within the bound
-// (heartbeat.go). An event a source
-// delivered without its content (too large, Event.TooLarge) is copied to
-// the dead letters from its outbox row in SQL, before the row's deletion,
-// so a crash before the commit leaves the row to be read and dead-lettered
-// again, and a commit records it exactly once (oversize.go). Memory is
-// bounded by a byte budget as well as rows (budget.go).
+// (heartbeat.go). An event a source delivered without its content (too
+// large, Event.TooLarge) is copied to the dead letters from its outbox row
+// in SQL, before the row's deletion, so a crash before the commit leaves
+// the row to be read and dead-lettered again, and a commit records it
+// exactly once (oversize.go). Memory is bounded by a byte budget as well as
+// rows (budget.go).
+//
+// # Waiting for the destination
+//
+// A sink tells a refusal of the event (PublishResult.Failed: dead letter)
+// from a refusal by the destination for now (a DestinationError: a topic
+// that does not exist yet, a missing ACL, a throttled creation). For the
+// latter the publishing stage offers the same batch again every second
+// (publishWaiting) and takes nothing else meanwhile, so the whole
+// pipeline waits behind it. Faults and how they are met:
+//
+//   - Per-key order: nothing behind the refused batch is handed to the
+//     sink before it, so no key's later event overtakes an earlier one.
+//     Batches already in flight before it complete and are acknowledged
+//     as usual: they precede it.
+//   - Nothing unpublished leaves the outbox: the refused batch never
+//     reaches the acknowledging stage until the sink took it and made it
+//     durable, so its rows stay (TestE2EKafkaMissingTopic and
+//     TestEmbeddedMissingTopic watch the oldest row stay through a 32 s
+//     wait, with writers committing).
+//   - Nothing twice: a sink returns DestinationError only when the same
+//     batch can be published again without repeats (it wrote nothing of
+//     it, or it remembers what of it is durable: the Kafka sink in the
+//     at-least-once mode; TestTopicAuthorization).
+//   - No refusal is cached: the sink is asked again at every offer, so the
+//     batch goes as soon as the topic exists (within about a second).
+//   - A graceful stop during the wait ends it at once; the batch stays in
+//     the outbox. A lost lease or a hard stop ends it too, and the next
+//     session offers the events again from the source.
+//   - Crash during the wait: the rows are in the outbox; nothing else
+//     happened.
+//   - A replay chunk naming a refused topic waits like a live batch (the
+//     live events behind it wait too); cancelling the replay does not end
+//     a wait already begun, creating the topic (or stopping the relay)
+//     does.
+//
+// The wait is loud: Ready (and /readyz) fails naming each topic and the
+// reason, relay_destination_waiting_since_timestamp_seconds has a sample
+// per topic, and one warning is logged when a topic is first refused, then
+// one per 30 s.
 package relay

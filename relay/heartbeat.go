@@ -144,6 +144,9 @@ func (r *Relay) Ready(ctx context.Context) error {
 	if err := r.lastErr.Load(); err != nil {
 		return *err
 	}
+	if err := r.waiting.err(); err != nil {
+		return err
+	}
 	if err := r.sink.Ready(ctx); err != nil {
 		return err
 	}

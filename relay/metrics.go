@@ -32,6 +32,9 @@ type Metrics struct {
 	HeartbeatAge  prometheus.GaugeFunc
 	// heartbeatAge computes HeartbeatAge at each scrape (set by New).
 	heartbeatAge atomic.Pointer[func() float64]
+	// DestinationWaiting has a sample per topic whose events wait because
+	// the destination refuses it for now (see DestinationError).
+	DestinationWaiting *prometheus.GaugeVec
 }
 
 // NewMetrics registers the relay's metrics, with the Go and process
@@ -112,6 +115,10 @@ func NewMetrics() *Metrics {
 			Name: "relay_held_events",
 			Help: "Events held behind their key's dead letter, waiting for its retry or discard, sampled on the leader.",
 		}),
+		DestinationWaiting: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "relay_destination_waiting_since_timestamp_seconds",
+			Help: "Unix time since when the destination refuses a topic for now (missing, unauthorized, throttled), by topic and reason; its events wait in the outbox. No sample while nothing waits.",
+		}, []string{"topic", "reason"}),
 	}
 	m.HeartbeatAge = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "relay_heartbeat_age_seconds",
@@ -125,5 +132,6 @@ func NewMetrics() *Metrics {
 	m.Registry.MustRegister(m.Published, m.Latency, m.LatencyMax, m.CommitLatency, m.CommitMax, m.BatchSize, m.Backlog, m.DeadLetters, m.Errors, m.Leader, m.LastPublished,
 		m.PublishRate, m.DrainETA, m.ArchivePruned, m.Replayed, m.HeldKeys, m.HeldEvents, m.HeartbeatAge,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m.Registry.MustRegister(m.DestinationWaiting)
 	return m
 }

@@ -134,7 +134,7 @@ func (r *Relay) runPipeline(ctx, hard context.Context, l *lease) error {
 	})
 	g.Go(func() error {
 		defer close(flights)
-		return r.publishLoop(work, batches, flights)
+		return r.publishLoop(work, ctx, batches, flights)
 	})
 	g.Go(func() error {
 		defer close(acks)

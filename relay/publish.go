@@ -24,12 +24,14 @@ type flight struct {
 const maxInFlight = 4
 
 // publishLoop routes each batch and hands it to the sink; durableLoop
-// waits for the sink to make it durable.
-func (r *Relay) publishLoop(ctx context.Context, in <-chan batch, out chan<- flight) error {
+// waits for the sink to make it durable. A batch the destination refuses
+// for now waits (publishWaiting); stop, the graceful stop, ends that
+// wait and the loop.
+func (r *Relay) publishLoop(ctx, stop context.Context, in <-chan batch, out chan<- flight) error {
 	for b := range in {
 		if b.release != nil {
 			f, msgs := r.routeRelease(b)
-			if err := r.hand(ctx, f, msgs, out); err != nil {
+			if stopped, err := r.hand(ctx, stop, f, msgs, out); err != nil || stopped {
 				return err
 			}
 			continue
@@ -83,7 +85,7 @@ func (r *Relay) publishLoop(ctx context.Context, in <-chan batch, out chan<- fli
 			msgs = append(msgs, msg)
 			f.routed = append(f.routed, e)
 		}
-		if err := r.hand(ctx, f, msgs, out); err != nil {
+		if stopped, err := r.hand(ctx, stop, f, msgs, out); err != nil || stopped {
 			return err
 		}
 	}
@@ -91,15 +93,19 @@ func (r *Relay) publishLoop(ctx context.Context, in <-chan batch, out chan<- fli
 }
 
 // hand gives a batch's messages to the sink and its flight to the
-// durability stage.
-func (r *Relay) hand(ctx context.Context, f flight, msgs []Message, out chan<- flight) error {
+// durability stage; stopped reports a graceful stop while the destination
+// refused the batch.
+func (r *Relay) hand(ctx, stop context.Context, f flight, msgs []Message, out chan<- flight) (stopped bool, err error) {
 	if len(msgs) > 0 {
-		wait, err := r.startPublish(ctx, msgs)
+		wait, err := r.publishWaiting(ctx, stop, msgs)
+		if err == nil && wait == nil {
+			return true, nil
+		}
 		if err != nil {
 			if ctx.Err() == nil {
 				r.m.Errors.WithLabelValues("sink").Inc()
 			}
-			return fmt.Errorf("publishing: %w", err)
+			return false, fmt.Errorf("publishing: %w", err)
 		}
 		f.wait = wait
 		r.m.BatchSize.Observe(float64(len(msgs)))
@@ -107,9 +113,9 @@ func (r *Relay) hand(ctx context.Context, f flight, msgs []Message, out chan<- f
 	select {
 	case out <- f:
 	case <-ctx.Done():
-		return ctx.Err()
+		return false, ctx.Err()
 	}
-	return nil
+	return false, nil
 }
 
 // startPublish hands msgs to the sink: without waiting for durability when

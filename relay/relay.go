@@ -193,6 +193,8 @@ type Relay struct {
 	holder string
 	// published counts acknowledged live events, for the drain rate.
 	published atomic.Int64
+	// waiting holds the topics the destination refuses for now.
+	waiting waiting
 }
 
 // New returns a Relay; Run starts it.

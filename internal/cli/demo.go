@@ -79,6 +79,7 @@ func runDemo(ctx context.Context, stdio IO, args []string) error {
 	// The relay, on embedded defaults.
 	f.db = dbFlags{url: url, schema: migrations.DefaultSchema}
 	f.sink, f.dataDir, f.batchSize, f.batchBytes, f.pollInterval, f.partitions = "embedded", dataDir, 1000, 8<<20, time.Second, 3
+	f.createTopics = true
 	f.maxMessageBytes, f.fsync, f.shutdownTimeout, f.heartbeat = 1<<20, "always", 10*time.Second, 10*time.Second
 	var wg sync.WaitGroup
 	ctx, stop := context.WithCancel(ctx)

@@ -19,6 +19,9 @@ import (
 type kafkaListener struct {
 	addr       string
 	advertised string
+	// autoCreate lets a metadata request create a missing topic
+	// (--create-topics).
+	autoCreate bool
 	log        *slog.Logger
 
 	mu  sync.Mutex
@@ -29,7 +32,7 @@ type kafkaListener struct {
 // (its address in use, say) fails the sink's start: the relay is then not
 // ready, says why, and tries again with its restart backoff.
 func (k *kafkaListener) attach(b *broker.Broker) (stop func(), err error) {
-	srv, err := protocol.NewServer(b, protocol.Config{AdvertisedAddr: k.advertised, AutoCreateTopics: true, Logger: k.log})
+	srv, err := protocol.NewServer(b, protocol.Config{AdvertisedAddr: k.advertised, AutoCreateTopics: k.autoCreate, Logger: k.log})
 	if err != nil {
 		return nil, fmt.Errorf("starting the Kafka listener: %w", err)
 	}

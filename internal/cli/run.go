@@ -61,6 +61,7 @@ type runFlags struct {
 	deadPolicy      string
 	topicPolicies   string
 	readyTimeout    time.Duration
+	createTopics    bool
 }
 
 func (f *runFlags) register(fs *flag.FlagSet) {
@@ -74,6 +75,7 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.batchBytes, "batch-bytes", 8<<20, "most bytes of events (key + payload + headers) read and published at once (an event larger than this goes alone); the relay holds about 6 batches between reading and durability")
 	fs.DurationVar(&f.pollInterval, "poll-interval", time.Second, "poll reader: query interval when no notification arrives")
 	fs.IntVar(&f.partitions, "partitions", 8, "partition count of topics created on first use")
+	fs.BoolVar(&f.createTopics, "create-topics", true, "embedded broker: create a topic on first use, by the relay or a Kafka client's metadata request (false: events for a missing topic wait in the outbox until it is created through the Kafka listener)")
 	fs.IntVar(&f.maxMessageBytes, "max-message-bytes", 1<<20, "largest event (key + payload + headers); larger ones go to the dead letters")
 	fs.BoolVar(&f.allowLost, "allow-lost-partitions", false, "embedded broker: open even when a known partition's directory is missing, recreating it empty with the loss on record (without it the relay refuses to start and names the partition)")
 	fs.StringVar(&f.fsync, "fsync", "always", "embedded broker durability: always (fsync before acknowledging) or interval (unsafe: a machine crash can lose acknowledged events)")
@@ -103,6 +105,8 @@ func (f *runFlags) validate() error {
 		return usagef("--sink %q: must be embedded or kafka", f.sink)
 	case f.dataDir == "" && f.sink == "embedded":
 		return usagef("--data-dir is required with --sink embedded")
+	case !f.createTopics && f.kafkaAddr == "" && f.sink == "embedded":
+		return usagef("--create-topics=false needs the Kafka listener (--kafka-addr): topics are then created through it, and nothing else could create them")
 	case f.batchSize < 1 || f.batchSize > 100_000:
 		return usagef("--batch-size %d: must be 1..100000", f.batchSize)
 	case f.batchBytes < 1:
@@ -231,7 +235,7 @@ func (f *runFlags) serve(ctx context.Context, log *slog.Logger) error {
 	case f.sink != "embedded":
 	case f.kafkaAddr != "":
 		// The listener exports the broker's storage metrics with its own.
-		kl := &kafkaListener{addr: f.kafkaAddr, advertised: f.kafkaAdvertised, log: log}
+		kl := &kafkaListener{addr: f.kafkaAddr, advertised: f.kafkaAdvertised, autoCreate: f.createTopics, log: log}
 		metrics.Registry.MustRegister(kl)
 		onOpen = kl.attach
 	default:
@@ -249,9 +253,10 @@ func (f *runFlags) serve(ctx context.Context, log *slog.Logger) error {
 			return err
 		}
 	} else if sink, err = embedded.New(embedded.Config{
-		Broker: broker.Options{Dir: f.dataDir, Sync: sync, DefaultPartitions: int32(f.partitions), Logger: log, AllowLostPartitions: f.allowLost},
-		OnOpen: onOpen,
-		Logger: log,
+		Broker:        broker.Options{Dir: f.dataDir, Sync: sync, DefaultPartitions: int32(f.partitions), Logger: log, AllowLostPartitions: f.allowLost},
+		OnOpen:        onOpen,
+		WaitForTopics: !f.createTopics,
+		Logger:        log,
 	}); err != nil {
 		return err
 	}

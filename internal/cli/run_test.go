@@ -53,6 +53,7 @@ func TestRunRejectsBadFlags(t *testing.T) {
 		{"--ack-interval", "-1s"},
 		{"--leader-lease", "10ms"},
 		{"--kafka-addr", "no-port"},
+		{"--create-topics=false", "--kafka-addr", ""},
 		{"--log-level", "loud"},
 	} {
 		r := relay(t, nil, append([]string{"run"}, args...)...)

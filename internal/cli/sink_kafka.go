@@ -33,7 +33,7 @@ func (k *kafkaSinkFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.Compression, "kafka-compression", kafka.DefaultCompression, "Kafka sink: lz4, zstd, snappy, gzip or none")
 	fs.DurationVar(&c.Linger, "kafka-linger", 5*time.Millisecond, "Kafka sink: how long a batch waits for more records")
 	fs.IntVar(&k.batchMaxBytes, "kafka-batch-max-bytes", 0, "Kafka sink: produce batch cap (0: each topic's max.message.bytes)")
-	fs.BoolVar(&c.CreateTopics, "kafka-create-topics", false, "Kafka sink: create missing topics (otherwise their events are dead-lettered)")
+	fs.BoolVar(&c.CreateTopics, "kafka-create-topics", false, "Kafka sink: create missing topics (otherwise their events wait in the outbox until the topic exists)")
 	fs.IntVar(&k.partitions, "kafka-topic-partitions", -1, "Kafka sink: partitions of created topics (-1: the cluster's default)")
 	fs.IntVar(&k.replication, "kafka-topic-replication-factor", -1, "Kafka sink: replication factor of created topics (-1: the cluster's default)")
 	fs.StringVar(&c.TransactionalID, "kafka-transactional-id", "", "Kafka sink: exactly-once mode with this transactional id (unique per outbox)")

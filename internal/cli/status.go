@@ -2,17 +2,21 @@ package cli
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 
 	"github.com/outboxrelay/relay/relay"
 )
@@ -50,6 +54,11 @@ type daemonStatus struct {
 	Addr  string `json:"addr"`
 	Role  string `json:"role"`
 	Ready bool   `json:"ready"`
+	// Reason is why it is not ready.
+	Reason string `json:"reason,omitempty"`
+	// Waiting are the topics whose events wait in the outbox because the
+	// destination refuses them for now (a missing topic, say).
+	Waiting []waitingTopic `json:"waiting,omitempty"`
 	// PublishRate and DrainSeconds come from its metrics.
 	PublishRate  *float64 `json:"publish_rate_events_per_second,omitempty"`
 	DrainSeconds *float64 `json:"backlog_drain_seconds,omitempty"`
@@ -58,6 +67,12 @@ type daemonStatus struct {
 	BrokerHealthy     *bool    `json:"broker_storage_healthy,omitempty"`
 	BrokerLostRecords *float64 `json:"broker_lost_records,omitempty"`
 	BrokerLostRanges  *float64 `json:"broker_lost_ranges,omitempty"`
+}
+
+type waitingTopic struct {
+	Topic  string    `json:"topic"`
+	Reason string    `json:"reason"`
+	Since  time.Time `json:"since"`
 }
 
 type checkpointStatus struct {
@@ -201,19 +216,22 @@ func askDaemon(ctx context.Context, addr string) *daemonStatus {
 		return nil
 	}
 	var ready struct {
-		Role  string `json:"role"`
-		Ready bool   `json:"ready"`
+		Role   string `json:"role"`
+		Ready  bool   `json:"ready"`
+		Reason string `json:"reason"`
 	}
 	err = json.NewDecoder(resp.Body).Decode(&ready)
 	resp.Body.Close()
 	if err != nil {
 		return nil
 	}
-	d := &daemonStatus{Addr: addr, Role: ready.Role, Ready: ready.Ready}
+	d := &daemonStatus{Addr: addr, Role: ready.Role, Ready: ready.Ready, Reason: ready.Reason}
 	if resp, err := get("/metrics"); err == nil {
-		vals := scrapeGauges(resp.Body, "relay_publish_rate_events_per_second", "relay_backlog_drain_seconds",
-			"relay_broker_storage_healthy", "relay_broker_lost_records", "relay_broker_lost_ranges")
+		body, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
+		vals := scrapeGauges(bytes.NewReader(body), "relay_publish_rate_events_per_second", "relay_backlog_drain_seconds",
+			"relay_broker_storage_healthy", "relay_broker_lost_records", "relay_broker_lost_ranges")
+		d.Waiting = scrapeWaiting(bytes.NewReader(body))
 		if v, ok := vals["relay_broker_storage_healthy"]; ok {
 			healthy := v == 1
 			d.BrokerHealthy = &healthy
@@ -232,6 +250,31 @@ func askDaemon(ctx context.Context, addr string) *daemonStatus {
 		}
 	}
 	return d
+}
+
+// scrapeWaiting reads the samples of
+// relay_destination_waiting_since_timestamp_seconds, sorted by topic.
+func scrapeWaiting(r io.Reader) []waitingTopic {
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(r)
+	if err != nil {
+		return nil
+	}
+	var out []waitingTopic
+	for _, m := range families["relay_destination_waiting_since_timestamp_seconds"].GetMetric() {
+		w := waitingTopic{Since: time.Unix(0, int64(m.GetGauge().GetValue()*1e9)).UTC()}
+		for _, l := range m.GetLabel() {
+			switch l.GetName() {
+			case "topic":
+				w.Topic = l.GetValue()
+			case "reason":
+				w.Reason = l.GetValue()
+			}
+		}
+		out = append(out, w)
+	}
+	slices.SortFunc(out, func(a, b waitingTopic) int { return strings.Compare(a.Topic, b.Topic) })
+	return out
 }
 
 // scrapeGauges reads unlabelled samples of the named metrics from the
@@ -266,6 +309,13 @@ func printStatus(w io.Writer, rep *statusReport) {
 	fmt.Fprintf(tw, "leader\t%s\n", leader)
 	if d := rep.Daemon; d != nil {
 		fmt.Fprintf(tw, "daemon at %s\trole %s, ready %v\n", d.Addr, d.Role, d.Ready)
+		if !d.Ready && d.Reason != "" {
+			fmt.Fprintf(tw, "not ready\t%s\n", d.Reason)
+		}
+		for _, w := range d.Waiting {
+			fmt.Fprintf(tw, "waiting topic %s\t%s since %s (%s): its events wait in the outbox, in order\n",
+				w.Topic, w.Reason, w.Since.Format(time.RFC3339), time.Since(w.Since).Round(time.Second))
+		}
 		if d.BrokerHealthy != nil {
 			storage := "storage healthy"
 			if !*d.BrokerHealthy {

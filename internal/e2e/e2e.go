@@ -143,18 +143,31 @@ func (p *Proc) Role() string {
 
 // Ready asks /readyz whether the process is ready, and its role.
 func (p *Proc) Ready() (bool, string) {
+	ready, role, _ := p.readyz()
+	return ready, role
+}
+
+// ReadyReason asks /readyz why the process is not ready ("" when it is,
+// or does not answer).
+func (p *Proc) ReadyReason() string {
+	_, _, reason := p.readyz()
+	return reason
+}
+
+func (p *Proc) readyz() (ready bool, role, reason string) {
 	c := http.Client{Timeout: time.Second}
 	resp, err := c.Get("http://" + p.HTTPAddr + "/readyz")
 	if err != nil {
-		return false, ""
+		return false, "", ""
 	}
 	defer resp.Body.Close()
 	var body struct {
-		Role  string `json:"role"`
-		Ready bool   `json:"ready"`
+		Role   string `json:"role"`
+		Ready  bool   `json:"ready"`
+		Reason string `json:"reason"`
 	}
 	json.NewDecoder(resp.Body).Decode(&body)
-	return body.Ready && resp.StatusCode == http.StatusOK, body.Role
+	return body.Ready && resp.StatusCode == http.StatusOK, body.Role, body.Reason
 }
 
 // Payload is what a test writer puts in each event.

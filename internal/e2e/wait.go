@@ -108,17 +108,7 @@ func WaitReady(t testing.TB, p *Proc, ready bool, timeout time.Duration) {
 // Metric reads one unlabelled metric from the relay's /metrics at addr.
 func Metric(t testing.TB, addr, name string) float64 {
 	t.Helper()
-	c := http.Client{Timeout: 5 * time.Second}
-	resp, err := c.Get("http://" + addr + "/metrics")
-	if err != nil {
-		t.Fatalf("scraping metrics: %v", err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatalf("scraping metrics: %v", err)
-	}
-	for _, line := range strings.Split(string(body), "\n") {
+	for _, line := range metricLines(t, addr) {
 		if v, ok := strings.CutPrefix(line, name+" "); ok {
 			var f float64
 			if _, err := fmt.Sscan(v, &f); err != nil {
@@ -129,6 +119,22 @@ func Metric(t testing.TB, addr, name string) float64 {
 	}
 	t.Fatalf("metric %s not exported", name)
 	return 0
+}
+
+// metricLines scrapes the relay's /metrics at addr.
+func metricLines(t testing.TB, addr string) []string {
+	t.Helper()
+	c := http.Client{Timeout: 5 * time.Second}
+	resp, err := c.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatalf("scraping metrics: %v", err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("scraping metrics: %v", err)
+	}
+	return strings.Split(string(body), "\n")
 }
 
 // MigrateURL migrates the database at url (of any cluster) with the real

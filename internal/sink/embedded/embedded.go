@@ -62,6 +62,18 @@
 //     relay-event-id headers: refused by the broker, and ignored by step 3
 //     (only the relay's producer ids count).
 //
+// # Missing topics
+//
+// A topic is created on first use, unless Config.WaitForTopics
+// (--create-topics=false): then PublishAsync refuses a batch naming a topic
+// the broker does not have with a relay.DestinationError, before it
+// appends anything or gives out a sequence number, and puts back into the
+// set of step 3 the identities it matched, so the batch the core offers
+// again is decided as if it came the first time. The refusal is not
+// cached: the broker is asked at every offer. An invalid name, a record
+// over the topic's max.message.bytes and a keyless record on a compacted
+// topic are the event's faults and go to the dead letters.
+//
 // The broker is opened in Start, that is only once this relay leads, and
 // closed in Close. Start waits while another process holds the directory.
 package embedded
@@ -90,7 +102,13 @@ type Config struct {
 	// function before it closes: the Kafka listener attaches here. An error
 	// fails Start.
 	OnOpen func(*broker.Broker) (stop func(), err error)
-	Logger *slog.Logger
+	// WaitForTopics turns off the creation of topics on first use: events
+	// for a topic the broker does not have wait in the outbox (Publish
+	// returns a relay.DestinationError) until it is created, through the
+	// Kafka listener's CreateTopics. Off, the default, creates them with
+	// the broker's defaults.
+	WaitForTopics bool
+	Logger        *slog.Logger
 }
 
 // Sink publishes into the embedded broker.
@@ -388,21 +406,33 @@ func (s *Sink) PublishAsync(ctx context.Context, msgs []relay.Message) (wait fun
 	res := relay.PublishResult{Failed: map[int]error{}}
 	groups := map[tp]*group{}
 	var order []*group
-	skipped := 0
+	var skipped []string
+	// waits are the topics the broker does not have (WaitForTopics):
+	// nothing of the batch is appended, and it is offered again.
+	var waits []error
+	waiting := map[string]bool{}
 	for i, m := range msgs {
 		if len(s.seen) > 0 {
 			if id := m.Identity(); id != "" {
 				if _, ok := s.seen[id]; ok {
 					delete(s.seen, id)
-					skipped++
+					skipped = append(skipped, id)
 					continue
 				}
 			}
 		}
 		cfg, err := s.topicConfig(b, m.Topic)
 		if err != nil {
-			if errors.Is(err, broker.ErrInvalidTopic) {
+			var de *relay.DestinationError
+			switch {
+			case errors.Is(err, broker.ErrInvalidTopic):
 				res.Failed[i] = err
+				continue
+			case errors.As(err, &de):
+				if !waiting[m.Topic] {
+					waiting[m.Topic] = true
+					waits = append(waits, de)
+				}
 				continue
 			}
 			return nil, fmt.Errorf("embedded sink: topic %s: %w", m.Topic, err)
@@ -425,8 +455,16 @@ func (s *Sink) PublishAsync(ctx context.Context, msgs []relay.Message) (wait fun
 		}
 		g.indexes = append(g.indexes, i)
 	}
-	if skipped > 0 {
-		s.cfg.Logger.Info("skipped re-delivered events the log already holds", "events", skipped)
+	if len(waits) > 0 {
+		// The batch comes again: the events it skipped are still to be
+		// recognised then.
+		for _, id := range skipped {
+			s.seen[id] = struct{}{}
+		}
+		return nil, errors.Join(waits...)
+	}
+	if len(skipped) > 0 {
+		s.cfg.Logger.Info("skipped re-delivered events the log already holds", "events", len(skipped))
 	}
 	var batches []appended
 	for _, g := range order {
@@ -530,12 +568,27 @@ func partitionKey(m relay.Message) []byte {
 	return m.EventID()
 }
 
-// topicConfig returns a topic's settings, creating the topic on first use.
+// topicConfig returns a topic's settings, creating the topic on first use
+// unless WaitForTopics is set; then a missing topic is a
+// relay.DestinationError, asked about again at the next call.
 func (s *Sink) topicConfig(b *broker.Broker, topic string) (broker.TopicConfig, error) {
 	if cfg, ok := s.topics[topic]; ok {
 		return cfg, nil
 	}
-	info, err := b.EnsureTopic(topic)
+	var info broker.TopicInfo
+	var err error
+	if s.cfg.WaitForTopics {
+		info, err = b.Topic(topic)
+		if errors.Is(err, broker.ErrUnknownTopicOrPartition) {
+			if verr := broker.ValidateTopicName(topic); verr != nil {
+				return broker.TopicConfig{}, verr
+			}
+			return broker.TopicConfig{}, &relay.DestinationError{Topic: topic, Reason: relay.WaitTopicMissing,
+				Err: fmt.Errorf("embedded sink: topic %s does not exist and topics are not created on first use (--create-topics=false); its events wait in the outbox until it is created", topic)}
+		}
+	} else {
+		info, err = b.EnsureTopic(topic)
+	}
 	if err != nil {
 		return broker.TopicConfig{}, err
 	}

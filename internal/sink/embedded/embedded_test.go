@@ -323,3 +323,71 @@ func TestClientsCannotProduceAsTheRelay(t *testing.T) {
 		t.Errorf("a forged record is in the log")
 	}
 }
+
+// TestMissingTopicWaits: with WaitForTopics a batch naming a topic the
+// broker lacks is refused whole with a relay.DestinationError naming it,
+// nothing of it appended, and asked about again at every offer. The batch
+// also re-delivers events of an unacknowledged session (step 3): the ones
+// it matched while refused are still recognised when it is offered again
+// after the topic exists, so every event is in the log once.
+func TestMissingTopicWaits(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	s := newSink(t, dir)
+	if err := s.Start(ctx, relay.Session{}); err != nil {
+		t.Fatal(err)
+	}
+	res, err := s.Publish(ctx, messages(0, 5))
+	if err != nil {
+		t.Fatal(err)
+	}
+	saved := res.State
+	if _, err := s.Publish(ctx, messages(5, 5)); err != nil { // never acknowledged
+		t.Fatal(err)
+	}
+	s.Close(ctx)
+
+	s, err = embedded.New(embedded.Config{Broker: broker.Options{Dir: dir, DefaultPartitions: 3, JanitorInterval: -1}, WaitForTopics: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(ctx, relay.Session{State: saved}); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(ctx)
+	batch := messages(5, 10) // 5..9 already in the log, 10..14 not
+	for i := range 5 {
+		m := batch[i+3]
+		m.Topic = "payments"
+		m.Value = fmt.Appendf(nil, "payment-%d", i)
+		m.Headers = []relay.Header{{Key: relay.HeaderEventID, Value: fmt.Appendf(nil, "payment-id-%d", i)}}
+		batch = append(batch, m)
+	}
+	for range 3 {
+		_, err := s.Publish(ctx, batch)
+		des := relay.DestinationErrors(err)
+		if len(des) != 1 || des[0].Topic != "payments" || des[0].Reason != relay.WaitTopicMissing {
+			t.Fatalf("Publish with a missing topic: %v (destination errors %v)", err, des)
+		}
+	}
+	if err := s.Ready(ctx); err != nil {
+		t.Fatalf("the sink reports a missing topic as its own failure: %v", err)
+	}
+	if _, err := s.Broker().CreateTopic("payments", broker.TopicConfig{Partitions: 2}); err != nil {
+		t.Fatal(err)
+	}
+	res, err = s.Publish(ctx, batch)
+	if err != nil || len(res.Failed) > 0 {
+		t.Fatalf("Publish once the topic exists: %v, failed %v", err, res.Failed)
+	}
+	s.Close(ctx)
+	counts := readAll(t, dir)
+	for i := range 15 {
+		if got := counts[fmt.Sprintf("event-%d", i)]; got != 1 {
+			t.Errorf("event-%d is in the log %d times", i, got)
+		}
+	}
+	if n := len(e2e.ReadLog(t, dir, "payments")); n != 5 {
+		t.Errorf("payments holds %d records, want 5", n)
+	}
+}

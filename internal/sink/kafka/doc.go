@@ -28,20 +28,40 @@
 // cleanup.policy; a cluster that does not answer the latter is assumed to
 // use Kafka's defaults). A missing topic is created when Config.CreateTopics
 // is set, with Config.Partitions and Config.ReplicationFactor; otherwise
-// its events are refused with ErrTopicMissing, an error naming the topic.
+// Publish refuses the batch with a relay.DestinationError wrapping
+// ErrTopicMissing and naming the topic, and the core offers the batch again
+// until the topic exists. Topics are looked up with a Metadata request of
+// the sink's own (not the client's metadata cache, which may be five
+// seconds old), and only the topics that exist are cached: a refusal is
+// asked about again at every Publish.
 //
 // # Failures
 //
-// Publish sorts what goes wrong into two kinds:
+// Publish sorts what goes wrong into three kinds (the README's table of
+// errors gives each and why):
 //
-//   - Refusals, reported per message in PublishResult.Failed, which the core
-//     moves to the dead letters while everything else flows: an invalid
-//     topic name, a missing topic without CreateTopics, a topic Kafka
-//     refuses (TOPIC_AUTHORIZATION_FAILED, INVALID_TOPIC_EXCEPTION, a create
-//     policy), a record larger than the topic's max.message.bytes (checked
-//     before producing, on the uncompressed size, so a refused record never
-//     takes innocent records of its batch down with it), and a keyless
-//     record for a compacted topic.
+//   - Refusals of the event, reported per message in PublishResult.Failed,
+//     which the core moves to the dead letters while everything else flows:
+//     an invalid topic name (the relay's rules, or the cluster's
+//     INVALID_TOPIC_EXCEPTION), a record larger than the topic's
+//     max.message.bytes (checked before producing, on the uncompressed
+//     size, so a refused record never takes innocent records of its batch
+//     down with it), and a keyless record for a compacted topic.
+//   - Refusals by the destination for now, returned as relay.DestinationError
+//     (one per topic, joined) for the whole batch, the sink staying usable:
+//     a missing topic without CreateTopics, or one deleted under the relay
+//     (UNKNOWN_TOPIC_OR_PARTITION, UNKNOWN_TOPIC_ID), TOPIC_AUTHORIZATION_FAILED
+//     (and CLUSTER_AUTHORIZATION_FAILED on a creation), a create policy's
+//     POLICY_VIOLATION, THROTTLING_QUOTA_EXCEEDED on a creation. Those
+//     found before producing leave nothing produced. Those found while
+//     producing (a Write ACL missing, a topic deleted) come after the
+//     client resolved every record of the batch: in the at-least-once mode
+//     the identities of the records Kafka acknowledged are kept, and when
+//     the core offers the batch again they are not produced a second time
+//     (they count as published), so waiting repeats nothing; a restart of
+//     the sink forgets them (the at-least-once repeat below). In the
+//     exactly-once mode the transaction is aborted, so nothing of the
+//     batch is committed.
 //   - Everything else (no broker reachable, leader elections, timeouts, a
 //     topic deleted under the relay) is an error for the whole Publish, which
 //     returns within Config.PublishTimeout. The core keeps the events in the

@@ -7,13 +7,18 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+	"github.com/twmb/franz-go/pkg/sasl/plain"
 
 	"github.com/outboxrelay/relay/internal/broker"
 	"github.com/outboxrelay/relay/internal/sink/kafka"
@@ -100,7 +105,8 @@ func TestPartitionParity(t *testing.T) {
 }
 
 // TestRefusals: each message Kafka can never take is reported in Failed,
-// and the others of its batch are published, in both modes.
+// and the others of its batch are published, in both modes. (A missing
+// topic is not a refusal of its messages: TestMissingTopicWaits.)
 func TestRefusals(t *testing.T) {
 	t.Parallel()
 	for _, txn := range []bool{false, true} {
@@ -127,7 +133,6 @@ func TestRefusals(t *testing.T) {
 			msgs := []relay.Message{
 				msg("small", []byte("k"), []byte("fits-1"), "1"),
 				msg("small", []byte("k"), big, "2"),
-				msg("absent", []byte("k"), []byte("v"), "3"),
 				msg("bad topic!", []byte("k"), []byte("v"), "4"),
 				msg("compacted", nil, []byte("keyless"), "5"),
 				msg("compacted", []byte("k"), []byte("keyed"), "6"),
@@ -135,8 +140,8 @@ func TestRefusals(t *testing.T) {
 				msg("small", []byte("k"), []byte("fits-2"), "8"),
 			}
 			res := publish(t, s, msgs)
-			wantErr := map[int]error{1: kafka.ErrRecordTooLarge, 2: kafka.ErrTopicMissing, 3: kafka.ErrInvalidTopic,
-				4: kafka.ErrKeylessCompacted, 6: kafka.ErrRecordTooLarge}
+			wantErr := map[int]error{1: kafka.ErrRecordTooLarge, 2: kafka.ErrInvalidTopic,
+				3: kafka.ErrKeylessCompacted, 5: kafka.ErrRecordTooLarge}
 			for i, want := range wantErr {
 				if !errors.Is(res.Failed[i], want) {
 					t.Errorf("message %d: Failed = %v, want %v", i, res.Failed[i], want)
@@ -145,7 +150,6 @@ func TestRefusals(t *testing.T) {
 			if len(res.Failed) != len(wantErr) {
 				t.Errorf("Failed = %v, want %d entries", res.Failed, len(wantErr))
 			}
-			t.Logf("missing topic error: %v", res.Failed[2])
 			var got []string
 			for _, r := range kafkatest.Read(t, c.Addrs(), "small", txn) {
 				got = append(got, string(r.Value))
@@ -160,8 +164,118 @@ func TestRefusals(t *testing.T) {
 	}
 }
 
+// TestMissingTopicWaits: a batch naming a topic the cluster does not have
+// (and may not create) is refused whole with a relay.DestinationError
+// naming it, nothing of it produced, and never cached: once the topic
+// exists the same batch is published, each message once, in both modes.
+func TestMissingTopicWaits(t *testing.T) {
+	t.Parallel()
+	for _, txn := range []bool{false, true} {
+		t.Run(fmt.Sprintf("transactional=%v", txn), func(t *testing.T) {
+			t.Parallel()
+			c := kafkatest.Start(t, kfake.SeedTopics(2, "present"))
+			s := newSink(t, c.Addrs(), func(c *kafka.Config) {
+				c.CreateTopics = false
+				if txn {
+					c.TransactionalID = "missing"
+				}
+			})
+			start(t, s, nil)
+			batch := []relay.Message{
+				msg("present", []byte("k"), []byte("a1"), "1"),
+				msg("absent", []byte("k"), []byte("b1"), "2"),
+				msg("present", []byte("k"), []byte("a2"), "3"),
+				msg("absent", []byte("j"), []byte("b2"), "4"),
+			}
+			for range 3 {
+				_, err := s.Publish(context.Background(), batch)
+				des := relay.DestinationErrors(err)
+				if len(des) != 1 || des[0].Topic != "absent" || des[0].Reason != relay.WaitTopicMissing || !errors.Is(err, kafka.ErrTopicMissing) {
+					t.Fatalf("Publish with a missing topic: %v (destination errors %v)", err, des)
+				}
+				if !strings.Contains(err.Error(), "absent") {
+					t.Fatalf("the error does not name the topic: %v", err)
+				}
+			}
+			if n := len(kafkatest.Read(t, c.Addrs(), "present", false)); n != 0 {
+				t.Fatalf("the refused batch left %d records in present", n)
+			}
+			if err := s.Ready(context.Background()); err != nil {
+				t.Fatalf("the sink broke on a missing topic: %v", err)
+			}
+			if err := c.Kfake().CreateTopic("absent", 3, nil); err != nil {
+				t.Fatal(err)
+			}
+			if res := publish(t, s, batch); len(res.Failed) > 0 {
+				t.Fatalf("Failed = %v", res.Failed)
+			}
+			for topic, want := range map[string]string{"present": "[a1 a2]", "absent": "[b1 b2]"} {
+				var got []string
+				for _, r := range kafkatest.Read(t, c.Addrs(), topic, txn) {
+					got = append(got, string(r.Value))
+				}
+				slices.Sort(got)
+				if fmt.Sprint(got) != want {
+					t.Errorf("%s holds %v, want %s", topic, got, want)
+				}
+			}
+		})
+	}
+}
+
+// TestDeletedTopicWaits: a topic deleted under the relay (known to the
+// sink, so found only when producing fails) refuses the batch with a
+// relay.DestinationError, and is asked about again; what Kafka took of the
+// batch (another topic's records) is not produced again, and once the
+// topic is back the batch is published, each record once.
+func TestDeletedTopicWaits(t *testing.T) {
+	t.Parallel()
+	c := kafkatest.Start(t, kfake.SeedTopics(2, "orders", "other"))
+	s := newSink(t, c.Addrs(), func(c *kafka.Config) { c.CreateTopics = false })
+	start(t, s, nil)
+	publish(t, s, []relay.Message{msg("orders", []byte("k"), []byte("o1"), "1")})
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.Addrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	if _, err := adm.DeleteTopics(context.Background(), "orders"); err != nil {
+		t.Fatal(err)
+	}
+	batch := []relay.Message{
+		msg("other", []byte("k"), []byte("x1"), "2"),
+		msg("orders", []byte("k"), []byte("o2"), "3"),
+		msg("other", []byte("k"), []byte("x2"), "4"),
+	}
+	for range 2 {
+		_, err := s.Publish(context.Background(), batch)
+		des := relay.DestinationErrors(err)
+		if len(des) != 1 || des[0].Topic != "orders" || des[0].Reason != relay.WaitTopicMissing {
+			t.Fatalf("Publish to a deleted topic: %v (destination errors %v)", err, des)
+		}
+	}
+	if err := c.Kfake().CreateTopic("orders", 2, nil); err != nil {
+		t.Fatal(err)
+	}
+	if res := publish(t, s, batch); len(res.Failed) > 0 {
+		t.Fatalf("Failed = %v", res.Failed)
+	}
+	for topic, want := range map[string]string{"other": "[x1 x2]", "orders": "[o2]"} {
+		var got []string
+		for _, r := range kafkatest.Read(t, c.Addrs(), topic, false) {
+			got = append(got, string(r.Value))
+		}
+		if fmt.Sprint(got) != want {
+			t.Errorf("%s holds %v, want %s (each record once, in order)", topic, got, want)
+		}
+	}
+}
+
 // TestTopicAuthorization: a topic the relay's SASL user may not write to
-// is refused per message; the user may write elsewhere.
+// refuses the batch with a relay.DestinationError; what Kafka took of the
+// batch meanwhile is not produced again when it is offered anew, and once
+// the ACL is granted the batch is published, each record once.
 func TestTopicAuthorization(t *testing.T) {
 	t.Parallel()
 	topicACL := func(name string, op kmsg.ACLOperation) kfake.ACL {
@@ -182,25 +296,46 @@ func TestTopicAuthorization(t *testing.T) {
 		c.SASL = kafka.SASLConfig{Mechanism: "scram-sha-256", User: "relay", Password: "relay-secret"}
 	})
 	start(t, s, nil)
-	res := publish(t, s, []relay.Message{
+	batch := []relay.Message{
 		msg("allowed", []byte("a"), []byte("1"), "1"),
 		msg("denied", []byte("a"), []byte("2"), "2"),
 		msg("allowed", []byte("a"), []byte("3"), "3"),
-	})
-	if len(res.Failed) != 1 || !errors.Is(res.Failed[1], kerr.TopicAuthorizationFailed) {
-		t.Fatalf("Failed = %v, want message 1 refused with TOPIC_AUTHORIZATION_FAILED", res.Failed)
 	}
-	// The refusal is remembered: the next batch does not try again.
-	res = publish(t, s, []relay.Message{msg("denied", []byte("a"), []byte("4"), "4")})
-	if !errors.Is(res.Failed[0], kerr.TopicAuthorizationFailed) {
-		t.Fatalf("Failed = %v", res.Failed)
+	for range 2 {
+		_, err := s.Publish(context.Background(), batch)
+		des := relay.DestinationErrors(err)
+		if len(des) != 1 || des[0].Topic != "denied" || des[0].Reason != relay.WaitUnauthorized || !errors.Is(err, kerr.TopicAuthorizationFailed) {
+			t.Fatalf("Publish to a denied topic: %v (destination errors %v)", err, des)
+		}
+	}
+
+	admin, err := kgo.NewClient(kgo.SeedBrokers(c.Addrs()...), kgo.SASL(plain.Auth{User: "admin", Pass: "admin-secret"}.AsMechanism()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	grant := kadm.NewACLs().Allow("User:relay").Topics("denied").Operations(kadm.OpWrite).ResourcePatternType(kadm.ACLPatternLiteral)
+	if _, err := kadm.NewClient(admin).CreateACLs(context.Background(), grant); err != nil {
+		t.Fatalf("granting Write on denied: %v", err)
+	}
+	if res := publish(t, s, batch); len(res.Failed) > 0 {
+		t.Fatalf("Failed = %v after the grant", res.Failed)
+	}
+	for topic, want := range map[string]string{"allowed": "[1 3]", "denied": "[2]"} {
+		var got []string
+		for _, r := range kafkatest.ReadRecords(t, c.Addrs(), topic, false, kgo.SASL(plain.Auth{User: "admin", Pass: "admin-secret"}.AsMechanism())) {
+			got = append(got, string(r.Value))
+		}
+		if fmt.Sprint(got) != want {
+			t.Errorf("%s holds %v, want %s (each record once, in order)", topic, got, want)
+		}
 	}
 
 	bad := newSink(t, c.Addrs(), func(c *kafka.Config) {
 		c.SASL = kafka.SASLConfig{Mechanism: kafka.SASLScramSHA256, User: "relay", Password: "wrong-secret"}
 		c.DialTimeout = 2 * time.Second
 	})
-	err := bad.Start(context.Background(), relay.Session{})
+	err = bad.Start(context.Background(), relay.Session{})
 	if err == nil {
 		bad.Close(context.Background())
 		t.Fatal("Start with a wrong password succeeded")

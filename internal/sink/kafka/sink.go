@@ -13,16 +13,21 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/outboxrelay/relay/relay"
 )
+
+// ErrTopicMissing: the topic does not exist and CreateTopics is off. It is
+// a fact about the cluster, not about the events: Publish returns it in a
+// relay.DestinationError, and the core keeps the events in the outbox
+// until the topic exists.
+var ErrTopicMissing = errors.New("topic does not exist on the Kafka cluster")
 
 // Errors a Publish reports per message in PublishResult.Failed; the core
 // moves those messages to the dead letters. They wrap kerr errors where
 // Kafka said so.
 var (
-	// ErrTopicMissing: the topic does not exist and CreateTopics is off.
-	ErrTopicMissing = errors.New("topic does not exist on the Kafka cluster")
 	// ErrRecordTooLarge: the record alone is over the topic's
 	// max.message.bytes (or BatchMaxBytes).
 	ErrRecordTooLarge = errors.New("record is larger than the topic accepts")
@@ -50,8 +55,15 @@ type Sink struct {
 	// fails before, so a relay is not reported ready while it still reads
 	// the progress markers.
 	started bool
-	// topics caches what the cluster said about each topic this session.
+	// topics caches what the cluster said about each topic this session;
+	// a topic the cluster refuses for now (relay.DestinationError) is never
+	// cached, so every Publish asks again.
 	topics map[string]topicInfo
+	// delivered holds the identities of messages Kafka acknowledged in a
+	// Publish that then returned a relay.DestinationError (at-least-once
+	// mode): the core offers the same batch again, and those are not
+	// produced a second time. Emptied by Start.
+	delivered map[string]struct{}
 	// limits is the per-topic batch size cap handed to the client; read by
 	// the client's goroutines, hence its own lock.
 	limitsMu sync.Mutex
@@ -139,6 +151,7 @@ func (s *Sink) Start(ctx context.Context, session relay.Session) error {
 	adm := kadm.NewClient(cl)
 	s.mu.Lock()
 	s.cl, s.adm, s.broken, s.topics, s.txn, s.started = cl, adm, nil, map[string]topicInfo{}, nil, false
+	s.delivered = map[string]struct{}{}
 	s.mu.Unlock()
 	var st *txnState
 	if s.cfg.TransactionalID != "" {
@@ -203,7 +216,7 @@ func (s *Sink) Publish(ctx context.Context, msgs []relay.Message) (relay.Publish
 	if s.cfg.TransactionalID != "" {
 		return s.publishTxn(ctx, cl, msgs, res)
 	}
-	idx, err := s.admit(ctx, msgs, allIndexes(len(msgs)), res.Failed)
+	idx, err := s.admit(ctx, msgs, s.undelivered(msgs), res.Failed)
 	if err != nil {
 		return relay.PublishResult{}, err
 	}
@@ -212,9 +225,38 @@ func (s *Sink) Publish(ctx context.Context, msgs []relay.Message) (relay.Publish
 		return relay.PublishResult{}, s.breakWith(err)
 	}
 	if err := s.classify(msgs, idx, errs, res.Failed); err != nil {
+		if relay.DestinationErrors(err) != nil {
+			// Every record is resolved and the client holds nothing:
+			// it goes on, and what Kafka took is not produced again
+			// when the core offers the batch anew.
+			for j, i := range idx {
+				if id := msgs[i].Identity(); errs[j] == nil && id != "" {
+					s.delivered[id] = struct{}{}
+				}
+			}
+			return relay.PublishResult{}, err
+		}
 		return relay.PublishResult{}, s.breakWith(err)
 	}
+	// The batch is published: what s.delivered held was of it.
+	clear(s.delivered)
 	return res, nil
+}
+
+// undelivered returns the indexes of msgs to produce: all but those in
+// s.delivered (they count as published; the set keeps them until the
+// batch is through, in case the destination refuses it once more).
+func (s *Sink) undelivered(msgs []relay.Message) []int {
+	idx := make([]int, 0, len(msgs))
+	for i, m := range msgs {
+		if len(s.delivered) > 0 {
+			if _, ok := s.delivered[m.Identity()]; ok {
+				continue
+			}
+		}
+		idx = append(idx, i)
+	}
+	return idx
 }
 
 func allIndexes(n int) []int {
@@ -262,7 +304,7 @@ func (s *Sink) admit(ctx context.Context, msgs []relay.Message, idx []int, faile
 
 // lookupTopics asks the cluster about topics not yet in the cache: does
 // each exist (creating it when configured), and what are its limits.
-func (s *Sink) lookupTopics(ctx context.Context, names []string) error {
+func (s *Sink) lookupTopics(ctx context.Context, names []string) (err error) {
 	if len(names) == 0 {
 		return nil
 	}
@@ -277,26 +319,34 @@ func (s *Sink) lookupTopics(ctx context.Context, names []string) error {
 	if len(ask) == 0 {
 		return nil
 	}
-	details, err := s.adm.ListTopics(ctx, ask...)
+	details, err := s.topicErrors(ctx, ask)
 	if err != nil {
 		return fmt.Errorf("kafka sink: reading topic metadata: %w", err)
 	}
 	var create, exist []string
+	// waits are the topics the cluster refuses for now; they are not
+	// cached, so the next Publish asks again.
+	var waits []error
 	for _, t := range ask {
-		d, ok := details[t]
+		dErr, ok := details[t]
 		switch {
-		case ok && d.Err == nil:
+		case ok && dErr == nil:
 			exist = append(exist, t)
-		case !ok || errors.Is(d.Err, kerr.UnknownTopicOrPartition):
+		case !ok || errors.Is(dErr, kerr.UnknownTopicOrPartition):
 			if !s.cfg.CreateTopics {
-				s.topics[t] = topicInfo{refused: fmt.Errorf("kafka sink: topic %s: %w (create it, or let the relay create topics)", t, ErrTopicMissing)}
+				waits = append(waits, &relay.DestinationError{Topic: t, Reason: relay.WaitTopicMissing,
+					Err: fmt.Errorf("kafka sink: topic %s: %w; its events wait in the outbox until it exists (create it, or let the relay create topics)", t, ErrTopicMissing)})
 				continue
 			}
 			create = append(create, t)
-		case isTopicRefusal(d.Err):
-			s.topics[t] = topicInfo{refused: fmt.Errorf("kafka sink: topic %s: %w", t, d.Err)}
+		case isTopicRefusal(dErr):
+			s.topics[t] = topicInfo{refused: fmt.Errorf("kafka sink: topic %s: %w", t, dErr)}
 		default:
-			return fmt.Errorf("kafka sink: topic %s: %w", t, d.Err)
+			if de := destinationError(t, dErr); de != nil {
+				waits = append(waits, de)
+				continue
+			}
+			return fmt.Errorf("kafka sink: topic %s: %w", t, dErr)
 		}
 	}
 	if len(create) > 0 {
@@ -314,11 +364,23 @@ func (s *Sink) lookupTopics(ctx context.Context, names []string) error {
 				exist = append(exist, t)
 			case isTopicRefusal(r.Err):
 				s.topics[t] = topicInfo{refused: fmt.Errorf("kafka sink: creating topic %s: %w", t, r.Err)}
+			case errors.Is(r.Err, kerr.ClusterAuthorizationFailed):
+				waits = append(waits, destinationError(t, kerr.TopicAuthorizationFailed))
 			default:
+				if de := destinationError(t, r.Err); de != nil {
+					de.Err = fmt.Errorf("kafka sink: creating topic %s: %w %s", t, r.Err, r.ErrMessage)
+					waits = append(waits, de)
+					continue
+				}
 				return fmt.Errorf("kafka sink: creating topic %s: %w %s", t, r.Err, r.ErrMessage)
 			}
 		}
 	}
+	defer func() {
+		if err == nil {
+			err = errors.Join(waits...)
+		}
+	}()
 	configs := s.describeTopics(ctx, exist)
 	for _, t := range exist {
 		info := configs[t]
@@ -336,6 +398,35 @@ func (s *Sink) lookupTopics(ctx context.Context, names []string) error {
 		s.limitsMu.Unlock()
 	}
 	return nil
+}
+
+// topicErrors asks the cluster about topics with a Metadata request of
+// its own, never the client's cached metadata (kadm's ListTopics may
+// answer from a cache up to MetadataMinAge old, which would keep a topic
+// created meanwhile missing for seconds): each topic maps to nil when it
+// exists, else to the cluster's error for it; a topic absent from the
+// answer is absent from the map.
+func (s *Sink) topicErrors(ctx context.Context, topics []string) (map[string]error, error) {
+	s.mu.Lock()
+	cl := s.cl
+	s.mu.Unlock()
+	req := kmsg.NewPtrMetadataRequest()
+	for _, t := range topics {
+		rt := kmsg.NewMetadataRequestTopic()
+		rt.Topic = kmsg.StringPtr(t)
+		req.Topics = append(req.Topics, rt)
+	}
+	resp, err := req.RequestWith(ctx, cl)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]error, len(resp.Topics))
+	for _, t := range resp.Topics {
+		if t.Topic != nil {
+			out[*t.Topic] = kerr.ErrorForCode(t.ErrorCode)
+		}
+	}
+	return out, nil
 }
 
 // describeTopics reads max.message.bytes and cleanup.policy; a cluster
@@ -375,11 +466,33 @@ func (s *Sink) describeTopics(ctx context.Context, topics []string) map[string]t
 }
 
 // isTopicRefusal reports errors after which no record for the topic can
-// ever be written, whatever the retries.
+// ever be written, whatever the retries: the name itself is refused (the
+// relay checks Kafka's rules before, so this is a cluster's stricter
+// rule, such as a name colliding with another's once '.' and '_' are
+// equated).
 func isTopicRefusal(err error) bool {
-	return errors.Is(err, kerr.TopicAuthorizationFailed) ||
-		errors.Is(err, kerr.InvalidTopicException) ||
-		errors.Is(err, kerr.PolicyViolation)
+	return errors.Is(err, kerr.InvalidTopicException)
+}
+
+// destinationError returns err as a relay.DestinationError when it is a
+// fact about the cluster that an operator (or time) changes, after which
+// the same records are accepted: the README's table of errors says which
+// and why. Nil for any other error.
+func destinationError(topic string, err error) *relay.DestinationError {
+	var reason string
+	switch {
+	case errors.Is(err, kerr.TopicAuthorizationFailed):
+		reason = relay.WaitUnauthorized
+	case errors.Is(err, kerr.UnknownTopicOrPartition), errors.Is(err, kerr.UnknownTopicID):
+		reason = relay.WaitTopicMissing
+	case errors.Is(err, kerr.PolicyViolation):
+		reason = relay.WaitCreateRefused
+	case errors.Is(err, kerr.ThrottlingQuotaExceeded):
+		reason = relay.WaitThrottled
+	default:
+		return nil
+	}
+	return &relay.DestinationError{Topic: topic, Reason: reason, Err: fmt.Errorf("kafka sink: topic %s: %w; its events wait in the outbox", topic, err)}
 }
 
 // produce sends the messages at idx (and extra, when set, after them) and
@@ -433,15 +546,43 @@ func (s *Sink) produce(ctx context.Context, cl *kgo.Client, msgs []relay.Message
 }
 
 // classify turns per-record errors into refusals (failed) or, when any
-// error might pass on a retry, one error for the whole Publish.
+// error might pass on a retry, one error for the whole Publish: the
+// topics the cluster refuses for now, joined relay.DestinationErrors
+// (one per topic), when nothing else failed.
 func (s *Sink) classify(msgs []relay.Message, idx []int, errs []error, failed map[int]error) error {
-	var retry []error
+	var retry, waits []error
+	waiting := map[string]bool{}
+	// gone are topics deleted under the client: it keeps their old topic
+	// ids and would refuse them (UNKNOWN_TOPIC_ID) even once recreated,
+	// unless they are purged from it. Every record is resolved here, so
+	// the purge fails none.
+	var gone []string
+	defer func() {
+		if len(gone) > 0 {
+			s.mu.Lock()
+			cl := s.cl
+			s.mu.Unlock()
+			cl.PurgeTopicsFromClient(gone...)
+		}
+	}()
 	for j, i := range idx {
 		err := errs[j]
 		if err == nil {
 			continue
 		}
 		t := msgs[i].Topic
+		if de := destinationError(t, err); de != nil {
+			// Not cached: the next Publish asks the cluster again.
+			delete(s.topics, t)
+			if !waiting[t] {
+				waiting[t] = true
+				waits = append(waits, de)
+				if de.Reason == relay.WaitTopicMissing {
+					gone = append(gone, t)
+				}
+			}
+			continue
+		}
 		switch {
 		case isTopicRefusal(err):
 			// Every record of the topic fails alike, so no record is
@@ -454,9 +595,6 @@ func (s *Sink) classify(msgs []relay.Message, idx []int, errs []error, failed ma
 			// fault, and refusing only some of them would reorder the
 			// partition. Fail the publish loudly instead.
 			retry = append(retry, fmt.Errorf("kafka sink: topic %s refused a batch (%w); the topic's limits are lower than the sink knows: set the batch max bytes below the topic's max.message.bytes", t, err))
-		case errors.Is(err, kerr.UnknownTopicOrPartition), errors.Is(err, kerr.UnknownTopicID):
-			delete(s.topics, t)
-			retry = append(retry, fmt.Errorf("kafka sink: topic %s: %w", t, err))
 		default:
 			retry = append(retry, fmt.Errorf("kafka sink: topic %s: %w", t, err))
 		}
@@ -464,7 +602,7 @@ func (s *Sink) classify(msgs []relay.Message, idx []int, errs []error, failed ma
 	if len(retry) > 0 {
 		return fmt.Errorf("%w (and %d more record errors)", retry[0], len(retry)-1)
 	}
-	return nil
+	return errors.Join(waits...)
 }
 
 // Ready asks the cluster for its brokers, within a few seconds.

@@ -119,11 +119,12 @@ func Read(t testing.TB, brokers []string, topic string, committed bool) []relayt
 }
 
 // ReadRecords is Read returning the client's records, which also tell
-// each record's offset and the producer id and epoch that wrote it.
-func ReadRecords(t testing.TB, brokers []string, topic string, committed bool) []*kgo.Record {
+// each record's offset and the producer id and epoch that wrote it. opts
+// are added to its clients' options (SASL credentials, say).
+func ReadRecords(t testing.TB, brokers []string, topic string, committed bool, opts ...kgo.Opt) []*kgo.Record {
 	t.Helper()
 	ctx := context.Background()
-	admin, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	admin, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(brokers...), kgo.RecordPartitioner(kgo.ManualPartitioner())}, opts...)...)
 	if err != nil {
 		t.Fatalf("kafkatest: %v", err)
 	}
@@ -151,16 +152,16 @@ func ReadRecords(t testing.TB, brokers []string, topic string, committed bool) [
 		}
 	}
 
-	opts := []kgo.Opt{
+	consume := append([]kgo.Opt{
 		kgo.SeedBrokers(brokers...),
 		kgo.ConsumeTopics(topic),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.FetchMaxWait(200 * time.Millisecond),
-	}
+	}, opts...)
 	if committed {
-		opts = append(opts, kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+		consume = append(consume, kgo.FetchIsolationLevel(kgo.ReadCommitted()))
 	}
-	cl, err := kgo.NewClient(opts...)
+	cl, err := kgo.NewClient(consume...)
 	if err != nil {
 		t.Fatalf("kafkatest: %v", err)
 	}
