@@ -1,11 +1,9 @@
 package relay_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"os"
-	"os/exec"
 	"strings"
 	"syscall"
 	"testing"
@@ -37,20 +35,14 @@ func runCLI(t *testing.T, bin string, args ...string) (string, int) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, args...)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
-	if stderr.Len() > 0 {
-		t.Logf("relay %s: stderr: %s", args[0], strings.TrimSpace(stderr.String()))
-	}
-	if ee, ok := err.(*exec.ExitError); ok {
-		return stdout.String(), ee.ExitCode()
-	}
+	r, err := testbin.Run(ctx, bin, nil, args...)
 	if err != nil {
 		t.Fatalf("relay %v: %v", args, err)
 	}
-	return stdout.String(), 0
+	if r.Stderr != "" {
+		t.Logf("relay %s: stderr: %s", args[0], strings.TrimSpace(r.Stderr))
+	}
+	return r.Stdout, r.Code
 }
 
 func dbNow(t *testing.T, conn *pgx.Conn) time.Time {

@@ -1,15 +1,14 @@
 package faults_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/outboxrelay/relay/internal/e2e"
+	"github.com/outboxrelay/relay/internal/testbin"
 	"github.com/outboxrelay/relay/relay"
 )
 
@@ -77,16 +76,9 @@ func TestReplayAcrossTakeovers(t *testing.T) {
 	go func() {
 		rctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
 		defer cancel()
-		cmd := exec.CommandContext(rctx, e.bin, "replay", "--database-url", e.url, "--since", since.Format(time.RFC3339Nano),
+		r, err := testbin.Run(rctx, e.bin, nil, "replay", "--database-url", e.url, "--since", since.Format(time.RFC3339Nano),
 			"--until", until.Format(time.RFC3339Nano), "--json", "--poll-interval", "50ms")
-		var stdout, stderr bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &stdout, &stderr
-		err := cmd.Run()
-		code := 0
-		if ee, ok := err.(*exec.ExitError); ok {
-			code, err = ee.ExitCode(), nil
-		}
-		replayDone <- result{stdout.String() + stderr.String(), code, err}
+		replayDone <- result{r.Stdout + r.Stderr, r.Code, err}
 	}()
 
 	var res result
