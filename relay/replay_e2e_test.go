@@ -3,7 +3,6 @@ package relay_test
 import (
 	"context"
 	"encoding/json"
-	"os"
 	"strings"
 	"syscall"
 	"testing"
@@ -18,11 +17,7 @@ import (
 	"github.com/outboxrelay/relay/relay"
 )
 
-func TestMain(m *testing.M) {
-	code := pgtest.Run(m)
-	testbin.Cleanup()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { pgtest.Main(m, testbin.Cleanup) }
 
 func runArgs(url, dataDir, httpAddr string, extra ...string) []string {
 	return append([]string{"run", "--database-url", url, "--data-dir", dataDir, "--http-addr", httpAddr,

@@ -16,11 +16,7 @@ import (
 	"github.com/outboxrelay/relay/migrations"
 )
 
-func TestMain(m *testing.M) {
-	code := pgtest.Run(m)
-	testbin.Cleanup()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { pgtest.Main(m, testbin.Cleanup) }
 
 // relay runs the real binary with env added to a minimal environment.
 func relay(t *testing.T, env []string, args ...string) testbin.Result {

@@ -3,7 +3,6 @@ package devcli_test
 import (
 	"context"
 	"encoding/json"
-	"os"
 	"slices"
 	"testing"
 
@@ -13,11 +12,7 @@ import (
 	"github.com/outboxrelay/relay/internal/testbin"
 )
 
-func TestMain(m *testing.M) {
-	code := pgtest.Run(m)
-	testbin.Cleanup()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { pgtest.Main(m, testbin.Cleanup) }
 
 // TestBenchRuns keeps `relay-dev bench` from rotting: a few seconds of each
 // mode against the test cluster, checked through its JSON output.

@@ -3,7 +3,6 @@ package faults_test
 import (
 	"context"
 	"errors"
-	"os"
 	"strings"
 	"syscall"
 	"testing"
@@ -17,11 +16,7 @@ import (
 	"github.com/outboxrelay/relay/internal/testbin"
 )
 
-func TestMain(m *testing.M) {
-	code := pgtest.Run(m)
-	testbin.Cleanup()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { pgtest.Main(m, testbin.Cleanup) }
 
 // lease is the leader lease the tests run with: short, so that takeovers
 // are quick, and long enough for a loaded 2-core machine to renew it.

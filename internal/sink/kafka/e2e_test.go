@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -31,11 +30,7 @@ import (
 // in-process kfake cluster, and check what Kafka holds against what the
 // writers committed.
 
-func TestMain(m *testing.M) {
-	code := pgtest.Run(m)
-	testbin.Cleanup()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { pgtest.Main(m, testbin.Cleanup) }
 
 // e2eParts is the partition count of the topics the relay creates.
 const e2eParts = 8
