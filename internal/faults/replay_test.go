@@ -33,10 +33,8 @@ func TestReplayAcrossTakeovers(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
 	ledger := e2e.NewLedger()
-	a := e.newNode("a", "--retain", "1h", "--batch-size", "50").start()
-	e2e.WaitRole(t, a.proc, "leader", 30*time.Second)
-	b := e.newNode("b", "--retain", "1h", "--batch-size", "50").start()
-	e2e.WaitRole(t, b.proc, "standby", 30*time.Second)
+	a, b := e.newNode("a", "--retain", "1h", "--batch-size", "50"), e.newNode("b", "--retain", "1h", "--batch-size", "50")
+	startPair(a, b)
 	firstEpoch := e.epoch()
 
 	write := func(n int) {
