@@ -82,13 +82,7 @@ func TestE2ECrashLoopExactlyOnce(t *testing.T) {
 	defer cancel()
 
 	relay := env.start()
-	writeDone := make(chan error, 1)
-	go func() {
-		writeDone <- e2e.Write(ctx, e2e.WriterConfig{
-			URL: env.url, Schema: "outbox", Topic: "orders", Writers: 8, Events: 100_000, Keys: 1000,
-			PerTx: 10, RollbackEvery: 25, PayloadBytes: 120,
-		}, ledger)
-	}()
+	writeDone := e2e.WriteAsync(ctx, e2e.CrashLoad(env.url, 100_000, 1000), ledger)
 
 	locker := pgtest.Connect(t, env.url)
 	skips := 0
@@ -411,13 +405,7 @@ func TestE2ESlotDroppedUnderTheRelay(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	relay := env.start()
-	writeDone := make(chan error, 1)
-	go func() {
-		writeDone <- e2e.Write(ctx, e2e.WriterConfig{
-			URL: env.url, Schema: "outbox", Topic: "orders", Writers: 8, Events: 30_000, Keys: 1000,
-			PerTx: 10, RollbackEvery: 25, PayloadBytes: 120,
-		}, ledger)
-	}()
+	writeDone := e2e.WriteAsync(ctx, e2e.CrashLoad(env.url, 30_000, 1000), ledger)
 	admin := pgtest.Connect(t, env.url)
 	drops := 0
 	for _, after := range []int64{3000, 12000} {

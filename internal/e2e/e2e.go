@@ -236,6 +236,22 @@ func Write(ctx context.Context, cfg WriterConfig, ledger *Ledger) error {
 	})
 }
 
+// CrashLoad is the load of the crash tests: 8 writers of up to 10 events
+// a transaction into outbox.events, topic orders, 120-byte payloads, one
+// transaction in 25 rolled back.
+func CrashLoad(url string, events, keys int) WriterConfig {
+	return WriterConfig{URL: url, Schema: "outbox", Topic: "orders", Writers: 8, Events: events, Keys: keys,
+		PerTx: 10, RollbackEvery: 25, PayloadBytes: 120}
+}
+
+// WriteAsync runs Write in the background; its error (nil when every
+// event is committed) arrives on the returned channel.
+func WriteAsync(ctx context.Context, cfg WriterConfig, ledger *Ledger) <-chan error {
+	done := make(chan error, 1)
+	go func() { done <- Write(ctx, cfg, ledger) }()
+	return done
+}
+
 // EachWriter runs write for each of cfg.Writers writers at once, writer w
 // to write n of cfg.Events events (the first takes the remainder), and
 // returns the first error.

@@ -221,13 +221,7 @@ func crashLoop(t *testing.T, source string, txn bool) {
 
 	proc := k.start()
 	began := time.Now()
-	writeDone := make(chan error, 1)
-	go func() {
-		writeDone <- e2e.Write(ctx, e2e.WriterConfig{
-			URL: k.url, Schema: "outbox", Topic: "orders", Writers: 8, Events: 20_000, Keys: 400,
-			PerTx: 10, RollbackEvery: 25, PayloadBytes: 120,
-		}, ledger)
-	}()
+	writeDone := e2e.WriteAsync(ctx, e2e.CrashLoad(k.url, 20_000, 400), ledger)
 
 	locker := pgtest.Connect(t, k.url)
 	seed := uint64(len(source))
