@@ -40,15 +40,6 @@ func runCLI(t *testing.T, bin string, args ...string) (string, int) {
 	return r.Stdout, r.Code
 }
 
-func dbNow(t *testing.T, conn *pgx.Conn) time.Time {
-	t.Helper()
-	var now time.Time
-	if err := conn.QueryRow(context.Background(), "SELECT clock_timestamp()").Scan(&now); err != nil {
-		t.Fatal(err)
-	}
-	return now
-}
-
 func write(t *testing.T, url string, ledger *e2e.Ledger, events int) {
 	t.Helper()
 	if err := e2e.Write(context.Background(), e2e.WriterConfig{URL: url, Schema: "outbox", Topic: "orders", Writers: 2,
@@ -97,25 +88,13 @@ func TestReplayWindowWhileLive(t *testing.T) {
 
 	write(t, url, ledger, 1000)
 	e2e.WaitDrained(t, url, "outbox", time.Minute)
-	since := dbNow(t, conn)
+	since := e2e.DBNow(t, conn)
 	write(t, url, ledger, 4000)
-	until := dbNow(t, conn)
+	until := e2e.DBNow(t, conn)
 	write(t, url, ledger, 1000)
 	e2e.WaitDrained(t, url, "outbox", time.Minute)
 
-	var window []string
-	rows, err := conn.Query(ctx, `SELECT event_id::text FROM outbox.events_archive WHERE created_at >= $1 AND created_at < $2 ORDER BY seq`, since, until)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for rows.Next() {
-		var id string
-		rows.Scan(&id)
-		window = append(window, id)
-	}
-	if rows.Err() != nil || len(window) != 4000 {
-		t.Fatalf("archive holds %d events of the window, want 4000 (%v)", len(window), rows.Err())
-	}
+	window := e2e.ArchivedWindow(t, conn, since, until, 4000)
 
 	sinceArg, untilArg := since.Format(time.RFC3339Nano), until.Format(time.RFC3339Nano)
 	out, code := runCLI(t, bin, "replay", "--database-url", url, "--since", sinceArg, "--until", untilArg, "--dry-run", "--json")

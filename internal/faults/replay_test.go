@@ -12,15 +12,6 @@ import (
 	"github.com/outboxrelay/relay/relay"
 )
 
-func dbNow(t *testing.T, e *env) time.Time {
-	t.Helper()
-	var now time.Time
-	if err := e.admin.QueryRow(context.Background(), "SELECT clock_timestamp()").Scan(&now); err != nil {
-		t.Fatal(err)
-	}
-	return now
-}
-
 // TestReplayAcrossTakeovers: a `relay replay` of a 4,000-event window runs
 // while 8 writers commit and the leader's sessions are killed round after
 // round, 6 rounds at most (lease session, all sessions, lease session with
@@ -45,24 +36,12 @@ func TestReplayAcrossTakeovers(t *testing.T) {
 	}
 	write(1000)
 	e2e.WaitDrained(t, e.url, "outbox", time.Minute)
-	since := dbNow(t, e)
+	since := e2e.DBNow(t, e.admin)
 	write(4000)
-	until := dbNow(t, e)
+	until := e2e.DBNow(t, e.admin)
 	write(1000)
 	e2e.WaitDrained(t, e.url, "outbox", time.Minute)
-	var window []string
-	rows, err := e.admin.Query(ctx, `SELECT event_id::text FROM outbox.events_archive WHERE created_at >= $1 AND created_at < $2 ORDER BY seq`, since, until)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for rows.Next() {
-		var id string
-		rows.Scan(&id)
-		window = append(window, id)
-	}
-	if rows.Err() != nil || len(window) != 4000 {
-		t.Fatalf("the archive holds %d events of the window, want 4000 (%v)", len(window), rows.Err())
-	}
+	window := e2e.ArchivedWindow(t, e.admin, since, until, 4000)
 
 	stopWriters := e.steady(200, 50*time.Millisecond, ledger)
 	type result struct {
