@@ -209,9 +209,8 @@ func BenchmarkLiveLatency(b *testing.B) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			conn, err := pgx.Connect(ctx, e.url)
-			if err != nil {
-				b.Error(err)
+			conn := goroutineConn(ctx, b, e.url)
+			if conn == nil {
 				return
 			}
 			defer conn.Close(context.Background())
@@ -238,9 +237,8 @@ SELECT 'bench', 'key-' || (g % 1000), convert_to(repeat('x', 200), 'UTF8') FROM 
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		conn, err := pgx.Connect(ctx, e.url)
-		if err != nil {
-			b.Error(err)
+		conn := goroutineConn(ctx, b, e.url)
+		if conn == nil {
 			return
 		}
 		defer conn.Close(context.Background())
@@ -352,4 +350,15 @@ func histogramQuantiles(b *testing.B, body, name string, qs ...float64) (q50, q9
 		return prevLe
 	}
 	return quant(qs[0]), quant(qs[1]), count
+}
+
+// goroutineConn connects to url for one of b's goroutines; on failure it
+// reports the error (b.Error, which a goroutine may call) and returns nil.
+func goroutineConn(ctx context.Context, b *testing.B, url string) *pgx.Conn {
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		b.Error(err)
+		return nil
+	}
+	return conn
 }
