@@ -16,10 +16,6 @@ import (
 	"github.com/outboxrelay/relay/internal/cli"
 )
 
-func benchCommand() cli.Command {
-	return cli.Command{Name: "bench", Summary: "measure the relay end to end against its baseline", Run: runBench}
-}
-
 func runBench(ctx context.Context, stdio cli.IO, args []string) error {
 	fs := cli.FlagSet("relay-dev bench", stdio)
 	var cfg bench.Config

@@ -20,10 +20,6 @@ import (
 	"github.com/outboxrelay/relay/outbox"
 )
 
-func demoCommand() cli.Command {
-	return cli.Command{Name: "demo", Summary: "everything on embedded defaults: Postgres, relay, a sample service and a Kafka consumer", Run: runDemo}
-}
-
 // runDemo starts a throwaway Postgres, migrates it, runs the relay with the
 // embedded broker and its Kafka listener, runs a sample service that writes
 // orders and their events in one transaction, and consumes the events with

@@ -11,5 +11,8 @@ import "github.com/outboxrelay/relay/internal/cli"
 
 // Commands are relay-dev's commands beside the relay's.
 func Commands() []cli.Command {
-	return []cli.Command{demoCommand(), benchCommand()}
+	return []cli.Command{
+		{Name: "demo", Summary: "everything on embedded defaults: Postgres, relay, a sample service and a Kafka consumer", Run: runDemo},
+		{Name: "bench", Summary: "measure the relay end to end against its baseline", Run: runBench},
+	}
 }
