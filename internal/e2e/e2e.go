@@ -541,6 +541,19 @@ func Check(t testing.TB, records []Record, ledger *Ledger) int {
 	return len(records)
 }
 
+// CheckLog reads topic orders of the embedded broker's log in dataDir and
+// fails unless it holds every committed event exactly once, in per-key
+// order, and nothing else (Check, and one record per committed event). It
+// returns the number of records.
+func CheckLog(t testing.TB, dataDir string, ledger *Ledger) int {
+	t.Helper()
+	n := Check(t, ReadLog(t, dataDir, "orders"), ledger)
+	if n != len(ledger.Committed) {
+		t.Fatalf("the log has %d records for %d committed events", n, len(ledger.Committed))
+	}
+	return n
+}
+
 // FreeAddr returns a loopback address with a port free at the moment.
 func FreeAddr(t testing.TB) string {
 	t.Helper()
