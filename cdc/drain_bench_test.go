@@ -206,15 +206,7 @@ func BenchmarkLiveLatency(b *testing.B) {
 	written := 0
 	stopAt := time.Now().Add(runFor)
 	for w := 0; w < writers; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			conn, err := pgx.Connect(ctx, e.url)
-			if err != nil {
-				b.Error(err)
-				return
-			}
-			defer conn.Close(context.Background())
+		goWithConn(ctx, b, &wg, e.url, func(conn *pgx.Conn) {
 			t := time.NewTicker(interval)
 			defer t.Stop()
 			for time.Now().Before(stopAt) {
@@ -228,22 +220,14 @@ SELECT 'bench', 'key-' || (g % 1000), convert_to(repeat('x', 200), 'UTF8') FROM 
 				written += perTx
 				mu.Unlock()
 			}
-		}()
+		})
 	}
 	// Probes, one at a time: commit, then wait for the row to go. A row
 	// still there after 3 s is counted as stuck (see the report of
 	// published rows left behind) and the next probe starts.
 	var probes []time.Duration
 	stuck := 0
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		conn, err := pgx.Connect(ctx, e.url)
-		if err != nil {
-			b.Error(err)
-			return
-		}
-		defer conn.Close(context.Background())
+	goWithConn(ctx, b, &wg, e.url, func(conn *pgx.Conn) {
 		time.Sleep(2 * time.Second) // past the start
 		for time.Now().Before(stopAt) {
 			var id int64
@@ -269,7 +253,7 @@ SELECT 'bench', 'key-' || (g % 1000), convert_to(repeat('x', 200), 'UTF8') FROM 
 			}
 			time.Sleep(5 * time.Millisecond)
 		}
-	}()
+	})
 	wg.Wait()
 	took := runFor
 	// Wait until the checkpoint counts every written event, then count
@@ -352,4 +336,19 @@ func histogramQuantiles(b *testing.B, body, name string, qs ...float64) (q50, q9
 		return prevLe
 	}
 	return quant(qs[0]), quant(qs[1]), count
+}
+
+// goWithConn runs fn in a goroutine of wg with a connection of its own to
+// url, closed when fn returns; a failure to connect is reported with
+// b.Error (which a goroutine may call) and fn does not run.
+func goWithConn(ctx context.Context, b *testing.B, wg *sync.WaitGroup, url string, fn func(*pgx.Conn)) {
+	wg.Go(func() {
+		conn, err := pgx.Connect(ctx, url)
+		if err != nil {
+			b.Error(err)
+			return
+		}
+		defer conn.Close(context.Background())
+		fn(conn)
+	})
 }

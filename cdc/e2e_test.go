@@ -19,7 +19,6 @@ import (
 
 	"github.com/outboxrelay/relay/internal/e2e"
 	"github.com/outboxrelay/relay/internal/pgtest"
-	"github.com/outboxrelay/relay/internal/testbin"
 )
 
 // The end-to-end tests run the real binary with --source cdc against the
@@ -41,11 +40,7 @@ type relayEnv struct {
 func newRelayEnv(t *testing.T) *relayEnv {
 	t.Helper()
 	url := pgtest.NewDatabase(t)
-	bin := testbin.Relay(t)
-	p := e2e.Start(t, bin, nil, "migrate", "up", "--database-url", url)
-	if code := p.Wait(time.Minute); code != 0 {
-		t.Fatalf("migrate up: exit %d: %s", code, p.Output())
-	}
+	bin := e2e.MigrateURL(t, url)
 	cfg, err := pgx.ParseConfig(url)
 	if err != nil {
 		t.Fatal(err)
@@ -59,6 +54,17 @@ func (e *relayEnv) start(extra ...string) *e2e.Proc {
 	args := []string{"run", "--source", "cdc", "--database-url", e.url, "--data-dir", e.dataDir, "--http-addr", e.addr,
 		"--slot", e.slot, "--heartbeat-interval", "200ms", "--log-level", "debug", "--kafka-addr", ""}
 	return e2e.Start(e.t, e.bin, nil, append(args, extra...)...)
+}
+
+// underLoad starts the relay, and the crash tests' writers committing
+// events over 1000 keys into the returned ledger; ctx ends after timeout.
+func (e *relayEnv) underLoad(timeout time.Duration, events int) (ctx context.Context, relay *e2e.Proc, ledger *e2e.Ledger, writeDone <-chan error) {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	e.t.Cleanup(cancel)
+	ledger = e2e.NewLedger()
+	relay = e.start()
+	return ctx, relay, ledger, e2e.WriteAsync(ctx, e2e.CrashLoad(e.url, events, 1000), ledger)
 }
 
 // stop ends p with SIGTERM and expects a clean exit.
@@ -77,18 +83,7 @@ func (e *relayEnv) stop(p *e2e.Proc) {
 // finds events in the log that its slot sends again.
 func TestE2ECrashLoopExactlyOnce(t *testing.T) {
 	env := newRelayEnv(t)
-	ledger := e2e.NewLedger()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-
-	relay := env.start()
-	writeDone := make(chan error, 1)
-	go func() {
-		writeDone <- e2e.Write(ctx, e2e.WriterConfig{
-			URL: env.url, Schema: "outbox", Topic: "orders", Writers: 8, Events: 100_000, Keys: 1000,
-			PerTx: 10, RollbackEvery: 25, PayloadBytes: 120,
-		}, ledger)
-	}()
+	ctx, relay, ledger, writeDone := env.underLoad(5*time.Minute, 100_000)
 
 	locker := pgtest.Connect(t, env.url)
 	skips := 0
@@ -102,10 +97,7 @@ func TestE2ECrashLoopExactlyOnce(t *testing.T) {
 	e2e.WaitDrained(t, env.url, "outbox", 2*time.Minute)
 	env.stop(relay)
 	skips += strings.Count(relay.Output(), "skipped re-delivered events")
-	n := e2e.Check(t, e2e.ReadLog(t, env.dataDir, "orders"), ledger)
-	if n != len(ledger.Committed) {
-		t.Fatalf("the log has %d records for %d committed events", n, len(ledger.Committed))
-	}
+	n := e2e.CheckLog(t, env.dataDir, ledger)
 	if skips == 0 {
 		t.Errorf("no restarted relay skipped re-delivered events: the kills never landed between the log's fsync and the acknowledgement")
 	}
@@ -262,10 +254,7 @@ func TestE2EPostgresRestartMidStream(t *testing.T) {
 	if !strings.Contains(out, "reconnecting") && !strings.Contains(out, "relay pipeline stopped; restarting") {
 		t.Errorf("the relay's log shows no reconnection")
 	}
-	n := e2e.Check(t, e2e.ReadLog(t, env.dataDir, "orders"), ledger)
-	if n != len(ledger.Committed) {
-		t.Fatalf("the log has %d records for %d committed events", n, len(ledger.Committed))
-	}
+	n := e2e.CheckLog(t, env.dataDir, ledger)
 	if retries == 0 {
 		t.Errorf("no writer transaction was retried: the restarts missed the writers")
 	}
@@ -407,17 +396,7 @@ func metricValue(t *testing.T, body []byte, name string) float64 {
 // the slot and resumes; nothing is lost or duplicated.
 func TestE2ESlotDroppedUnderTheRelay(t *testing.T) {
 	env := newRelayEnv(t)
-	ledger := e2e.NewLedger()
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	relay := env.start()
-	writeDone := make(chan error, 1)
-	go func() {
-		writeDone <- e2e.Write(ctx, e2e.WriterConfig{
-			URL: env.url, Schema: "outbox", Topic: "orders", Writers: 8, Events: 30_000, Keys: 1000,
-			PerTx: 10, RollbackEvery: 25, PayloadBytes: 120,
-		}, ledger)
-	}()
+	ctx, relay, ledger, writeDone := env.underLoad(3*time.Minute, 30_000)
 	admin := pgtest.Connect(t, env.url)
 	drops := 0
 	for _, after := range []int64{3000, 12000} {
@@ -439,9 +418,6 @@ func TestE2ESlotDroppedUnderTheRelay(t *testing.T) {
 	if got := strings.Count(relay.Output(), "REPLICATION SLOT LOST"); got < drops {
 		t.Errorf("the relay reported %d slot losses for %d drops", got, drops)
 	}
-	n := e2e.Check(t, e2e.ReadLog(t, env.dataDir, "orders"), ledger)
-	if n != len(ledger.Committed) {
-		t.Fatalf("the log has %d records for %d committed events", n, len(ledger.Committed))
-	}
+	n := e2e.CheckLog(t, env.dataDir, ledger)
 	t.Logf("%d events exactly once in per-key order; the slot was dropped under the relay %d times and recovered from the table", n, drops)
 }

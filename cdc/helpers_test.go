@@ -3,7 +3,6 @@ package cdc_test
 import (
 	"context"
 	"log/slog"
-	"os"
 	"sync"
 	"testing"
 	"time"
@@ -18,11 +17,7 @@ import (
 	"github.com/outboxrelay/relay/relay"
 )
 
-func TestMain(m *testing.M) {
-	code := pgtest.Run(m)
-	testbin.Cleanup()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { pgtest.Main(m, testbin.Cleanup) }
 
 // fixture is one test's migrated database and a source config for it.
 type fixture struct {

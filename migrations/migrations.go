@@ -162,13 +162,9 @@ func (m *Migrator) Up(ctx context.Context, conn *pgx.Conn, dryRun bool) ([]Step,
 			if applied[mig.Version] {
 				continue
 			}
-			step := Step{Version: mig.Version, Name: mig.Name, Direction: "up", SQL: mig.Up}
-			if !dryRun {
-				if err := m.run(ctx, conn, step); err != nil {
-					return err
-				}
+			if err := m.take(ctx, conn, Step{Version: mig.Version, Name: mig.Name, Direction: "up", SQL: mig.Up}, dryRun, &steps); err != nil {
+				return err
 			}
-			steps = append(steps, step)
 		}
 		return nil
 	})
@@ -192,17 +188,24 @@ func (m *Migrator) Down(ctx context.Context, conn *pgx.Conn, to int, dryRun bool
 				continue
 			}
 			mig := m.migrations[v-1]
-			step := Step{Version: v, Name: mig.Name, Direction: "down", SQL: mig.Down}
-			if !dryRun {
-				if err := m.run(ctx, conn, step); err != nil {
-					return err
-				}
+			if err := m.take(ctx, conn, Step{Version: v, Name: mig.Name, Direction: "down", SQL: mig.Down}, dryRun, &steps); err != nil {
+				return err
 			}
-			steps = append(steps, step)
 		}
 		return nil
 	})
 	return steps, err
+}
+
+// take runs step, unless dryRun, and adds it to steps.
+func (m *Migrator) take(ctx context.Context, conn *pgx.Conn, step Step, dryRun bool, steps *[]Step) error {
+	if !dryRun {
+		if err := m.run(ctx, conn, step); err != nil {
+			return err
+		}
+	}
+	*steps = append(*steps, step)
+	return nil
 }
 
 // VersionStatus is the state of one migration version.

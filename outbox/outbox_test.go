@@ -31,6 +31,18 @@ type row struct {
 	headers map[string]string
 }
 
+// end commits tx, or rolls it back.
+func end(t *testing.T, tx pgx.Tx, commit bool) {
+	t.Helper()
+	finish := tx.Rollback
+	if commit {
+		finish = tx.Commit
+	}
+	if err := finish(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func readEvent(t *testing.T, q interface {
 	QueryRow(context.Context, string, ...any) pgx.Row
 }, schema string, id uuid.UUID) (row, bool) {
@@ -72,14 +84,7 @@ func TestEmitFunction(t *testing.T) {
 		if _, ok := readEvent(t, observer, "outbox", id); ok {
 			t.Fatal("uncommitted row visible outside its transaction")
 		}
-		if commit {
-			err = tx.Commit(ctx)
-		} else {
-			err = tx.Rollback(ctx)
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
+		end(t, tx, commit)
 		if _, ok := readEvent(t, observer, "outbox", id); ok != commit {
 			t.Fatalf("commit=%v: row visible afterwards = %v", commit, ok)
 		}
@@ -147,14 +152,7 @@ func TestEmitHelper(t *testing.T) {
 		if !ordered {
 			t.Fatal("ordering ids do not follow the order of the events")
 		}
-		if commit {
-			err = tx.Commit(ctx)
-		} else {
-			err = tx.Rollback(ctx)
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
+		end(t, tx, commit)
 		for _, id := range ids {
 			if _, ok := readEvent(t, observer, "billing", id); ok != commit {
 				t.Fatalf("commit=%v: event visible afterwards = %v", commit, ok)

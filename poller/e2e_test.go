@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"strings"
 	"syscall"
 	"testing"
@@ -18,12 +17,7 @@ import (
 	"github.com/outboxrelay/relay/internal/testbin"
 )
 
-func TestMain(m *testing.M) {
-	code := pgtest.Run(m)
-	stopCommitTSCluster()
-	testbin.Cleanup()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { pgtest.Main(m, stopCommitTSCluster, testbin.Cleanup) }
 
 func runArgs(url, dataDir, httpAddr string, extra ...string) []string {
 	return append([]string{"run", "--database-url", url, "--data-dir", dataDir, "--http-addr", httpAddr,
@@ -85,13 +79,7 @@ func TestCrashLoopExactlyOnce(t *testing.T) {
 		time.Sleep(1500 * time.Millisecond)
 		longDone <- longTx.Commit(ctx)
 	}()
-	writeDone := make(chan error, 1)
-	go func() {
-		writeDone <- e2e.Write(ctx, e2e.WriterConfig{
-			URL: url, Schema: "outbox", Topic: "orders", Writers: 8, Events: 100_000, Keys: 1000,
-			PerTx: 10, RollbackEvery: 25, PayloadBytes: 120,
-		}, ledger)
-	}()
+	writeDone := e2e.WriteAsync(ctx, e2e.CrashLoad(url, 100_000, 1000), ledger)
 
 	locker := pgtest.Connect(t, url)
 	skips := 0
@@ -174,11 +162,8 @@ func TestLeaderTakeover(t *testing.T) {
 	b := e2e.Start(t, bin, nil, runArgs(url, dataDir, e2e.FreeAddr(t))...)
 	e2e.WaitRole(t, b, "standby", 30*time.Second)
 
-	writeDone := make(chan error, 1)
-	go func() {
-		writeDone <- e2e.Write(ctx, e2e.WriterConfig{URL: url, Schema: "outbox", Topic: "orders", Writers: 4,
-			Events: 20_000, Keys: 200, PerTx: 5}, ledger)
-	}()
+	writeDone := e2e.WriteAsync(ctx, e2e.WriterConfig{URL: url, Schema: "outbox", Topic: "orders", Writers: 4,
+		Events: 20_000, Keys: 200, PerTx: 5}, ledger)
 	e2e.WaitPublished(t, url, 2000, time.Minute)
 	a.Kill()
 	killed := time.Now()

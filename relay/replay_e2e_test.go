@@ -1,11 +1,8 @@
 package relay_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
-	"os"
-	"os/exec"
 	"strings"
 	"syscall"
 	"testing"
@@ -20,11 +17,7 @@ import (
 	"github.com/outboxrelay/relay/relay"
 )
 
-func TestMain(m *testing.M) {
-	code := pgtest.Run(m)
-	testbin.Cleanup()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { pgtest.Main(m, testbin.Cleanup) }
 
 func runArgs(url, dataDir, httpAddr string, extra ...string) []string {
 	return append([]string{"run", "--database-url", url, "--data-dir", dataDir, "--http-addr", httpAddr,
@@ -37,29 +30,14 @@ func runCLI(t *testing.T, bin string, args ...string) (string, int) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, bin, args...)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
-	if stderr.Len() > 0 {
-		t.Logf("relay %s: stderr: %s", args[0], strings.TrimSpace(stderr.String()))
-	}
-	if ee, ok := err.(*exec.ExitError); ok {
-		return stdout.String(), ee.ExitCode()
-	}
+	r, err := testbin.Run(ctx, bin, nil, args...)
 	if err != nil {
 		t.Fatalf("relay %v: %v", args, err)
 	}
-	return stdout.String(), 0
-}
-
-func dbNow(t *testing.T, conn *pgx.Conn) time.Time {
-	t.Helper()
-	var now time.Time
-	if err := conn.QueryRow(context.Background(), "SELECT clock_timestamp()").Scan(&now); err != nil {
-		t.Fatal(err)
+	if r.Stderr != "" {
+		t.Logf("relay %s: stderr: %s", args[0], strings.TrimSpace(r.Stderr))
 	}
-	return now
+	return r.Stdout, r.Code
 }
 
 func write(t *testing.T, url string, ledger *e2e.Ledger, events int) {
@@ -110,25 +88,13 @@ func TestReplayWindowWhileLive(t *testing.T) {
 
 	write(t, url, ledger, 1000)
 	e2e.WaitDrained(t, url, "outbox", time.Minute)
-	since := dbNow(t, conn)
+	since := e2e.DBNow(t, conn)
 	write(t, url, ledger, 4000)
-	until := dbNow(t, conn)
+	until := e2e.DBNow(t, conn)
 	write(t, url, ledger, 1000)
 	e2e.WaitDrained(t, url, "outbox", time.Minute)
 
-	var window []string
-	rows, err := conn.Query(ctx, `SELECT event_id::text FROM outbox.events_archive WHERE created_at >= $1 AND created_at < $2 ORDER BY seq`, since, until)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for rows.Next() {
-		var id string
-		rows.Scan(&id)
-		window = append(window, id)
-	}
-	if rows.Err() != nil || len(window) != 4000 {
-		t.Fatalf("archive holds %d events of the window, want 4000 (%v)", len(window), rows.Err())
-	}
+	window := e2e.ArchivedWindow(t, conn, since, until, 4000)
 
 	sinceArg, untilArg := since.Format(time.RFC3339Nano), until.Format(time.RFC3339Nano)
 	out, code := runCLI(t, bin, "replay", "--database-url", url, "--since", sinceArg, "--until", untilArg, "--dry-run", "--json")

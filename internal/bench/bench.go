@@ -1,6 +1,6 @@
-// Package bench is `relay bench`: it measures the real relay, a child
-// process running `relay run`, end to end against PostgreSQL, and in the
-// same run the baseline a reader cannot beat: for the polling reader, plain
+// Package bench is `relay-dev bench`: it measures the real relay, a child
+// process running `relay run` (relay-dev's own), end to end against
+// PostgreSQL, and in the same run the baseline a reader cannot beat: for the polling reader, plain
 // SQL that reads and deletes the same rows in batches (DELETE ...
 // RETURNING); for the WAL reader, pg_recvlogical decoding the same WAL range
 // with pgoutput, with the relay's options (binary values from PostgreSQL 14

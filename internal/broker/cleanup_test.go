@@ -10,8 +10,6 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 type fakeClock struct{ ms atomic.Int64 }
@@ -274,30 +272,6 @@ func TestGroupOffsetsDurable(t *testing.T) {
 	}
 	if _, err := b2.GroupLag("nope"); !errors.Is(err, ErrUnknownGroup) {
 		t.Fatal(err)
-	}
-}
-
-func TestPartitionForKeyMatchesFranzGo(t *testing.T) {
-	t.Parallel()
-	// Values from Kafka's Java client (Utils.murmur2 / DefaultPartitioner),
-	// as published in the Kafka and sarama test suites.
-	for key, want := range map[string]int32{"21": -973932308, "foobar": -790332482, "a-little-bit-long-string": -985981536, "a-little-bit-longer-string": -1486304829, "lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8": -58897971, "abc": 479470107} {
-		if got := int32(murmur2([]byte(key))); got != want {
-			t.Errorf("murmur2(%q) = %d, want %d", key, got, want)
-		}
-	}
-	part := kgo.StickyKeyPartitioner(nil).ForTopic("t")
-	for n := 1; n <= 64; n *= 2 {
-		for i := 0; i < 200; i++ {
-			key := []byte(fmt.Sprintf("order-%d", i*7919))
-			if i%50 == 0 {
-				key = []byte(strings.Repeat("x", i/50))
-			}
-			want := part.Partition(&kgo.Record{Key: key}, n+n/3)
-			if got := PartitionForKey(key, int32(n+n/3)); int(got) != want {
-				t.Fatalf("key %q n %d: got %d, franz-go %d", key, n+n/3, got, want)
-			}
-		}
 	}
 }
 

@@ -1,5 +1,11 @@
 // Package cli is the relay command line: it parses flags and RELAY_*
 // environment variables, and calls the packages that do the work.
+//
+// The relay binary (cmd/relay) is [Main]. The development binary
+// (cmd/relay-dev) is [MainWith] the relay's commands and its own (demo and
+// bench, in internal/devcli), so that the test harness they need (a
+// throwaway PostgreSQL, Docker through testcontainers) stays out of the
+// production binary.
 package cli
 
 import (
@@ -23,6 +29,15 @@ type IO struct {
 	Getenv func(string) string
 }
 
+// Command is a command another binary adds to the relay's own.
+type Command struct {
+	Name    string
+	Summary string
+	// Run executes the command with its arguments; errors from [Usagef]
+	// and [Parse] exit 2, others 1.
+	Run func(ctx context.Context, stdio IO, args []string) error
+}
+
 type command struct {
 	name    string
 	summary string
@@ -40,15 +55,17 @@ func usagef(format string, args ...any) error {
 	return &usageError{msg: fmt.Sprintf(format, args...)}
 }
 
-func commands() *command {
-	return &command{
-		name: "relay",
+// Usagef is a mistake on the command line, for a [Command]: it prints the
+// message and exits 2.
+func Usagef(format string, args ...any) error { return usagef(format, args...) }
+
+func commands(name string, extra []Command) *command {
+	root := &command{
+		name: name,
 		sub: []*command{
-			demoCommand(),
 			migrateCommand(),
 			runCommand(),
 			logCommand(),
-			benchCommand(),
 			replayCommand(),
 			deadLettersCommand(),
 			statusCommand(),
@@ -56,17 +73,27 @@ func commands() *command {
 			groupsCommand(),
 		},
 	}
+	for _, c := range extra {
+		root.sub = append(root.sub, &command{name: c.Name, summary: c.Summary, run: c.Run})
+	}
+	return root
 }
 
 // Main runs the command line args (without the program name) and returns
 // the process exit status: 0 on success, 1 on failure, 2 on bad usage.
 func Main(args []string, stdio IO) int {
+	return MainWith("relay", nil, args, stdio)
+}
+
+// MainWith is [Main] for the binary called name, which has the relay's
+// commands and extra.
+func MainWith(name string, extra []Command, args []string, stdio IO) int {
 	if stdio.Getenv == nil {
 		stdio.Getenv = os.Getenv
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	cmd, rest, path := resolve(commands(), args)
+	cmd, rest, path := resolve(commands(name, extra), args)
 	if cmd.run == nil {
 		switch {
 		case len(rest) == 0:
@@ -76,7 +103,7 @@ func Main(args []string, stdio IO) int {
 			printUsage(stdio.Stdout, cmd, path)
 			return 0
 		default:
-			fmt.Fprintf(stdio.Stderr, "relay: unknown command %q\n\n", strings.Join(append(path, rest[0]), " "))
+			fmt.Fprintf(stdio.Stderr, "%s: unknown command %q\n\n", name, strings.Join(append(path, rest[0]), " "))
 			printUsage(stdio.Stderr, cmd, path)
 			return 2
 		}
@@ -135,6 +162,17 @@ func flagSet(name string, stdio IO) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stdio.Stderr)
 	return fs
+}
+
+// FlagSet is the FlagSet of a [Command]: it reports errors instead of
+// exiting. Parse it with [Parse].
+func FlagSet(name string, stdio IO) *flag.FlagSet { return flagSet(name, stdio) }
+
+// Parse parses a [Command]'s flags as the relay's own: a flag not on the
+// command line takes its RELAY_* environment variable, and positional
+// arguments are refused.
+func Parse(fs *flag.FlagSet, args []string, stdio IO) error {
+	return parse(fs, args, stdio, false)
 }
 
 // EnvName is the environment variable that sets a flag: RELAY_ and the flag

@@ -63,14 +63,14 @@ func TestComposeFile(t *testing.T) {
 			path = append(path, w)
 		}
 		help := relay(t, nil, append(path, "-h")...)
-		if help.code != 0 || !strings.Contains(help.stderr, "Usage of relay "+strings.Join(path, " ")) {
-			t.Fatalf("%s: `relay %s` is not a command of the binary (exit %d): %s", name, strings.Join(path, " "), help.code, help.stderr)
+		if help.Code != 0 || !strings.Contains(help.Stderr, "Usage of relay "+strings.Join(path, " ")) {
+			t.Fatalf("%s: `relay %s` is not a command of the binary (exit %d): %s", name, strings.Join(path, " "), help.Code, help.Stderr)
 		}
 		flags := map[string]string{}
 		for i, w := range svc.Command {
 			if strings.HasPrefix(w, "--") {
 				flag := strings.TrimPrefix(w, "--")
-				if !strings.Contains(help.stderr, "  -"+flag+" ") && !strings.Contains(help.stderr, "  -"+flag+"\n") {
+				if !strings.Contains(help.Stderr, "  -"+flag+" ") && !strings.Contains(help.Stderr, "  -"+flag+"\n") {
 					t.Errorf("%s: relay %s has no flag --%s", name, strings.Join(path, " "), flag)
 				}
 				if i+1 < len(svc.Command) {
@@ -80,7 +80,7 @@ func TestComposeFile(t *testing.T) {
 		}
 		for env := range svc.Environment {
 			flag := strings.ToLower(strings.ReplaceAll(strings.TrimPrefix(env, "RELAY_"), "_", "-"))
-			if !strings.HasPrefix(env, "RELAY_") || !strings.Contains(help.stderr, "  -"+flag) {
+			if !strings.HasPrefix(env, "RELAY_") || !strings.Contains(help.Stderr, "  -"+flag) {
 				t.Errorf("%s: environment %s names no flag of relay %s", name, env, strings.Join(path, " "))
 			}
 		}

@@ -25,12 +25,12 @@ type deadLetterJSON struct {
 func listDeadLetters(t *testing.T, url string, args ...string) []deadLetterJSON {
 	t.Helper()
 	r := relay(t, nil, append([]string{"dead-letters", "list", "--json", "--database-url", url}, args...)...)
-	if r.code != 0 {
-		t.Fatalf("dead-letters list: exit %d: %s", r.code, r.stderr)
+	if r.Code != 0 {
+		t.Fatalf("dead-letters list: exit %d: %s", r.Code, r.Stderr)
 	}
 	var ds []deadLetterJSON
-	if err := json.Unmarshal([]byte(r.stdout), &ds); err != nil {
-		t.Fatalf("dead-letters list --json: %v\n%s", err, r.stdout)
+	if err := json.Unmarshal([]byte(r.Stdout), &ds); err != nil {
+		t.Fatalf("dead-letters list --json: %v\n%s", err, r.Stdout)
 	}
 	return ds
 }
@@ -87,24 +87,24 @@ func TestDeadLetterCommands(t *testing.T) {
 		t.Fatalf("dead letters: %+v", ds)
 	}
 	show := relay(t, nil, "dead-letters", "show", "--database-url", url, "1")
-	if show.code != 0 || !strings.Contains(show.stdout, ds[0].EventID) || !strings.Contains(show.stdout, "too_large") {
-		t.Fatalf("dead-letters show 1: exit %d\n%s%s", show.code, show.stdout, show.stderr)
+	if show.Code != 0 || !strings.Contains(show.Stdout, ds[0].EventID) || !strings.Contains(show.Stdout, "too_large") {
+		t.Fatalf("dead-letters show 1: exit %d\n%s%s", show.Code, show.Stdout, show.Stderr)
 	}
-	if r := relay(t, nil, "dead-letters", "retry", "--database-url", url); r.code != 2 {
-		t.Fatalf("retry without ids or filters: exit %d, want 2: %s", r.code, r.stderr)
+	if r := relay(t, nil, "dead-letters", "retry", "--database-url", url); r.Code != 2 {
+		t.Fatalf("retry without ids or filters: exit %d, want 2: %s", r.Code, r.Stderr)
 	}
-	if r := relay(t, nil, "dead-letters", "discard", "--database-url", url, "--reason", "invalid_topic"); r.code != 2 || !strings.Contains(r.stderr, "--note") {
-		t.Fatalf("discard without --note: exit %d: %s", r.code, r.stderr)
+	if r := relay(t, nil, "dead-letters", "discard", "--database-url", url, "--reason", "invalid_topic"); r.Code != 2 || !strings.Contains(r.Stderr, "--note") {
+		t.Fatalf("discard without --note: exit %d: %s", r.Code, r.Stderr)
 	}
-	if r := relay(t, nil, "dead-letters", "retry", "--database-url", url, "--reason", "too_large"); r.code != 0 || !strings.Contains(r.stdout, "2 dead letters") {
-		t.Fatalf("retry --reason too_large: exit %d: %s%s", r.code, r.stdout, r.stderr)
+	if r := relay(t, nil, "dead-letters", "retry", "--database-url", url, "--reason", "too_large"); r.Code != 0 || !strings.Contains(r.Stdout, "2 dead letters") {
+		t.Fatalf("retry --reason too_large: exit %d: %s%s", r.Code, r.Stdout, r.Stderr)
 	}
-	if r := relay(t, nil, "dead-letters", "discard", "--database-url", url, "--reason", "invalid_topic", "--note", "no such topic, ever"); r.code != 0 {
-		t.Fatalf("discard: exit %d: %s", r.code, r.stderr)
+	if r := relay(t, nil, "dead-letters", "discard", "--database-url", url, "--reason", "invalid_topic", "--note", "no such topic, ever"); r.Code != 0 {
+		t.Fatalf("discard: exit %d: %s", r.Code, r.Stderr)
 	}
 	// Retrying again finds nothing unresolved of that reason.
-	if r := relay(t, nil, "dead-letters", "retry", "--database-url", url, "--reason", "too_large"); r.code != 0 || !strings.Contains(r.stdout, "0 dead letters") {
-		t.Fatalf("second retry: exit %d: %s", r.code, r.stdout)
+	if r := relay(t, nil, "dead-letters", "retry", "--database-url", url, "--reason", "too_large"); r.Code != 0 || !strings.Contains(r.Stdout, "0 dead letters") {
+		t.Fatalf("second retry: exit %d: %s", r.Code, r.Stdout)
 	}
 	left := listDeadLetters(t, url)
 	if len(left) != 1 || left[0].Reason != "invalid_headers" {

@@ -10,8 +10,6 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
-
-	"github.com/outboxrelay/relay/internal/broker"
 )
 
 func groupsCommand() *command {
@@ -52,13 +50,8 @@ type groupPartition struct {
 
 func groups(ctx context.Context, stdio IO, args []string) error {
 	fs := flagSet("relay groups", stdio)
-	dataDir := fs.String("data-dir", "relay-data", "embedded broker data directory (read-only, safe while the daemon runs)")
 	kafkaAddr := fs.String("kafka-addr", "127.0.0.1:9092", "the daemon's Kafka listener, asked for live members (empty skips)")
-	asJSON := fs.Bool("json", false, "print JSON")
-	if err := parse(fs, args, stdio, false); err != nil {
-		return err
-	}
-	ins, err := broker.Inspect(ctx, *dataDir)
+	ins, asJSON, err := inspect(ctx, stdio, fs, args, "embedded broker data directory (read-only, safe while the daemon runs)")
 	if err != nil {
 		return err
 	}
@@ -78,7 +71,7 @@ func groups(ctx context.Context, stdio IO, args []string) error {
 	if *kafkaAddr != "" && len(names) > 0 {
 		describeMembers(ctx, *kafkaAddr, names, out)
 	}
-	if *asJSON {
+	if asJSON {
 		return writeJSON(stdio.Stdout, out)
 	}
 	if len(out) == 0 {

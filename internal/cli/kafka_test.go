@@ -26,8 +26,8 @@ func TestKcatReadsOutboxEvents(t *testing.T) {
 	}
 	url := pgtest.NewDatabase(t)
 	bin := testbin.Relay(t)
-	if r := relay(t, nil, "migrate", "up", "--database-url", url); r.code != 0 {
-		t.Fatal(r.stderr)
+	if r := relay(t, nil, "migrate", "up", "--database-url", url); r.Code != 0 {
+		t.Fatal(r.Stderr)
 	}
 	conn := pgtest.Connect(t, url)
 	ctx := context.Background()

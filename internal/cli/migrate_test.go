@@ -1,13 +1,11 @@
 package cli_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"net"
 	"net/url"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
@@ -18,32 +16,16 @@ import (
 	"github.com/outboxrelay/relay/migrations"
 )
 
-func TestMain(m *testing.M) {
-	code := pgtest.Run(m)
-	testbin.Cleanup()
-	os.Exit(code)
-}
-
-type result struct {
-	stdout, stderr string
-	code           int
-}
+func TestMain(m *testing.M) { pgtest.Main(m, testbin.Cleanup) }
 
 // relay runs the real binary with env added to a minimal environment.
-func relay(t *testing.T, env []string, args ...string) result {
+func relay(t *testing.T, env []string, args ...string) testbin.Result {
 	t.Helper()
-	cmd := exec.Command(testbin.Relay(t), args...)
-	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.TempDir()}, env...)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
-	code := 0
-	if exit, ok := err.(*exec.ExitError); ok {
-		code = exit.ExitCode()
-	} else if err != nil {
+	r, err := testbin.Run(context.Background(), testbin.Relay(t), append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.TempDir()}, env...), args...)
+	if err != nil {
 		t.Fatal(err)
 	}
-	return result{stdout.String(), stderr.String(), code}
+	return r
 }
 
 func latest(t *testing.T) int {
@@ -67,12 +49,12 @@ type statusJSON struct {
 func status(t *testing.T, env []string, args ...string) statusJSON {
 	t.Helper()
 	r := relay(t, env, append([]string{"migrate", "status", "--json"}, args...)...)
-	if r.code != 0 {
-		t.Fatalf("migrate status: exit %d: %s", r.code, r.stderr)
+	if r.Code != 0 {
+		t.Fatalf("migrate status: exit %d: %s", r.Code, r.Stderr)
 	}
 	var st statusJSON
-	if err := json.Unmarshal([]byte(r.stdout), &st); err != nil {
-		t.Fatalf("status output is not JSON: %v\n%s", err, r.stdout)
+	if err := json.Unmarshal([]byte(r.Stdout), &st); err != nil {
+		t.Fatalf("status output is not JSON: %v\n%s", err, r.Stdout)
 	}
 	return st
 }
@@ -87,25 +69,25 @@ func TestMigrateCommands(t *testing.T) {
 		t.Fatalf("fresh status = %+v", st)
 	}
 	r := relay(t, env, "migrate", "up")
-	if r.code != 0 || !strings.Contains(r.stdout, "applied 001_outbox") {
-		t.Fatalf("migrate up: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	if r.Code != 0 || !strings.Contains(r.Stdout, "applied 001_outbox") {
+		t.Fatalf("migrate up: exit %d\n%s%s", r.Code, r.Stdout, r.Stderr)
 	}
 	if st := status(t, env); st.Current != n {
 		t.Fatalf("status after up = %+v", st)
 	}
 	table := relay(t, env, "migrate", "status")
-	if table.code != 0 || !strings.Contains(table.stdout, "001") || !strings.Contains(table.stdout, "applied") {
-		t.Fatalf("status table: exit %d\n%s", table.code, table.stdout)
+	if table.Code != 0 || !strings.Contains(table.Stdout, "001") || !strings.Contains(table.Stdout, "applied") {
+		t.Fatalf("status table: exit %d\n%s", table.Code, table.Stdout)
 	}
-	if r := relay(t, env, "migrate", "down", "--to", "0"); r.code != 0 || !strings.Contains(r.stdout, "rolled back 001_outbox") {
-		t.Fatalf("migrate down --to 0: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	if r := relay(t, env, "migrate", "down", "--to", "0"); r.Code != 0 || !strings.Contains(r.Stdout, "rolled back 001_outbox") {
+		t.Fatalf("migrate down --to 0: exit %d\n%s%s", r.Code, r.Stdout, r.Stderr)
 	}
 	if st := status(t, env); st.Current != 0 {
 		t.Fatalf("status after down = %+v", st)
 	}
 	// The flag wins over the environment, and --schema picks another schema.
-	if r := relay(t, []string{"RELAY_DATABASE_URL=postgres://nobody@127.0.0.1:1/x"}, "migrate", "up", "--database-url", dbURL, "--schema", "other"); r.code != 0 {
-		t.Fatalf("migrate up with flags: exit %d: %s", r.code, r.stderr)
+	if r := relay(t, []string{"RELAY_DATABASE_URL=postgres://nobody@127.0.0.1:1/x"}, "migrate", "up", "--database-url", dbURL, "--schema", "other"); r.Code != 0 {
+		t.Fatalf("migrate up with flags: exit %d: %s", r.Code, r.Stderr)
 	}
 	if st := status(t, env, "--schema", "other"); st.Current != n {
 		t.Fatalf("schema other: %+v", st)
@@ -113,8 +95,8 @@ func TestMigrateCommands(t *testing.T) {
 	if st := status(t, env); st.Current != 0 {
 		t.Fatalf("schema outbox changed by a migration of schema other: %+v", st)
 	}
-	if r := relay(t, env, "migrate", "up"); r.code != 0 {
-		t.Fatalf("migrate up again: exit %d: %s", r.code, r.stderr)
+	if r := relay(t, env, "migrate", "up"); r.Code != 0 {
+		t.Fatalf("migrate up again: exit %d: %s", r.Code, r.Stderr)
 	}
 	if st := status(t, env); st.Current != n {
 		t.Fatalf("status after up again = %+v", st)
@@ -130,8 +112,8 @@ func TestMigrateReadsPGVariables(t *testing.T) {
 	host, port, _ := net.SplitHostPort(u.Host)
 	env := []string{"PGHOST=" + host, "PGPORT=" + port, "PGUSER=" + u.User.Username(),
 		"PGDATABASE=" + strings.TrimPrefix(u.Path, "/"), "PGSSLMODE=disable"}
-	if r := relay(t, env, "migrate", "up"); r.code != 0 {
-		t.Fatalf("migrate up with PG* variables: exit %d: %s", r.code, r.stderr)
+	if r := relay(t, env, "migrate", "up"); r.Code != 0 {
+		t.Fatalf("migrate up with PG* variables: exit %d: %s", r.Code, r.Stderr)
 	}
 	if st := status(t, env); st.Current != latest(t) {
 		t.Fatalf("status = %+v", st)
@@ -142,7 +124,7 @@ func TestConcurrentMigrateProcesses(t *testing.T) {
 	t.Parallel()
 	env := []string{"RELAY_DATABASE_URL=" + pgtest.NewDatabase(t)}
 	var wg sync.WaitGroup
-	results := make([]result, 4)
+	results := make([]testbin.Result, 4)
 	for i := range results {
 		wg.Add(1)
 		go func() {
@@ -153,10 +135,10 @@ func TestConcurrentMigrateProcesses(t *testing.T) {
 	wg.Wait()
 	applied := 0
 	for _, r := range results {
-		if r.code != 0 {
-			t.Fatalf("a concurrent migrate up failed: exit %d: %s", r.code, r.stderr)
+		if r.Code != 0 {
+			t.Fatalf("a concurrent migrate up failed: exit %d: %s", r.Code, r.Stderr)
 		}
-		applied += strings.Count(r.stdout, "applied ")
+		applied += strings.Count(r.Stdout, "applied ")
 	}
 	if n := latest(t); applied != n {
 		t.Fatalf("4 processes applied %d migrations in all, want %d (each version once)", applied, n)
@@ -170,8 +152,8 @@ func TestNewerSchemaGivesClearError(t *testing.T) {
 	t.Parallel()
 	dbURL := pgtest.NewDatabase(t)
 	env := []string{"RELAY_DATABASE_URL=" + dbURL}
-	if r := relay(t, env, "migrate", "up"); r.code != 0 {
-		t.Fatal(r.stderr)
+	if r := relay(t, env, "migrate", "up"); r.Code != 0 {
+		t.Fatal(r.Stderr)
 	}
 	conn := pgtest.Connect(t, dbURL)
 	if _, err := conn.Exec(context.Background(), "INSERT INTO outbox.schema_migrations (version, name) VALUES (999, 'future')"); err != nil {
@@ -179,8 +161,8 @@ func TestNewerSchemaGivesClearError(t *testing.T) {
 	}
 	for _, args := range [][]string{{"migrate", "up"}, {"migrate", "down"}, {"migrate", "status"}} {
 		r := relay(t, env, args...)
-		if r.code != 1 || !strings.Contains(r.stderr, "newer relay") || strings.Count(strings.TrimSpace(r.stderr), "\n") != 0 {
-			t.Fatalf("%v: exit %d, stderr %q; want exit 1 and one line naming a newer relay", args, r.code, r.stderr)
+		if r.Code != 1 || !strings.Contains(r.Stderr, "newer relay") || strings.Count(strings.TrimSpace(r.Stderr), "\n") != 0 {
+			t.Fatalf("%v: exit %d, stderr %q; want exit 1 and one line naming a newer relay", args, r.Code, r.Stderr)
 		}
 	}
 }
@@ -212,15 +194,15 @@ func TestBadConnectionIsOneLineWithoutPassword(t *testing.T) {
 	for _, c := range cases {
 		for _, sub := range []string{"up", "status"} {
 			r := relay(t, c.env, append([]string{"migrate", sub}, c.args...)...)
-			if r.code == 0 {
+			if r.Code == 0 {
 				t.Errorf("%s, migrate %s: exit 0", c.name, sub)
 			}
-			out := r.stdout + r.stderr
+			out := r.Stdout + r.Stderr
 			if strings.Contains(out, secret) {
 				t.Errorf("%s, migrate %s: output shows the password: %q", c.name, sub, out)
 			}
-			if !strings.Contains(r.stderr, c.want) || strings.Count(strings.TrimSpace(r.stderr), "\n") != 0 || strings.Contains(out, "goroutine") {
-				t.Errorf("%s, migrate %s: stderr %q; want one line containing %q", c.name, sub, r.stderr, c.want)
+			if !strings.Contains(r.Stderr, c.want) || strings.Count(strings.TrimSpace(r.Stderr), "\n") != 0 || strings.Contains(out, "goroutine") {
+				t.Errorf("%s, migrate %s: stderr %q; want one line containing %q", c.name, sub, r.Stderr, c.want)
 			}
 		}
 	}
@@ -228,19 +210,19 @@ func TestBadConnectionIsOneLineWithoutPassword(t *testing.T) {
 
 func TestUsageErrors(t *testing.T) {
 	t.Parallel()
-	if r := relay(t, nil); r.code != 2 || !strings.Contains(r.stderr, "migrate") {
-		t.Fatalf("no command: exit %d, %q", r.code, r.stderr)
+	if r := relay(t, nil); r.Code != 2 || !strings.Contains(r.Stderr, "migrate") {
+		t.Fatalf("no command: exit %d, %q", r.Code, r.Stderr)
 	}
-	if r := relay(t, nil, "nonsense"); r.code != 2 || !strings.Contains(r.stderr, "unknown command") {
-		t.Fatalf("unknown command: exit %d, %q", r.code, r.stderr)
+	if r := relay(t, nil, "nonsense"); r.Code != 2 || !strings.Contains(r.Stderr, "unknown command") {
+		t.Fatalf("unknown command: exit %d, %q", r.Code, r.Stderr)
 	}
-	if r := relay(t, nil, "migrate", "down", "--to", "-5"); r.code != 2 {
-		t.Fatalf("--to -5: exit %d, %q", r.code, r.stderr)
+	if r := relay(t, nil, "migrate", "down", "--to", "-5"); r.Code != 2 {
+		t.Fatalf("--to -5: exit %d, %q", r.Code, r.Stderr)
 	}
-	if r := relay(t, nil, "migrate", "up", "--schema", "Bad-Name"); r.code != 1 || !strings.Contains(r.stderr, "invalid schema name") {
-		t.Fatalf("bad schema: exit %d, %q", r.code, r.stderr)
+	if r := relay(t, nil, "migrate", "up", "--schema", "Bad-Name"); r.Code != 1 || !strings.Contains(r.Stderr, "invalid schema name") {
+		t.Fatalf("bad schema: exit %d, %q", r.Code, r.Stderr)
 	}
-	if r := relay(t, []string{"RELAY_DRY_RUN=maybe"}, "migrate", "up"); r.code != 2 || !strings.Contains(r.stderr, "RELAY_DRY_RUN") {
-		t.Fatalf("bad env value: exit %d, %q", r.code, r.stderr)
+	if r := relay(t, []string{"RELAY_DRY_RUN=maybe"}, "migrate", "up"); r.Code != 2 || !strings.Contains(r.Stderr, "RELAY_DRY_RUN") {
+		t.Fatalf("bad env value: exit %d, %q", r.Code, r.Stderr)
 	}
 }

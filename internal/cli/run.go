@@ -167,14 +167,31 @@ func (f *runFlags) logger(stdio IO) *slog.Logger {
 	return slog.New(slog.NewTextHandler(stdio.Stderr, opts))
 }
 
-func runRelay(ctx context.Context, stdio IO, args []string) error {
+func parseRun(stdio IO, args []string) (*runFlags, error) {
 	var f runFlags
 	fs := flagSet("relay run", stdio)
 	f.register(fs)
 	if err := parse(fs, args, stdio, false); err != nil {
+		return nil, err
+	}
+	return &f, f.validate()
+}
+
+// Serve runs `relay run` with args in this process until ctx ends, for a
+// program that runs the relay beside other work (relay-dev demo): without
+// the relay binary's own signal handling, GC tuning and CPU profile, which
+// belong to the process.
+func Serve(ctx context.Context, stdio IO, args []string) error {
+	f, err := parseRun(stdio, args)
+	if err != nil {
 		return err
 	}
-	if err := f.validate(); err != nil {
+	return f.serve(ctx, f.logger(stdio))
+}
+
+func runRelay(ctx context.Context, stdio IO, args []string) error {
+	f, err := parseRun(stdio, args)
+	if err != nil {
 		return err
 	}
 	log := f.logger(stdio)

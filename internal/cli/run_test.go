@@ -57,8 +57,8 @@ func TestRunRejectsBadFlags(t *testing.T) {
 		{"--log-level", "loud"},
 	} {
 		r := relay(t, nil, append([]string{"run"}, args...)...)
-		if r.code != 2 || r.stderr == "" {
-			t.Errorf("relay run %v: exit %d, stderr %q; want exit 2 and a message", args, r.code, r.stderr)
+		if r.Code != 2 || r.Stderr == "" {
+			t.Errorf("relay run %v: exit %d, stderr %q; want exit 2 and a message", args, r.Code, r.Stderr)
 		}
 	}
 }

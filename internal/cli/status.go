@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
+	"github.com/outboxrelay/relay/migrations"
 	"github.com/outboxrelay/relay/relay"
 )
 
@@ -104,30 +105,23 @@ type slotStatus struct {
 
 func status(ctx context.Context, stdio IO, args []string) error {
 	var db dbFlags
-	fs := flagSet("relay status", stdio)
-	db.register(fs)
+	fs := db.flagSet("relay status", stdio)
 	httpAddr := fs.String("http-addr", "127.0.0.1:9464", "the daemon's HTTP address, asked for its role and drain estimate (empty skips)")
 	asJSON := fs.Bool("json", false, "print JSON")
-	if err := parse(fs, args, stdio, false); err != nil {
-		return err
-	}
-	conn, _, err := db.connect(ctx)
-	if err != nil {
-		return err
-	}
-	defer conn.Close(context.WithoutCancel(ctx))
-	rep, err := collectStatus(ctx, conn, db.schema)
-	if err != nil {
-		return err
-	}
-	if *httpAddr != "" {
-		rep.Daemon = askDaemon(ctx, *httpAddr)
-	}
-	if *asJSON {
-		return writeJSON(stdio.Stdout, rep)
-	}
-	printStatus(stdio.Stdout, rep)
-	return nil
+	return db.run(ctx, stdio, fs, args, func(conn *pgx.Conn, _ *migrations.Migrator) error {
+		rep, err := collectStatus(ctx, conn, db.schema)
+		if err != nil {
+			return err
+		}
+		if *httpAddr != "" {
+			rep.Daemon = askDaemon(ctx, *httpAddr)
+		}
+		if *asJSON {
+			return writeJSON(stdio.Stdout, rep)
+		}
+		printStatus(stdio.Stdout, rep)
+		return nil
+	})
 }
 
 func collectStatus(ctx context.Context, conn *pgx.Conn, schema string) (*statusReport, error) {

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"text/tabwriter"
 	"time"
@@ -34,14 +35,22 @@ type partitionJSON struct {
 	Lost []broker.LostRange `json:"lost,omitempty"`
 }
 
+// inspect registers --data-dir (described by dataDirUsage) and --json on
+// fs, beside the command's own flags, parses args and reads the embedded
+// broker's files: what `relay topics` and `relay groups` show.
+func inspect(ctx context.Context, stdio IO, fs *flag.FlagSet, args []string, dataDirUsage string) (ins broker.Inspection, asJSON bool, err error) {
+	dataDir := fs.String("data-dir", "relay-data", dataDirUsage)
+	j := fs.Bool("json", false, "print JSON")
+	if err := parse(fs, args, stdio, false); err != nil {
+		return ins, false, err
+	}
+	ins, err = broker.Inspect(ctx, *dataDir)
+	return ins, *j, err
+}
+
 func topics(ctx context.Context, stdio IO, args []string) error {
 	fs := flagSet("relay topics", stdio)
-	dataDir := fs.String("data-dir", "relay-data", "embedded broker data directory")
-	asJSON := fs.Bool("json", false, "print JSON")
-	if err := parse(fs, args, stdio, false); err != nil {
-		return err
-	}
-	ins, err := broker.Inspect(ctx, *dataDir)
+	ins, asJSON, err := inspect(ctx, stdio, fs, args, "embedded broker data directory")
 	if err != nil {
 		return err
 	}
@@ -56,7 +65,7 @@ func topics(ctx context.Context, stdio IO, args []string) error {
 		}
 		out = append(out, tj)
 	}
-	if *asJSON {
+	if asJSON {
 		return writeJSON(stdio.Stdout, out)
 	}
 	if len(out) == 0 {

@@ -254,6 +254,22 @@ func Write(ctx context.Context, cfg WriterConfig, ledger *Ledger) error {
 	})
 }
 
+// CrashLoad is the load of the crash tests: 8 writers of up to 10 events
+// a transaction into outbox.events, topic orders, 120-byte payloads, one
+// transaction in 25 rolled back.
+func CrashLoad(url string, events, keys int) WriterConfig {
+	return WriterConfig{URL: url, Schema: "outbox", Topic: "orders", Writers: 8, Events: events, Keys: keys,
+		PerTx: 10, RollbackEvery: 25, PayloadBytes: 120}
+}
+
+// WriteAsync runs Write in the background; its error (nil when every
+// event is committed) arrives on the returned channel.
+func WriteAsync(ctx context.Context, cfg WriterConfig, ledger *Ledger) <-chan error {
+	done := make(chan error, 1)
+	go func() { done <- Write(ctx, cfg, ledger) }()
+	return done
+}
+
 // EachWriter runs write for each of cfg.Writers writers at once, writer w
 // to write n of cfg.Events events (the first takes the remainder), and
 // returns the first error.
@@ -550,6 +566,19 @@ func Check(t testing.TB, records []Record, ledger *Ledger) int {
 	}
 	CheckCommitted(t, ledger, seen, bad, len(records), "the log")
 	return len(records)
+}
+
+// CheckLog reads topic orders of the embedded broker's log in dataDir and
+// fails unless it holds every committed event exactly once, in per-key
+// order, and nothing else (Check, and one record per committed event). It
+// returns the number of records.
+func CheckLog(t testing.TB, dataDir string, ledger *Ledger) int {
+	t.Helper()
+	n := Check(t, ReadLog(t, dataDir, "orders"), ledger)
+	if n != len(ledger.Committed) {
+		t.Fatalf("the log has %d records for %d committed events", n, len(ledger.Committed))
+	}
+	return n
 }
 
 // FreeAddr returns a loopback address with a port free at the moment.

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"net/http"
 	"testing"
 	"time"
 
@@ -16,11 +15,7 @@ import (
 // quantile and the number of events it counts.
 func LatencyQuantile(t testing.TB, addr string, q float64) (time.Duration, uint64) {
 	t.Helper()
-	c := http.Client{Timeout: 5 * time.Second}
-	resp, err := c.Get("http://" + addr + "/metrics")
-	if err != nil {
-		t.Fatalf("scraping metrics: %v", err)
-	}
+	resp := scrape(t, addr)
 	defer resp.Body.Close()
 	parser := expfmt.NewTextParser(model.UTF8Validation)
 	families, err := parser.TextToMetricFamilies(resp.Body)

@@ -1,9 +1,13 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/outboxrelay/relay/relay"
 )
@@ -59,4 +63,35 @@ func CheckReplay(t testing.TB, records []Record, ledger *Ledger, request int64, 
 		}
 	}
 	return n, len(replayRecs)
+}
+
+// DBNow is the server's clock_timestamp(): a time to bound a replay window
+// by that the server's own created_at values compare with.
+func DBNow(t testing.TB, conn *pgx.Conn) time.Time {
+	t.Helper()
+	var now time.Time
+	if err := conn.QueryRow(context.Background(), "SELECT clock_timestamp()").Scan(&now); err != nil {
+		t.Fatal(err)
+	}
+	return now
+}
+
+// ArchivedWindow returns the event ids in outbox.events_archive created in
+// [since, until), in publication order, and fails unless there are want.
+func ArchivedWindow(t testing.TB, conn *pgx.Conn, since, until time.Time, want int) []string {
+	t.Helper()
+	var window []string
+	rows, err := conn.Query(context.Background(), `SELECT event_id::text FROM outbox.events_archive WHERE created_at >= $1 AND created_at < $2 ORDER BY seq`, since, until)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var id string
+		rows.Scan(&id)
+		window = append(window, id)
+	}
+	if rows.Err() != nil || len(window) != want {
+		t.Fatalf("the archive holds %d events of the window, want %d (%v)", len(window), want, rows.Err())
+	}
+	return window
 }

@@ -105,6 +105,17 @@ func WaitReady(t testing.TB, p *Proc, ready bool, timeout time.Duration) {
 	}
 }
 
+// scrape GETs the relay's /metrics at addr; the caller closes the body.
+func scrape(t testing.TB, addr string) *http.Response {
+	t.Helper()
+	c := http.Client{Timeout: 5 * time.Second}
+	resp, err := c.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatalf("scraping metrics: %v", err)
+	}
+	return resp
+}
+
 // Metric reads one unlabelled metric from the relay's /metrics at addr.
 func Metric(t testing.TB, addr, name string) float64 {
 	t.Helper()
@@ -124,11 +135,7 @@ func Metric(t testing.TB, addr, name string) float64 {
 // metricLines scrapes the relay's /metrics at addr.
 func metricLines(t testing.TB, addr string) []string {
 	t.Helper()
-	c := http.Client{Timeout: 5 * time.Second}
-	resp, err := c.Get("http://" + addr + "/metrics")
-	if err != nil {
-		t.Fatalf("scraping metrics: %v", err)
-	}
+	resp := scrape(t, addr)
 	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)
 	if err != nil {

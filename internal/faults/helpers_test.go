@@ -3,7 +3,6 @@ package faults_test
 import (
 	"context"
 	"errors"
-	"os"
 	"strings"
 	"syscall"
 	"testing"
@@ -17,15 +16,24 @@ import (
 	"github.com/outboxrelay/relay/internal/testbin"
 )
 
-func TestMain(m *testing.M) {
-	code := pgtest.Run(m)
-	testbin.Cleanup()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { pgtest.Main(m, testbin.Cleanup) }
 
 // lease is the leader lease the tests run with: short, so that takeovers
 // are quick, and long enough for a loaded 2-core machine to renew it.
 const lease = time.Second
+
+// takeoverBound is how long after its leader stops renewing (paused,
+// partitioned) a standby must have taken over: one lease, which is what
+// the design waits, plus 3 s for a loaded 2-core machine (a poll of the
+// lease row, the takeover transaction, the test's /readyz polling).
+const takeoverBound = lease + 3*time.Second
+
+// releaseBound is how long after a partition starts the partitioned leader
+// may take to stop its pipeline and release the data directory, so that
+// the new leader publishes while the partition lasts: its lease runs out
+// within Lease*4/5, its queries are cancelled, and 10 s are left for a
+// loaded machine.
+const releaseBound = lease + 10*time.Second
 
 // env is one test's migrated database, shared data directory and binary.
 type env struct {
@@ -71,6 +79,27 @@ func (n *node) start() *node {
 	return n
 }
 
+// startPair starts a and waits for it to lead, then b and waits for it to
+// stand by.
+func startPair(a, b *node) {
+	a.e.t.Helper()
+	e2e.WaitRole(a.e.t, a.start().proc, "leader", 30*time.Second)
+	e2e.WaitRole(b.e.t, b.start().proc, "standby", 30*time.Second)
+}
+
+// pairUnderLoad starts a leader a and a standby b, and steady writers
+// (rounds of 1000 events 50 ms apart, into the returned ledger); it
+// returns once 3000 are published.
+func (e *env) pairUnderLoad() (a, b *node, ledger *e2e.Ledger, stopWriters func()) {
+	e.t.Helper()
+	ledger = e2e.NewLedger()
+	a, b = e.newNode("a"), e.newNode("b")
+	startPair(a, b)
+	stopWriters = e.steady(1000, 50*time.Millisecond, ledger)
+	e2e.WaitPublished(e.t, e.url, 3000, time.Minute)
+	return a, b, ledger, stopWriters
+}
+
 // stop ends the node's relay with SIGTERM and expects a clean exit.
 func (n *node) stop() {
 	n.e.t.Helper()
@@ -103,11 +132,7 @@ func (e *env) steady(events int, pause time.Duration, ledger *e2e.Ledger) (stop 
 // event exactly once, in per-key order, and nothing else.
 func (e *env) checkAll(ledger *e2e.Ledger) int {
 	e.t.Helper()
-	n := e2e.Check(e.t, e2e.ReadLog(e.t, e.dataDir, "orders"), ledger)
-	if n != len(ledger.Committed) {
-		e.t.Fatalf("the log has %d records for %d committed events", n, len(ledger.Committed))
-	}
-	return n
+	return e2e.CheckLog(e.t, e.dataDir, ledger)
 }
 
 // epoch is the leadership epoch in the database.

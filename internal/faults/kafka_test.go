@@ -106,18 +106,13 @@ func TestLeaseSessionKilledKafkaSink(t *testing.T) {
 		return []string{"--sink", "kafka", "--kafka-brokers", strings.Join(cluster.Addrs(), ","), "--kafka-create-topics",
 			"--kafka-topic-partitions", "8", "--data-dir", e2e.DataDir(t), "--kafka-dial-timeout", "3s"}
 	}
-	a := e.newNode("a", kafkaArgs()...).start()
-	e2e.WaitRole(t, a.proc, "leader", 30*time.Second)
-	b := e.newNode("b", kafkaArgs()...).start()
-	e2e.WaitRole(t, b.proc, "standby", 30*time.Second)
+	a, b := e.newNode("a", kafkaArgs()...), e.newNode("b", kafkaArgs()...)
+	startPair(a, b)
 	firstEpoch := e.epoch()
 
 	stopWriters := e.steady(250, 100*time.Millisecond, ledger)
 	e2e.WaitPublished(t, e.url, 2000, time.Minute)
-	for round := 0; round < 6; round++ {
-		killLeaderSessions(t, e, round, a, b)
-		time.Sleep(1500 * time.Millisecond)
-	}
+	killLeaderSessionsSixTimes(t, e, a, b)
 	stopWriters()
 	began := time.Now()
 	e2e.WaitDrained(t, e.url, "outbox", 2*time.Minute)

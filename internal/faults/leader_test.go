@@ -53,6 +53,16 @@ func killLeaderSessions(t *testing.T, e *env, round int, nodes ...*node) *node {
 	return leader
 }
 
+// killLeaderSessionsSixTimes runs the six rounds of killLeaderSessions
+// (each kind twice), 1.5 s apart.
+func killLeaderSessionsSixTimes(t *testing.T, e *env, nodes ...*node) {
+	t.Helper()
+	for round := 0; round < 6; round++ {
+		killLeaderSessions(t, e, round, nodes...)
+		time.Sleep(1500 * time.Millisecond)
+	}
+}
+
 // TestLeaseSessionKilledWithStandby: two relays on one outbox and one data
 // directory, 8 writers, and the leader's sessions killed 6 times: its lease
 // session alone, all its sessions, and its lease session with renewals
@@ -63,18 +73,13 @@ func killLeaderSessions(t *testing.T, e *env, round int, nodes ...*node) *node {
 func TestLeaseSessionKilledWithStandby(t *testing.T) {
 	e := newEnv(t)
 	ledger := e2e.NewLedger()
-	a := e.newNode("a").start()
-	e2e.WaitRole(t, a.proc, "leader", 30*time.Second)
-	b := e.newNode("b").start()
-	e2e.WaitRole(t, b.proc, "standby", 30*time.Second)
+	a, b := e.newNode("a"), e.newNode("b")
+	startPair(a, b)
 	firstEpoch := e.epoch()
 
 	stopWriters := e.steady(1000, 50*time.Millisecond, ledger)
 	e2e.WaitPublished(t, e.url, 2000, time.Minute)
-	for round := 0; round < 6; round++ {
-		killLeaderSessions(t, e, round, a, b)
-		time.Sleep(1500 * time.Millisecond)
-	}
+	killLeaderSessionsSixTimes(t, e, a, b)
 	stopWriters()
 	e2e.WaitDrained(t, e.url, "outbox", 2*time.Minute)
 	takeovers := e.epoch() - firstEpoch

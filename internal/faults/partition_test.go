@@ -8,13 +8,6 @@ import (
 	"github.com/outboxrelay/relay/internal/e2e"
 )
 
-// releaseBound is how long after a partition starts the partitioned leader
-// may take to stop its pipeline and release the data directory, so that
-// the new leader publishes while the partition lasts: its lease runs out
-// within Lease*4/5, its queries are cancelled, and 10 s are left for a
-// loaded machine.
-const releaseBound = lease + 10*time.Second
-
 // TestPartitionedLeader: each relay reaches PostgreSQL through its own
 // proxy; the leader's proxy stops forwarding without closing anything (a
 // silent partition) while 8 writers commit. Within takeoverBound the
@@ -27,13 +20,7 @@ const releaseBound = lease + 10*time.Second
 // once in per-key order.
 func TestPartitionedLeader(t *testing.T) {
 	e := newEnv(t)
-	ledger := e2e.NewLedger()
-	a := e.newNode("a").start()
-	e2e.WaitRole(t, a.proc, "leader", 30*time.Second)
-	b := e.newNode("b").start()
-	e2e.WaitRole(t, b.proc, "standby", 30*time.Second)
-	stopWriters := e.steady(1000, 50*time.Millisecond, ledger)
-	e2e.WaitPublished(t, e.url, 3000, time.Minute)
+	a, b, ledger, stopWriters := e.pairUnderLoad()
 
 	a.proxy.Blackhole()
 	partitioned := time.Now()

@@ -11,12 +11,6 @@ import (
 	"github.com/outboxrelay/relay/internal/e2e"
 )
 
-// takeoverBound is how long after its leader stops renewing (paused,
-// partitioned) a standby must have taken over: one lease, which is what
-// the design waits, plus 3 s for a loaded 2-core machine (a poll of the
-// lease row, the takeover transaction, the test's /readyz polling).
-const takeoverBound = lease + 3*time.Second
-
 // TestPausedLeaderResumes: the leader is SIGSTOPped for 6 leases (past its
 // lease and the idle-in-transaction timeout that ends a transaction it
 // left open) while 8 writers commit. The standby takes over within
@@ -29,13 +23,7 @@ const takeoverBound = lease + 3*time.Second
 // standby.
 func TestPausedLeaderResumes(t *testing.T) {
 	e := newEnv(t)
-	ledger := e2e.NewLedger()
-	a := e.newNode("a").start()
-	e2e.WaitRole(t, a.proc, "leader", 30*time.Second)
-	b := e.newNode("b").start()
-	e2e.WaitRole(t, b.proc, "standby", 30*time.Second)
-	stopWriters := e.steady(1000, 50*time.Millisecond, ledger)
-	e2e.WaitPublished(t, e.url, 3000, time.Minute)
+	a, b, ledger, stopWriters := e.pairUnderLoad()
 
 	a.proc.Signal(syscall.SIGSTOP)
 	stopped := time.Now()

@@ -1,26 +1,16 @@
 package faults_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/outboxrelay/relay/internal/e2e"
+	"github.com/outboxrelay/relay/internal/testbin"
 	"github.com/outboxrelay/relay/relay"
 )
-
-func dbNow(t *testing.T, e *env) time.Time {
-	t.Helper()
-	var now time.Time
-	if err := e.admin.QueryRow(context.Background(), "SELECT clock_timestamp()").Scan(&now); err != nil {
-		t.Fatal(err)
-	}
-	return now
-}
 
 // TestReplayAcrossTakeovers: a `relay replay` of a 4,000-event window runs
 // while 8 writers commit and the leader's sessions are killed round after
@@ -34,10 +24,8 @@ func TestReplayAcrossTakeovers(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
 	ledger := e2e.NewLedger()
-	a := e.newNode("a", "--retain", "1h", "--batch-size", "50").start()
-	e2e.WaitRole(t, a.proc, "leader", 30*time.Second)
-	b := e.newNode("b", "--retain", "1h", "--batch-size", "50").start()
-	e2e.WaitRole(t, b.proc, "standby", 30*time.Second)
+	a, b := e.newNode("a", "--retain", "1h", "--batch-size", "50"), e.newNode("b", "--retain", "1h", "--batch-size", "50")
+	startPair(a, b)
 	firstEpoch := e.epoch()
 
 	write := func(n int) {
@@ -48,24 +36,12 @@ func TestReplayAcrossTakeovers(t *testing.T) {
 	}
 	write(1000)
 	e2e.WaitDrained(t, e.url, "outbox", time.Minute)
-	since := dbNow(t, e)
+	since := e2e.DBNow(t, e.admin)
 	write(4000)
-	until := dbNow(t, e)
+	until := e2e.DBNow(t, e.admin)
 	write(1000)
 	e2e.WaitDrained(t, e.url, "outbox", time.Minute)
-	var window []string
-	rows, err := e.admin.Query(ctx, `SELECT event_id::text FROM outbox.events_archive WHERE created_at >= $1 AND created_at < $2 ORDER BY seq`, since, until)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for rows.Next() {
-		var id string
-		rows.Scan(&id)
-		window = append(window, id)
-	}
-	if rows.Err() != nil || len(window) != 4000 {
-		t.Fatalf("the archive holds %d events of the window, want 4000 (%v)", len(window), rows.Err())
-	}
+	window := e2e.ArchivedWindow(t, e.admin, since, until, 4000)
 
 	stopWriters := e.steady(200, 50*time.Millisecond, ledger)
 	type result struct {
@@ -77,16 +53,9 @@ func TestReplayAcrossTakeovers(t *testing.T) {
 	go func() {
 		rctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
 		defer cancel()
-		cmd := exec.CommandContext(rctx, e.bin, "replay", "--database-url", e.url, "--since", since.Format(time.RFC3339Nano),
+		r, err := testbin.Run(rctx, e.bin, nil, "replay", "--database-url", e.url, "--since", since.Format(time.RFC3339Nano),
 			"--until", until.Format(time.RFC3339Nano), "--json", "--poll-interval", "50ms")
-		var stdout, stderr bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &stdout, &stderr
-		err := cmd.Run()
-		code := 0
-		if ee, ok := err.(*exec.ExitError); ok {
-			code, err = ee.ExitCode(), nil
-		}
-		replayDone <- result{stdout.String() + stderr.String(), code, err}
+		replayDone <- result{r.Stdout + r.Stderr, r.Code, err}
 	}()
 
 	var res result

@@ -1,5 +1,5 @@
 // Package pgcluster starts and stops throwaway PostgreSQL servers for tests,
-// `relay demo` and `relay bench`.
+// `relay-dev demo` and `relay-dev bench`.
 //
 // Start tries, in order: a server built from the local PostgreSQL binaries
 // (initdb and postgres, found on PATH or under /usr/lib/postgresql/*/bin) in

@@ -35,9 +35,14 @@ var (
 )
 
 // Main starts the package's cluster, runs the tests, stops the cluster and
-// removes its files, then exits with the tests' status.
-func Main(m *testing.M) {
-	os.Exit(Run(m))
+// removes its files, calls each of after (testbin.Cleanup, say), then exits
+// with the tests' status.
+func Main(m *testing.M, after ...func()) {
+	code := Run(m)
+	for _, f := range after {
+		f()
+	}
+	os.Exit(code)
 }
 
 // Run is Main without the exit, for a TestMain with more to clean up.

@@ -196,6 +196,14 @@ func processCPU() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
+// startTimer starts the timed part of a benchmark of size-byte records and
+// returns when it began and the process's CPU time then, for reportRates.
+func startTimer(b *testing.B, size int) (start time.Time, cpu time.Duration) {
+	b.SetBytes(int64(size))
+	b.ResetTimer()
+	return time.Now(), processCPU()
+}
+
 // reportRates reports records/s since start, and cpu-ns/record: the
 // process's CPU time per record since cpu. With the same clients against
 // every target, the latter tells the servers' CPU cost apart even when
@@ -250,9 +258,7 @@ func benchProduce(b *testing.B, addr string, record func(int) *kgo.Record, size,
 	cls := newProducers(b, addr, clients)
 	defer closeAll(cls)
 	produceAll(b, cls, record, 1000*clients) // warm up: metadata, producer ids, connections
-	b.SetBytes(int64(size))
-	b.ResetTimer()
-	start, cpu := time.Now(), processCPU()
+	start, cpu := startTimer(b, size)
 	produceAll(b, cls, record, b.N)
 	reportRates(b, start, cpu)
 }
@@ -291,9 +297,7 @@ func benchConsume(b *testing.B, addr string, record func(int) *kgo.Record, size,
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	b.SetBytes(int64(size))
-	b.ResetTimer()
-	start, cpu := time.Now(), processCPU()
+	start, cpu := startTimer(b, size)
 	var wg sync.WaitGroup
 	for _, s := range shares {
 		wg.Go(func() {
@@ -364,9 +368,7 @@ func benchFetchRaw(b *testing.B, addr string, record func(int) *kgo.Record, size
 	topicID := mresp.Topics[0].TopicID // Fetch v13+ names topics by id
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	b.SetBytes(int64(size))
-	b.ResetTimer()
-	start, cpu := time.Now(), processCPU()
+	start, cpu := startTimer(b, size)
 	var wg sync.WaitGroup
 	var total atomic.Int64
 	for c, cl := range cls {

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -31,11 +30,7 @@ import (
 // in-process kfake cluster, and check what Kafka holds against what the
 // writers committed.
 
-func TestMain(m *testing.M) {
-	code := pgtest.Run(m)
-	testbin.Cleanup()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { pgtest.Main(m, testbin.Cleanup) }
 
 // e2eParts is the partition count of the topics the relay creates.
 const e2eParts = 8
@@ -226,13 +221,7 @@ func crashLoop(t *testing.T, source string, txn bool) {
 
 	proc := k.start()
 	began := time.Now()
-	writeDone := make(chan error, 1)
-	go func() {
-		writeDone <- e2e.Write(ctx, e2e.WriterConfig{
-			URL: k.url, Schema: "outbox", Topic: "orders", Writers: 8, Events: 20_000, Keys: 400,
-			PerTx: 10, RollbackEvery: 25, PayloadBytes: 120,
-		}, ledger)
-	}()
+	writeDone := e2e.WriteAsync(ctx, e2e.CrashLoad(k.url, 20_000, 400), ledger)
 
 	locker := pgtest.Connect(t, k.url)
 	seed := uint64(len(source))

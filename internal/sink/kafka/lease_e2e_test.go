@@ -22,7 +22,6 @@ import (
 	"github.com/outboxrelay/relay/internal/pgtest"
 	"github.com/outboxrelay/relay/internal/sink/kafka/kafkatest"
 	"github.com/outboxrelay/relay/relay"
-	"github.com/outboxrelay/relay/relay/relaytest"
 )
 
 // TestE2EKafkaLeaseKilled is issue 13's leadership acceptance for the Kafka
@@ -143,7 +142,7 @@ WHERE datname = $4 AND client_port = ANY($1) AND ($2 OR application_name = $3)`
 	}
 
 	records := kafkatest.ReadRecords(t, k.cluster.Addrs(), "orders", txn)
-	res := checkKafka(t, toRelaytest(records), ledger, e2eParts)
+	res := checkKafka(t, kafkatest.AsRecords(records), ledger, e2eParts)
 	producers, handovers := checkOneProducerAtATime(t, records)
 	t.Logf("%d committed events (%d rolled back absent); 6 rounds, %d sessions terminated, %d takeovers; writers done after %v, drained after %v",
 		len(ledger.Committed), len(ledger.RolledBack), terminated, takeovers, written.Round(time.Millisecond), drained.Round(time.Millisecond))
@@ -350,17 +349,6 @@ func pidServing(t *testing.T, addr string) int {
 	}
 	t.Fatalf("no relay process serves %s", addr)
 	return 0
-}
-
-func toRelaytest(records []*kgo.Record) []relaytest.Record {
-	out := make([]relaytest.Record, len(records))
-	for i, r := range records {
-		out[i] = relaytest.Record{Partition: r.Partition, Key: r.Key, Value: r.Value, Timestamp: r.Timestamp}
-		for _, h := range r.Headers {
-			out[i].Headers = append(out[i].Headers, relay.Header{Key: h.Key, Value: h.Value})
-		}
-	}
-	return out
 }
 
 // checkOneProducerAtATime asserts that in each partition (records sorted by

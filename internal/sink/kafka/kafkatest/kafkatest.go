@@ -107,7 +107,12 @@ func (c *Cluster) Outage(d time.Duration) {
 // transaction left open holds the read until the cluster aborts it.
 func Read(t testing.TB, brokers []string, topic string, committed bool) []relaytest.Record {
 	t.Helper()
-	records := ReadRecords(t, brokers, topic, committed)
+	return AsRecords(ReadRecords(t, brokers, topic, committed))
+}
+
+// AsRecords converts Kafka records into the core's test records, which
+// relaytest's and e2e's checkers read.
+func AsRecords(records []*kgo.Record) []relaytest.Record {
 	out := make([]relaytest.Record, len(records))
 	for i, r := range records {
 		out[i] = relaytest.Record{Partition: r.Partition, Key: r.Key, Value: r.Value, Timestamp: r.Timestamp}

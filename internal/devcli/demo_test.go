@@ -1,4 +1,4 @@
-package cli_test
+package devcli_test
 
 import (
 	"bufio"
@@ -14,11 +14,11 @@ import (
 	"github.com/outboxrelay/relay/internal/testbin"
 )
 
-// TestDemo runs `relay demo` as a user would: events are consumed within
+// TestDemo runs `relay-dev demo` as a user would: events are consumed within
 // 30 s, and Ctrl-C stops everything and removes its files.
 func TestDemo(t *testing.T) {
 	t.Parallel()
-	cmd := exec.Command(testbin.Relay(t), "demo", "--kafka-addr", e2e.FreeAddr(t), "--http-addr", e2e.FreeAddr(t), "--interval", "100ms")
+	cmd := exec.Command(testbin.RelayDev(t), "demo", "--kafka-addr", e2e.FreeAddr(t), "--http-addr", e2e.FreeAddr(t), "--interval", "100ms")
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)

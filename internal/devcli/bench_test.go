@@ -1,6 +1,7 @@
-package cli_test
+package devcli_test
 
 import (
+	"context"
 	"encoding/json"
 	"slices"
 	"testing"
@@ -8,9 +9,12 @@ import (
 	"github.com/outboxrelay/relay/internal/bench"
 	"github.com/outboxrelay/relay/internal/pgtest"
 	"github.com/outboxrelay/relay/internal/sink/kafka/kafkatest"
+	"github.com/outboxrelay/relay/internal/testbin"
 )
 
-// TestBenchRuns keeps `relay bench` from rotting: a few seconds of each
+func TestMain(m *testing.M) { pgtest.Main(m, testbin.Cleanup) }
+
+// TestBenchRuns keeps `relay-dev bench` from rotting: a few seconds of each
 // mode against the test cluster, checked through its JSON output.
 func TestBenchRuns(t *testing.T) {
 	t.Parallel()
@@ -28,19 +32,19 @@ func TestBenchRuns(t *testing.T) {
 		{"kafka sink live", []string{"--sink", "kafka", "--relay-args", "--kafka-brokers " + kafkaCluster.Addrs()[0] + " --kafka-create-topics",
 			"--events", "1000", "--rate", "2000", "--writers", "2"}, false},
 	} {
-		r := relay(t, nil, append([]string{"bench", "--json", "--database-url", admin}, tc.args...)...)
-		if r.code != 0 {
-			t.Fatalf("%s: exit %d: %s", tc.name, r.code, r.stderr)
+		r, err := testbin.Run(context.Background(), testbin.RelayDev(t), nil, append([]string{"bench", "--json", "--database-url", admin}, tc.args...)...)
+		if err != nil || r.Code != 0 {
+			t.Fatalf("%s: %v, exit %d: %s", tc.name, err, r.Code, r.Stderr)
 		}
 		var results []bench.Result
 		if slices.Contains(tc.args, "--runs") {
-			if err := json.Unmarshal([]byte(r.stdout), &results); err != nil || len(results) != 2 {
-				t.Fatalf("%s: output is not a JSON array of 2 runs: %v\n%s", tc.name, err, r.stdout)
+			if err := json.Unmarshal([]byte(r.Stdout), &results); err != nil || len(results) != 2 {
+				t.Fatalf("%s: output is not a JSON array of 2 runs: %v\n%s", tc.name, err, r.Stdout)
 			}
 		} else {
 			var res bench.Result
-			if err := json.Unmarshal([]byte(r.stdout), &res); err != nil {
-				t.Fatalf("%s: output is not JSON: %v\n%s", tc.name, err, r.stdout)
+			if err := json.Unmarshal([]byte(r.Stdout), &res); err != nil {
+				t.Fatalf("%s: output is not JSON: %v\n%s", tc.name, err, r.Stdout)
 			}
 			results = append(results, res)
 		}

@@ -1,11 +1,11 @@
-package cli
+package devcli
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"math/rand/v2"
+	"net"
 	"os"
 	"sync"
 	"time"
@@ -13,40 +13,35 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/outboxrelay/relay/internal/cli"
 	"github.com/outboxrelay/relay/internal/pgcluster"
 	"github.com/outboxrelay/relay/internal/pgconfig"
 	"github.com/outboxrelay/relay/migrations"
 	"github.com/outboxrelay/relay/outbox"
 )
 
-func demoCommand() *command {
-	return &command{name: "demo", summary: "everything on embedded defaults: Postgres, relay, a sample service and a Kafka consumer", run: runDemo}
-}
-
 // runDemo starts a throwaway Postgres, migrates it, runs the relay with the
 // embedded broker and its Kafka listener, runs a sample service that writes
 // orders and their events in one transaction, and consumes the events with
 // a Kafka client, printing what arrives. Ctrl-C stops and removes it all.
-func runDemo(ctx context.Context, stdio IO, args []string) error {
-	fs := flagSet("relay demo", stdio)
-	var f runFlags
-	fs.StringVar(&f.kafkaAddr, "kafka-addr", "127.0.0.1:9092", "Kafka protocol listener address")
-	fs.StringVar(&f.httpAddr, "http-addr", "127.0.0.1:9464", "metrics and health address")
-	fs.StringVar(&f.source, "source", "poll", "outbox reader: poll or cdc")
+func runDemo(ctx context.Context, stdio cli.IO, args []string) error {
+	fs := cli.FlagSet("relay-dev demo", stdio)
+	kafkaAddr := fs.String("kafka-addr", "127.0.0.1:9092", "Kafka protocol listener address")
+	httpAddr := fs.String("http-addr", "127.0.0.1:9464", "metrics and health address")
+	source := fs.String("source", "poll", "outbox reader: poll or cdc")
 	interval := fs.Duration("interval", 500*time.Millisecond, "how often the sample service places an order")
-	if err := parse(fs, args, stdio, false); err != nil {
+	if err := cli.Parse(fs, args, stdio); err != nil {
 		return err
 	}
-	if f.source != "poll" && f.source != "cdc" {
-		return usagef("--source %q: must be poll or cdc", f.source)
+	if *source != "poll" && *source != "cdc" {
+		return cli.Usagef("--source %q: must be poll or cdc", *source)
 	}
-	if f.kafkaAddr == "" {
-		return usagef("--kafka-addr is required: the demo's consumer reads through it")
+	if *kafkaAddr == "" {
+		return cli.Usagef("--kafka-addr is required: the demo's consumer reads through it")
 	}
-	if err := validateListenAddr("--kafka-addr", f.kafkaAddr); err != nil {
-		return err
+	if _, _, err := net.SplitHostPort(*kafkaAddr); err != nil {
+		return cli.Usagef("--kafka-addr %q: %v", *kafkaAddr, err)
 	}
-	log := slog.New(slog.NewTextHandler(stdio.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	say := func(format string, a ...any) { fmt.Fprintf(stdio.Stdout, format+"\n", a...) }
 
 	say("starting a throwaway PostgreSQL ...")
@@ -76,11 +71,12 @@ func runDemo(ctx context.Context, stdio IO, args []string) error {
 	}
 	say("embedded broker files: %s", dataDir)
 
-	// The relay, on embedded defaults.
-	f.db = dbFlags{url: url, schema: migrations.DefaultSchema}
-	f.sink, f.dataDir, f.batchSize, f.batchBytes, f.pollInterval, f.partitions = "embedded", dataDir, 1000, 8<<20, time.Second, 3
-	f.createTopics = true
-	f.maxMessageBytes, f.fsync, f.shutdownTimeout, f.heartbeat = 1<<20, "always", 10*time.Second, 10*time.Second
+	// The relay, on embedded defaults, in this process; the environment's
+	// RELAY_* variables are the demo's, not its relay's.
+	relayIO := cli.IO{Stdout: stdio.Stdout, Stderr: stdio.Stderr, Getenv: func(string) string { return "" }}
+	relayArgs := []string{"--database-url", url, "--source", *source, "--data-dir", dataDir,
+		"--kafka-addr", *kafkaAddr, "--http-addr", *httpAddr,
+		"--partitions", "3", "--shutdown-timeout", "10s", "--log-level", "warn"}
 	var wg sync.WaitGroup
 	ctx, stop := context.WithCancel(ctx)
 	defer stop()
@@ -88,12 +84,12 @@ func runDemo(ctx context.Context, stdio IO, args []string) error {
 	wg.Add(3)
 	go func() {
 		defer wg.Done()
-		if err := f.serve(ctx, log); err != nil {
+		if err := cli.Serve(ctx, relayIO, relayArgs); err != nil {
 			errs <- fmt.Errorf("relay: %w", err)
 		}
 	}()
-	say("relay is running: Kafka protocol on %s, metrics on http://%s/metrics", f.kafkaAddr, f.httpAddr)
-	say("watch the same topic from another terminal with:\n  kcat -b %s -C -t orders -f 'partition %%p offset %%o key %%k: %%s\\n'", f.kafkaAddr)
+	say("relay is running: Kafka protocol on %s, metrics on http://%s/metrics", *kafkaAddr, *httpAddr)
+	say("watch the same topic from another terminal with:\n  kcat -b %s -C -t orders -f 'partition %%p offset %%o key %%k: %%s\\n'", *kafkaAddr)
 
 	go func() {
 		defer wg.Done()
@@ -103,7 +99,7 @@ func runDemo(ctx context.Context, stdio IO, args []string) error {
 	}()
 	go func() {
 		defer wg.Done()
-		if err := demoConsumer(ctx, f.kafkaAddr, say); err != nil {
+		if err := demoConsumer(ctx, *kafkaAddr, say); err != nil {
 			errs <- fmt.Errorf("consumer: %w", err)
 		}
 	}()

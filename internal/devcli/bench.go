@@ -1,10 +1,11 @@
-package cli
+package devcli
 
 import (
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"slices"
 	"strings"
@@ -12,14 +13,11 @@ import (
 	"time"
 
 	"github.com/outboxrelay/relay/internal/bench"
+	"github.com/outboxrelay/relay/internal/cli"
 )
 
-func benchCommand() *command {
-	return &command{name: "bench", summary: "measure the relay end to end against its baseline", run: runBench}
-}
-
-func runBench(ctx context.Context, stdio IO, args []string) error {
-	fs := flagSet("relay bench", stdio)
+func runBench(ctx context.Context, stdio cli.IO, args []string) error {
+	fs := cli.FlagSet("relay-dev bench", stdio)
 	var cfg bench.Config
 	fs.StringVar(&cfg.DatabaseURL, "database-url", "", "PostgreSQL server to use (default: start a throwaway one from the local binaries)")
 	fs.StringVar(&cfg.Source, "source", "poll", "reader: poll or cdc")
@@ -36,7 +34,7 @@ func runBench(ctx context.Context, stdio IO, args []string) error {
 	relayArgs := fs.String("relay-args", "", "extra `relay run` flags, space-separated")
 	fs.IntVar(&cfg.Runs, "runs", 1, "repeat the measurement this many times in the same environment and report each and the median")
 	asJSON := fs.Bool("json", false, "print JSON instead of a table (an array with --runs above 1)")
-	if err := parse(fs, args, stdio, false); err != nil {
+	if err := cli.Parse(fs, args, stdio); err != nil {
 		return err
 	}
 	cfg.Baseline = *baseline
@@ -45,8 +43,9 @@ func runBench(ctx context.Context, stdio IO, args []string) error {
 	if err != nil {
 		return err
 	}
+	// This binary's `relay-dev run` is the relay's `relay run`.
 	cfg.RelayBinary = exe
-	cfg.Logger = (&runFlags{logFormat: "text", logLevel: "info"}).logger(stdio)
+	cfg.Logger = slog.New(slog.NewTextHandler(stdio.Stderr, nil))
 	results, err := bench.Run(ctx, cfg)
 	if err != nil && (len(results) == 0 || !results[len(results)-1].Interrupted) {
 		return err
