@@ -123,6 +123,13 @@
 // retry on a growing delay as the horizon-based reader had to; Next also
 // reads every PollInterval, for notifications lost while disconnected.
 //
+// The reader's connection runs with enable_seqscan off: the outbox is a
+// queue whose statistics describe a passing moment (nearly empty when first
+// analyzed, full of deleted rows before a vacuum), and the generic plan a
+// prepared statement keeps for the connection's life, made from such
+// statistics, scanned the whole table several times per live read. Every
+// statement here is meant as an index lookup or an index-ordered scan.
+//
 // A read of a live batch is one statement: it takes the snapshot, reads the
 // rows whose transactions started since the previous tick or were running
 // in it (through the (txid, id) index), records the tick when there are
