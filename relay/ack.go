@@ -120,11 +120,7 @@ func (r *Relay) commitAcks(ctx context.Context, acks []ack, l *lease) error {
 					k := string(e.Key)
 					key = &k
 				}
-				var heldBy *int64
-				if d.heldBy != 0 {
-					heldBy = &d.heldBy
-				}
-				b.Queue(r.deadSQL, e.ID, e.EventID, e.Topic, key, e.Payload, headers, e.CreatedAt, d.err.Error(), d.reason, d.holds, heldBy)
+				b.Queue(r.deadSQL, e.ID, e.EventID, e.Topic, key, e.Payload, headers, e.CreatedAt, d.err.Error(), d.reason, d.holds, d.heldByArg())
 			}
 			if a.release != nil {
 				r.queueRelease(b, a.release)

@@ -239,8 +239,10 @@ func (r *Relay) sampleHolds(ctx context.Context) {
 	}
 }
 
-// scanDeadEvent reads a dead-letter row's event, with the row's id.
-func scanDeadEvent(row pgx.Row, extra ...any) (int64, Event, error) {
+// scanStoredEvent reads an event kept in one of the relay's tables (the
+// dead letters, the archive): a leading bigint (the row's id, the archive's
+// sequence number), the event's columns, then extra.
+func scanStoredEvent(row pgx.Row, extra ...any) (int64, Event, error) {
 	var id int64
 	var e Event
 	var key, headers *string

@@ -47,14 +47,8 @@ func (r *Relay) deadLetterRows(ctx context.Context, tx pgx.Tx, acks []ack) error
 	if len(dead) == 0 {
 		return nil
 	}
-	copySQL := `INSERT INTO ` + ident(r.cfg.Schema, "dead_letters") + ` (event_row_id, event_id, topic, key, payload, headers, created_at, error, reason, holds, held_by)
-SELECT id, event_id, topic, key, payload, headers, created_at, $2, $3, $4, $5 FROM ` + ident(r.cfg.Schema, "events") + ` WHERE id = $1`
 	for _, d := range dead {
-		var heldBy *int64
-		if d.heldBy != 0 {
-			heldBy = &d.heldBy
-		}
-		tag, err := tx.Exec(ctx, copySQL, d.event.ID, d.err.Error(), d.reason, d.holds, heldBy)
+		tag, err := tx.Exec(ctx, r.deadCopySQL, d.event.ID, d.err.Error(), d.reason, d.holds, d.heldByArg())
 		if err != nil {
 			return fmt.Errorf("moving event %s to the dead letters: %w", d.event.EventID, err)
 		}
@@ -62,7 +56,7 @@ SELECT id, event_id, topic, key, payload, headers, created_at, $2, $3, $4, $5 FR
 			continue
 		}
 		e := d.event
-		if _, err := tx.Exec(ctx, r.deadSQL, e.ID, e.EventID, e.Topic, nil, nil, nil, e.CreatedAt, d.err.Error()+" (the row was deleted before it could be copied)", d.reason, d.holds, heldBy); err != nil {
+		if _, err := tx.Exec(ctx, r.deadSQL, e.ID, e.EventID, e.Topic, nil, nil, nil, e.CreatedAt, d.err.Error()+" (the row was deleted before it could be copied)", d.reason, d.holds, d.heldByArg()); err != nil {
 			return fmt.Errorf("moving event %s to the dead letters: %w", e.EventID, err)
 		}
 	}

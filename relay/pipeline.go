@@ -49,6 +49,14 @@ type deadLetter struct {
 	heldBy int64
 }
 
+// heldByArg is heldBy as a statement argument: NULL when not held.
+func (d deadLetter) heldByArg() *int64 {
+	if d.heldBy == 0 {
+		return nil
+	}
+	return &d.heldBy
+}
+
 // pipeline runs source -> sink -> acknowledgement until ctx ends (graceful)
 // or something fails, while l is held: leading ends when the lease is lost.
 // Four stages overlap the work: one reads the next batch while another

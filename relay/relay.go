@@ -44,9 +44,9 @@ type Relay struct {
 	role    atomic.Value // Role
 	lastErr atomic.Pointer[error]
 
-	deleteSQL, deleteRangesSQL, deadSQL, checkpointSQL, loadSQL, backlogSQL string
-	replay                                                                  replaySQL
-	lease                                                                   leaseSQL
+	deleteSQL, deleteRangesSQL, deadSQL, deadCopySQL, checkpointSQL, loadSQL, backlogSQL string
+	replay                                                                               replaySQL
+	lease                                                                                leaseSQL
 	// holds are the held keys (hold.go), beats the readiness heartbeats
 	// (heartbeat.go).
 	holds holds
@@ -73,6 +73,10 @@ func New(cfg Config, source Source, sink Sink) (*Relay, error) {
 WHERE e.id BETWEEN r.lo AND r.hi`,
 		deadSQL: `INSERT INTO ` + ident("dead_letters") + ` (event_row_id, event_id, topic, key, payload, headers, created_at, error, reason, holds, held_by)
 VALUES ($1, $2::uuid, $3, $4, $5, $6::text::jsonb, $7, $8, $9, $10, $11)`,
+		// deadCopySQL dead-letters an outbox row without its content
+		// passing through the relay (oversize.go).
+		deadCopySQL: `INSERT INTO ` + ident("dead_letters") + ` (event_row_id, event_id, topic, key, payload, headers, created_at, error, reason, holds, held_by)
+SELECT id, event_id, topic, key, payload, headers, created_at, $2, $3, $4, $5 FROM ` + ident("events") + ` WHERE id = $1`,
 		checkpointSQL: `INSERT INTO ` + ident("checkpoints") + ` AS c (name, position_major, position_minor, sink_state, published, source, updated_at)
 VALUES ($1, $2, $3, $4, $5, $6, now())
 ON CONFLICT (name) DO UPDATE SET position_major = $2, position_minor = $3, sink_state = $4,

@@ -88,7 +88,7 @@ func (rl *releaser) step(ctx context.Context, out chan<- batch, after Position) 
 	for {
 		var holds, fresh bool
 		var resolution string
-		dlID, ev, err := scanDeadEvent(r.pool.QueryRow(ctx, r.holds.sql.holder, id), &holds, &resolution, &fresh)
+		dlID, ev, err := scanStoredEvent(r.pool.QueryRow(ctx, r.holds.sql.holder, id), &holds, &resolution, &fresh)
 		if err != nil {
 			return false, fmt.Errorf("reading dead letter %d to release its key: %w", id, err)
 		}
@@ -118,7 +118,7 @@ func (rl *releaser) step(ctx context.Context, out chan<- batch, after Position) 
 			return false, fmt.Errorf("reading the events held behind dead letter %d: %w", dlID, err)
 		}
 		for rows.Next() {
-			hid, he, err := scanDeadEvent(rows)
+			hid, he, err := scanStoredEvent(rows)
 			if err != nil {
 				rows.Close()
 				return false, fmt.Errorf("reading the events held behind dead letter %d: %w", dlID, err)

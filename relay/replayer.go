@@ -295,17 +295,9 @@ func (r *Relay) archivedEvents(ctx context.Context, db DB, after, through int64,
 	defer rows.Close()
 	var out []Event
 	for rows.Next() {
-		var e Event
-		var seq int64
-		var key, headers *string
-		if err := rows.Scan(&seq, &e.ID, &e.EventID, &e.Topic, &key, &e.Payload, &headers, &e.CreatedAt); err != nil {
+		seq, e, err := scanStoredEvent(rows)
+		if err != nil {
 			return nil, fmt.Errorf("reading archived events: %w", err)
-		}
-		if key != nil {
-			e.Key = []byte(*key)
-		}
-		if headers != nil {
-			e.Headers = []byte(*headers)
 		}
 		e.Position = Position{Major: uint64(seq)}
 		out = append(out, e)
