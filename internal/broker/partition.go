@@ -46,6 +46,9 @@ type partition struct {
 	mu   sync.Mutex
 	segs []*segment
 	next int64 // log end offset: offset of the next appended record
+	// appended counts the bytes of the batches appended since the
+	// partition was opened (for the append-rate metrics).
+	appended int64
 	// hw is the high watermark, the end of what fetches may read. With
 	// fsync-before-ack it equals durable, so consumers never see records a
 	// crash could take back.
@@ -495,6 +498,7 @@ func (p *partition) appendLocked(batch []byte, h BatchHeader, j *journal) (*segm
 	active.noteBatch(h, pos, p.set.indexInterval)
 	p.producers.update(h)
 	p.next = h.LastOffset() + 1
+	p.appended += int64(len(batch))
 	return active, nil
 }
 
@@ -1215,6 +1219,9 @@ type PartitionInfo struct {
 	LogEndOffset int64
 	Bytes        int64
 	Segments     int
+	// AppendedBytes are the bytes of the batches appended since the
+	// broker opened the partition.
+	AppendedBytes int64
 	// Lost are the offset ranges found damaged or missing and not
 	// repaired: the partition has a gap there (see LostRange).
 	Lost []LostRange
@@ -1227,7 +1234,8 @@ func (p *partition) info() PartitionInfo {
 	for _, s := range p.segs {
 		n += s.size
 	}
-	pi := PartitionInfo{Partition: p.id, LogStartOffset: p.segs[0].base, HighWatermark: p.hw, LogEndOffset: p.next, Bytes: n, Segments: len(p.segs)}
+	pi := PartitionInfo{Partition: p.id, LogStartOffset: p.segs[0].base, HighWatermark: p.hw, LogEndOffset: p.next, Bytes: n,
+		Segments: len(p.segs), AppendedBytes: p.appended}
 	if len(p.lost) > 0 {
 		pi.Lost = append([]LostRange(nil), p.lost...)
 	}
