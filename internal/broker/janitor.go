@@ -51,7 +51,7 @@ func (b *Broker) EnforceRetention(ctx context.Context) error {
 	var errs []error
 	now := b.opts.Now().UnixMilli()
 	for _, t := range b.topicList() {
-		if t.cfg.CleanupPolicy != CleanupDelete {
+		if t.set.config().CleanupPolicy != CleanupDelete {
 			continue
 		}
 		for _, p := range t.parts {
@@ -72,7 +72,7 @@ func (b *Broker) Compact(ctx context.Context) error {
 	var errs []error
 	now := b.opts.Now().UnixMilli()
 	for _, t := range b.topicList() {
-		if t.cfg.CleanupPolicy != CleanupCompact {
+		if t.set.config().CleanupPolicy != CleanupCompact {
 			continue
 		}
 		for _, p := range t.parts {
@@ -90,7 +90,7 @@ func (b *Broker) Compact(ctx context.Context) error {
 func (p *partition) enforceRetention(nowMs int64) error {
 	p.cleanMu.Lock()
 	defer p.cleanMu.Unlock()
-	cfg := p.set.cfg
+	cfg := p.set.config()
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
@@ -186,7 +186,7 @@ func (p *partition) compact(ctx context.Context, nowMs int64) error {
 			return err
 		}
 	}
-	tombstoneCutoff := nowMs - p.set.cfg.DeleteRetentionMs
+	tombstoneCutoff := nowMs - p.set.config().DeleteRetentionMs
 	for _, s := range segs {
 		if err := ctx.Err(); err != nil {
 			return err

@@ -7,6 +7,7 @@ import (
 	"os"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -19,7 +20,8 @@ type partitionSettings struct {
 	maxOpenReaders int
 	now            func() time.Time
 	logger         *slog.Logger
-	cfg            TopicConfig
+	// cfg is the topic's configuration; AlterTopicConfig swaps it.
+	cfg atomic.Pointer[TopicConfig]
 	// journal, under SyncBeforeAck, makes appends durable with one fsync
 	// for every partition (see journal.go); nil otherwise.
 	journal *journal
@@ -29,6 +31,9 @@ type partitionSettings struct {
 	// health turns sticky on the first failed fsync (health.go).
 	health *health
 }
+
+// config returns the topic's current configuration.
+func (s *partitionSettings) config() TopicConfig { return *s.cfg.Load() }
 
 // partition is one ordered log: a list of segments, the last one active.
 //
@@ -160,7 +165,7 @@ func (p *partition) openInactive(s *segment, end int64) error {
 	last := p.verifyRangeLocked(s, f, pos, s.size, first, end, "damaged batch at the end of an inactive segment, found on open")
 	// Offsets are dense up to the next segment, except where compaction
 	// removed records.
-	if last < end && p.set.cfg.CleanupPolicy != CleanupCompact {
+	if last < end && p.set.config().CleanupPolicy != CleanupCompact {
 		p.recordLostLocked(LostRange{First: last, Last: end - 1, Segment: -1,
 			Reason: fmt.Sprintf("inactive segment %d ends before the next segment's base, found on open", s.base)})
 	}
@@ -506,7 +511,7 @@ func (p *partition) needsRollLocked(s *segment, h BatchHeader, now time.Time) bo
 	if s.size == 0 {
 		return false
 	}
-	cfg := p.set.cfg
+	cfg := p.set.config()
 	if s.size+int64(h.Size()) > cfg.SegmentBytes {
 		return true
 	}
