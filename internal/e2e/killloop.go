@@ -48,6 +48,11 @@ func (k KillLoop) Run(t testing.TB, ctx context.Context, p *Proc, writeDone <-ch
 		case <-time.After(k.between(k.Every)):
 		}
 		if kills%3 == 0 {
+			// A relay still starting publishes nothing while the
+			// acknowledgements are held, and the kill would not land
+			// between the sink's acknowledgement and Postgres's: wait
+			// until it reads and publishes (ready) first.
+			k.waitPublishing(ctx, p)
 			HoldAcks(t, ctx, k.Locker, k.between(k.Hold), p.Kill)
 			held++
 		}
@@ -59,4 +64,20 @@ func (k KillLoop) Run(t testing.TB, ctx context.Context, p *Proc, writeDone <-ch
 		p = k.Restart()
 	}
 	return p, kills, held
+}
+
+// waitPublishing waits, at most 30 s, until p answers ready: its pipeline
+// runs and its heartbeats reach the log. A relay without an HTTP address
+// is not waited for.
+func (k KillLoop) waitPublishing(ctx context.Context, p *Proc) {
+	if p.HTTPAddr == "" {
+		return
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for ctx.Err() == nil && time.Now().Before(deadline) {
+		if ready, _ := p.Ready(); ready {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
