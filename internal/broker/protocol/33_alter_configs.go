@@ -67,6 +67,26 @@ func (s *Server) alterTopic(name string, changes []configChange, replace, valida
 
 var errBrokerConfigs = errors.New("the embedded broker's settings are the relay's flags; they cannot be altered through Kafka")
 
+// alterOutcome is the error code and message of altering one resource:
+// topic alters a topic; brokers and other resources are refused.
+func alterOutcome(rt kmsg.ConfigResourceType, topic func() (int16, error)) (int16, *string) {
+	var code int16
+	var err error
+	switch rt {
+	case kmsg.ConfigResourceTypeTopic:
+		code, err = topic()
+	case kmsg.ConfigResourceTypeBroker:
+		code, err = kerr.InvalidRequest.Code, errBrokerConfigs
+	default:
+		code, err = kerr.InvalidRequest.Code, fmt.Errorf("resource type %d cannot be altered", rt)
+	}
+	if err == nil {
+		return code, nil
+	}
+	msg := err.Error()
+	return code, &msg
+}
+
 // handleAlterConfigs replaces topics' configs: those not named go back to
 // the broker's defaults, as in Kafka.
 func (s *Server) handleAlterConfigs(req *kmsg.AlterConfigsRequest) kmsg.Response {
@@ -74,10 +94,7 @@ func (s *Server) handleAlterConfigs(req *kmsg.AlterConfigsRequest) kmsg.Response
 	for _, rr := range req.Resources {
 		r := kmsg.NewAlterConfigsResponseResource()
 		r.ResourceType, r.ResourceName = rr.ResourceType, rr.ResourceName
-		var code int16
-		var err error
-		switch rr.ResourceType {
-		case kmsg.ConfigResourceTypeTopic:
+		r.ErrorCode, r.ErrorMessage = alterOutcome(rr.ResourceType, func() (int16, error) {
 			changes := make([]configChange, 0, len(rr.Configs))
 			for _, c := range rr.Configs {
 				ch := configChange{name: c.Name, del: c.Value == nil}
@@ -86,17 +103,8 @@ func (s *Server) handleAlterConfigs(req *kmsg.AlterConfigsRequest) kmsg.Response
 				}
 				changes = append(changes, ch)
 			}
-			code, err = s.alterTopic(rr.ResourceName, changes, true, req.ValidateOnly)
-		case kmsg.ConfigResourceTypeBroker:
-			code, err = kerr.InvalidRequest.Code, errBrokerConfigs
-		default:
-			code, err = kerr.InvalidRequest.Code, fmt.Errorf("resource type %d cannot be altered", rr.ResourceType)
-		}
-		r.ErrorCode = code
-		if err != nil {
-			msg := err.Error()
-			r.ErrorMessage = &msg
-		}
+			return s.alterTopic(rr.ResourceName, changes, true, req.ValidateOnly)
+		})
 		resp.Resources = append(resp.Resources, r)
 	}
 	return resp
@@ -112,21 +120,9 @@ func (s *Server) handleIncrementalAlterConfigs(req *kmsg.IncrementalAlterConfigs
 	for _, rr := range req.Resources {
 		r := kmsg.NewIncrementalAlterConfigsResponseResource()
 		r.ResourceType, r.ResourceName = rr.ResourceType, rr.ResourceName
-		var code int16
-		var err error
-		switch rr.ResourceType {
-		case kmsg.ConfigResourceTypeTopic:
-			code, err = s.incrementalTopic(rr, req.ValidateOnly)
-		case kmsg.ConfigResourceTypeBroker:
-			code, err = kerr.InvalidRequest.Code, errBrokerConfigs
-		default:
-			code, err = kerr.InvalidRequest.Code, fmt.Errorf("resource type %d cannot be altered", rr.ResourceType)
-		}
-		r.ErrorCode = code
-		if err != nil {
-			msg := err.Error()
-			r.ErrorMessage = &msg
-		}
+		r.ErrorCode, r.ErrorMessage = alterOutcome(rr.ResourceType, func() (int16, error) {
+			return s.incrementalTopic(rr, req.ValidateOnly)
+		})
 		resp.Resources = append(resp.Resources, r)
 	}
 	return resp
