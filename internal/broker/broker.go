@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -635,30 +636,15 @@ func (b *Broker) CreateTopic(name string, cfg TopicConfig) (TopicInfo, error) {
 
 func (b *Broker) fillTopicConfig(cfg TopicConfig) TopicConfig {
 	d := b.opts.DefaultTopicConfig
-	if cfg.Partitions == 0 {
-		cfg.Partitions = d.Partitions
-	}
-	if cfg.RetentionMs == 0 {
-		cfg.RetentionMs = d.RetentionMs
-	}
-	if cfg.RetentionBytes == 0 {
-		cfg.RetentionBytes = d.RetentionBytes
-	}
-	if cfg.CleanupPolicy == "" {
-		cfg.CleanupPolicy = d.CleanupPolicy
-	}
-	if cfg.SegmentBytes == 0 {
-		cfg.SegmentBytes = d.SegmentBytes
-	}
-	if cfg.SegmentMs == 0 {
-		cfg.SegmentMs = d.SegmentMs
-	}
-	if cfg.DeleteRetentionMs == 0 {
-		cfg.DeleteRetentionMs = d.DeleteRetentionMs
-	}
-	if cfg.MaxMessageBytes == 0 {
-		cfg.MaxMessageBytes = d.MaxMessageBytes
-	}
+	// Each zero field takes the broker's default.
+	cfg.Partitions = cmp.Or(cfg.Partitions, d.Partitions)
+	cfg.RetentionMs = cmp.Or(cfg.RetentionMs, d.RetentionMs)
+	cfg.RetentionBytes = cmp.Or(cfg.RetentionBytes, d.RetentionBytes)
+	cfg.CleanupPolicy = cmp.Or(cfg.CleanupPolicy, d.CleanupPolicy)
+	cfg.SegmentBytes = cmp.Or(cfg.SegmentBytes, d.SegmentBytes)
+	cfg.SegmentMs = cmp.Or(cfg.SegmentMs, d.SegmentMs)
+	cfg.DeleteRetentionMs = cmp.Or(cfg.DeleteRetentionMs, d.DeleteRetentionMs)
+	cfg.MaxMessageBytes = cmp.Or(cfg.MaxMessageBytes, d.MaxMessageBytes)
 	return cfg.withDefaults(b.opts.DefaultPartitions)
 }
 
