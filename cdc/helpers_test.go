@@ -29,9 +29,7 @@ type fixture struct {
 
 func setup(t testing.TB) *fixture {
 	t.Helper()
-	url := pgtest.NewDatabase(t)
-	conn := pgtest.Connect(t, url)
-	pgtest.Migrate(t, conn, migrations.DefaultSchema)
+	url, conn := pgtest.MigratedDatabase(t, migrations.DefaultSchema)
 	// Slots belong to the cluster, so each test's are named after its
 	// database.
 	return &fixture{url: url, conn: conn, cfg: cdc.Config{

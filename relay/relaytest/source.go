@@ -47,9 +47,7 @@ type sourceEnv struct {
 
 func setupSource(t *testing.T, newSource NewSource) *sourceEnv {
 	t.Helper()
-	url := pgtest.NewDatabase(t)
-	conn := pgtest.Connect(t, url)
-	pgtest.Migrate(t, conn, migrations.DefaultSchema)
+	url, conn := pgtest.MigratedDatabase(t, migrations.DefaultSchema)
 	return &sourceEnv{t: t, url: url, conn: conn, src: newSource(t, url)}
 }
 
