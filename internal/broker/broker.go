@@ -425,27 +425,14 @@ func (b *Broker) Reopen(ctx context.Context) error {
 
 func (b *Broker) reopenLoop() {
 	defer b.loopWG.Done()
-	tick := time.NewTicker(b.opts.ReopenInterval)
-	defer tick.Stop()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go func() {
-		<-b.done
-		cancel()
-	}()
-	for {
-		select {
-		case <-b.done:
+	everyTick(b.done, b.opts.ReopenInterval, func(ctx context.Context) {
+		if b.health.Load().check() == nil {
 			return
-		case <-tick.C:
-			if b.health.Load().check() == nil {
-				continue
-			}
-			if err := b.Reopen(ctx); err != nil && ctx.Err() == nil {
-				b.opts.Logger.Error("reopening the broker failed; will try again", "err", err)
-			}
 		}
-	}
+		if err := b.Reopen(ctx); err != nil && ctx.Err() == nil {
+			b.opts.Logger.Error("reopening the broker failed; will try again", "err", err)
+		}
+	})
 }
 
 // lockDir takes an exclusive flock so two daemons never write one log.
@@ -1052,18 +1039,11 @@ func (b *Broker) allPartitions() []*partition {
 
 func (b *Broker) syncLoop() {
 	defer b.wg.Done()
-	tick := time.NewTicker(b.opts.SyncInterval)
-	defer tick.Stop()
-	for {
-		select {
-		case <-b.stop:
-			return
-		case <-tick.C:
-			if err := b.Sync(); err != nil {
-				b.opts.Logger.Error("interval fsync failed", "err", err)
-			}
+	everyTick(b.stop, b.opts.SyncInterval, func(context.Context) {
+		if err := b.Sync(); err != nil {
+			b.opts.Logger.Error("interval fsync failed", "err", err)
 		}
-	}
+	})
 }
 
 // Close stops background work, fsyncs and snapshots every partition, and

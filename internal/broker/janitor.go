@@ -11,25 +11,33 @@ import (
 
 func (b *Broker) janitorLoop() {
 	defer b.wg.Done()
-	tick := time.NewTicker(b.opts.JanitorInterval)
+	everyTick(b.stop, b.opts.JanitorInterval, func(ctx context.Context) {
+		if err := b.EnforceRetention(ctx); err != nil && ctx.Err() == nil {
+			b.opts.Logger.Error("retention failed", "err", err)
+		}
+		if err := b.Compact(ctx); err != nil && ctx.Err() == nil {
+			b.opts.Logger.Error("compaction failed", "err", err)
+		}
+	})
+}
+
+// everyTick calls fn at every interval until stop is closed, with a context
+// cancelled when stop closes, so that a call in progress ends early.
+func everyTick(stop <-chan struct{}, interval time.Duration, fn func(ctx context.Context)) {
+	tick := time.NewTicker(interval)
 	defer tick.Stop()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go func() {
-		<-b.stop
+		<-stop
 		cancel()
 	}()
 	for {
 		select {
-		case <-b.stop:
+		case <-stop:
 			return
 		case <-tick.C:
-			if err := b.EnforceRetention(ctx); err != nil && ctx.Err() == nil {
-				b.opts.Logger.Error("retention failed", "err", err)
-			}
-			if err := b.Compact(ctx); err != nil && ctx.Err() == nil {
-				b.opts.Logger.Error("compaction failed", "err", err)
-			}
+			fn(ctx)
 		}
 	}
 }
