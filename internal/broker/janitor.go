@@ -56,35 +56,30 @@ func (b *Broker) topicList() []*topic {
 // that are past their topic's retention time or beyond its retention size,
 // advancing each log start offset. The janitor calls it periodically.
 func (b *Broker) EnforceRetention(ctx context.Context) error {
+	return b.eachPartitionOf(ctx, CleanupDelete, func(p *partition, now int64) error { return p.enforceRetention(now) })
+}
+
+// Compact cleans every partition of compact-policy topics. The janitor calls
+// it periodically.
+func (b *Broker) Compact(ctx context.Context) error {
+	return b.eachPartitionOf(ctx, CleanupCompact, func(p *partition, now int64) error { return p.compact(ctx, now) })
+}
+
+// eachPartitionOf runs clean on every partition of the topics with the
+// cleanup policy, with the time in milliseconds, and joins the failures.
+// It stops when ctx ends, with ctx's error.
+func (b *Broker) eachPartitionOf(ctx context.Context, policy CleanupPolicy, clean func(p *partition, nowMs int64) error) error {
 	var errs []error
 	now := b.opts.Now().UnixMilli()
 	for _, t := range b.topicList() {
-		if t.cfg.CleanupPolicy != CleanupDelete {
+		if t.cfg.CleanupPolicy != policy {
 			continue
 		}
 		for _, p := range t.parts {
 			if err := ctx.Err(); err != nil {
 				return err
 			}
-			if err := p.enforceRetention(now); err != nil {
-				errs = append(errs, fmt.Errorf("%s/%d: %w", t.name, p.id, err))
-			}
-		}
-	}
-	return errors.Join(errs...)
-}
-
-// Compact cleans every partition of compact-policy topics. The janitor calls
-// it periodically.
-func (b *Broker) Compact(ctx context.Context) error {
-	var errs []error
-	now := b.opts.Now().UnixMilli()
-	for _, t := range b.topicList() {
-		if t.cfg.CleanupPolicy != CleanupCompact {
-			continue
-		}
-		for _, p := range t.parts {
-			if err := p.compact(ctx, now); err != nil {
+			if err := clean(p, now); err != nil {
 				if ctx.Err() != nil {
 					return ctx.Err()
 				}
