@@ -242,19 +242,9 @@ func (s *Source) reportSlotLoss(st slotState, mk marker, from relay.Position) {
 }
 
 func (s *Source) connectPool(ctx context.Context) (*pgxpool.Pool, error) {
-	connCfg, err := pgconfig.ParseConfig(s.cfg.DatabaseURL)
-	if err != nil {
-		return nil, err
-	}
-	cfg, err := pgxpool.ParseConfig("")
+	pool, err := pgconfig.NewPool(ctx, s.cfg.DatabaseURL, 3, nil)
 	if err != nil {
 		return nil, fmt.Errorf("cdc: %w", err)
-	}
-	cfg.ConnConfig = connCfg
-	cfg.MaxConns = 3
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		return nil, fmt.Errorf("cdc: connecting to PostgreSQL at %s: %s", pgconfig.Describe(&connCfg.Config), pgconfig.Scrub(err, s.cfg.DatabaseURL))
 	}
 	return pool, nil
 }
