@@ -152,10 +152,13 @@
 // relay.Event.TooLarge set to its size: the core dead-letters it by copying the row in SQL, so
 // the relay never holds it (a 50 MiB row costs the relay its id). A page
 // holds Config.PageBytes of loaded rows at most, beside its row limit: the
-// statement sums the sizes in order (a window) and stops before the row
-// that would go above the budget, except that the first row loaded always
-// comes, alone when it is larger. In commit-timestamp order a large batch's
-// id list carries the sizes and each page takes its ids by the same rule.
+// poller sums the sizes as the rows arrive and keeps none from the row that
+// would go above the budget on, except that the first row loaded always
+// comes, alone when it is larger; the rest of the page is read and dropped
+// a row at a time, and the next pages ask for fewer rows while rows are
+// large (so at most one row beyond the budget is held, briefly). In
+// commit-timestamp order a large batch's id list carries the sizes and each
+// page takes its ids by the same rule.
 // The bound counts headers as their JSON text, so a row with many headers
 // close to the message limit is dead-lettered a few bytes earlier than the
 // core's own check (which counts header names and values) would; a row

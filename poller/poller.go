@@ -125,6 +125,9 @@ type Poller struct {
 	acked  atomic.Uint64
 	pruned uint64
 
+	// rows limits the rows a page read asks for while they are large.
+	rows rowLimit
+
 	wake       chan struct{}
 	listenErr  chan error
 	stopListen context.CancelFunc
@@ -332,14 +335,15 @@ func (p *Poller) fresh(ctx context.Context, max int) ([]relay.Event, error) {
 		prune = 0
 	}
 	b := &batch{tick: tick{n: p.nextTick, byTS: p.byTS}, prev: p.prev}
+	lim := p.rows.next(max)
 	var sql string
 	var args []any
 	if b.byTS {
-		sql, args = p.q.freshTS(b.prev == nil), []any{b.prev, max, int64(b.n), int64(prune)}
+		sql, args = p.q.freshTS(b.prev == nil), []any{b.prev, lim, int64(b.n), int64(prune)}
 	} else {
-		sql, args = p.q.freshID(b.prev == nil), []any{b.prev, int64(0), max, int64(b.n), int64(prune)}
+		sql, args = p.q.freshID(b.prev == nil), []any{b.prev, int64(0), lim, int64(b.n), int64(prune)}
 	}
-	events, snap, cut, err := p.read(ctx, b, sql, args, true)
+	events, snap, cut, err := p.read(ctx, b, sql, args, lim, true)
 	if err != nil {
 		return nil, err
 	}
@@ -355,7 +359,7 @@ func (p *Poller) fresh(ctx context.Context, max int) ([]relay.Event, error) {
 	p.nextTick++
 	b.snap = *snap
 	b.started = true
-	b.done = len(events) < max && !cut
+	b.done = len(events) < lim && !cut
 	p.cur = b
 	p.finish()
 	return events, nil
@@ -382,21 +386,23 @@ func (p *Poller) pageOf(ctx context.Context, b *batch, max int) ([]relay.Event, 
 		} else {
 			sql = p.q.firstID
 		}
-		events, _, cut, err := p.read(ctx, b, sql, []any{b.prev, b.snap, b.lastID, max}, false)
+		lim := p.rows.next(max)
+		events, _, cut, err := p.read(ctx, b, sql, []any{b.prev, b.snap, b.lastID, lim}, lim, false)
 		if err != nil {
 			return nil, err
 		}
 		b.started = true
-		b.done = len(events) < max && !cut
+		b.done = len(events) < lim && !cut
 		return events, nil
 	}
 	if !b.started && b.prev != nil {
-		events, _, cut, err := p.read(ctx, b, p.q.firstTS, []any{b.prev, b.snap, max}, false)
+		lim := p.rows.next(max)
+		events, _, cut, err := p.read(ctx, b, p.q.firstTS, []any{b.prev, b.snap, lim}, lim, false)
 		if err != nil {
 			return nil, err
 		}
 		b.started = true
-		b.done = len(events) < max && !cut
+		b.done = len(events) < lim && !cut
 		return events, nil
 	}
 	if !b.listed {
@@ -474,10 +480,11 @@ func (p *Poller) fetch(ctx context.Context, b *batch, ids []int64) ([]relay.Even
 	return events, nil
 }
 
-// read runs a page query of b and numbers the events it returns. A fresh
-// query returns the tick's snapshot in one of its rows. cut reports that
-// the page budget ended the page before its row limit did.
-func (p *Poller) read(ctx context.Context, b *batch, sql string, args []any, fresh bool) (_ []relay.Event, _ *string, cut bool, _ error) {
+// read runs a page query of b, with row limit lim, and numbers the events
+// it keeps: the rows within the page budget (see limits). A fresh query
+// returns the tick's snapshot in its first row. cut reports that the page
+// budget ended the page before its row limit did.
+func (p *Poller) read(ctx context.Context, b *batch, sql string, args []any, lim int, fresh bool) (_ []relay.Event, _ *string, cut bool, _ error) {
 	rows, err := p.conn.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, nil, false, fmt.Errorf("poller: reading events: %w", err)
@@ -487,25 +494,35 @@ func (p *Poller) read(ctx context.Context, b *batch, sql string, args []any, fre
 	// return a few rows, and a max-sized slice each time fed the GC.
 	var events []relay.Event
 	var snap *string
+	var used int64
 	for rows.Next() {
 		var e relay.Event
 		var key, headers, s *string
-		var sz, run int64
-		var more bool
-		dest := make([]any, 0, 13)
+		var sz int64
+		dest := make([]any, 0, 11)
 		if fresh {
 			dest = append(dest, &s)
 		}
 		dest = append(dest, &e.ID, &e.EventID, &e.Topic, &key, &e.Payload, &headers, &e.CreatedAt, &sz)
+		var ck int64
+		var txid string
 		if b.byTS {
-			dest = append(dest, &b.lastKey, &b.lastTxid)
+			dest = append(dest, &ck, &txid)
 		}
-		dest = append(dest, &run, &more)
 		if err := rows.Scan(dest...); err != nil {
 			return nil, nil, false, fmt.Errorf("poller: reading events: %w", err)
 		}
+		// The row that does not fit is dropped: at most one message
+		// beyond the budget is held, and only until the next row.
+		if !p.lim.fits(len(events), used, p.lim.cost(sz)) {
+			cut = true
+			break
+		}
+		used += p.lim.cost(sz)
 		p.lim.sized(&e, sz)
-		cut = more
+		if b.byTS {
+			b.lastKey, b.lastTxid = ck, txid
+		}
 		if s != nil {
 			snap = s
 		}
@@ -520,9 +537,14 @@ func (p *Poller) read(ctx context.Context, b *batch, sql string, args []any, fre
 		e.Position = relay.Position{Major: b.n, Minor: b.ordinal}
 		events = append(events, e)
 	}
+	// After a cut, Close reads the rest of the page one message at a time
+	// without holding it, and the statement's end: a fresh read's tick is
+	// recorded only if the whole statement succeeded.
+	rows.Close()
 	if err := rows.Err(); err != nil {
 		return nil, nil, false, fmt.Errorf("poller: reading events: %w", err)
 	}
+	p.rows.observe(lim, len(events), used, p.lim.page, cut)
 	return events, snap, cut, nil
 }
 

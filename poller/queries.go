@@ -80,8 +80,8 @@ t AS (INSERT INTO ` + ticks + ` (tick, snapshot, by_commit_ts)
     SELECT ` + nArg + `::bigint, s.cur, ` + flag + ` FROM s WHERE EXISTS (SELECT 1 FROM page)),
 d AS (DELETE FROM ` + ticks + ` WHERE tick < ` + pruneArg + `::bigint)
 SELECT CASE WHEN row_number() OVER () = 1 THEN (SELECT s.cur::text FROM s) END AS snap,
-    ` + pageCols + tsCols + `, page.run, page.more
-FROM (` + l.budget(`SELECT * FROM page`, order) + `) AS page ORDER BY ` + order
+    ` + pageCols + tsCols + `
+FROM page ORDER BY ` + order
 	}
 	idPage := func(from, where string) string {
 		return `SELECT ` + eventCols + ` FROM ` + from + ` WHERE ` + where + ` AND e.id > $2 ORDER BY e.id LIMIT $3`
@@ -90,19 +90,18 @@ FROM (` + l.budget(`SELECT * FROM page`, order) + `) AS page ORDER BY ` + order
 		return `SELECT ` + eventCols + `, k.ck, e.txid FROM ` + from + ` ` + commitKey + ` WHERE ` + where + ` ORDER BY ` + tsOrder + ` LIMIT ` + limit
 	}
 	given := func(page string) string { return `WITH ` + givenS + ` ` + page }
-	givenPage := func(page, order string) string { return given(l.budget(page, order)) }
 
 	return queries{
 		freshIDDelta: fresh(idPage(delta, deltaWhere), "page.id", false, "$4", "$5"),
 		freshIDScan:  fresh(idPage(scan, scanWhere), "page.id", false, "$4", "$5"),
 		freshTSDelta: fresh(tsPage(delta, deltaWhere, "$2"), pageTSOrder, true, "$3", "$4"),
 		freshTSScan:  fresh(tsPage(scan, scanWhere, "$2"), pageTSOrder, true, "$3", "$4"),
-		firstID: givenPage(`SELECT `+eventCols+` FROM `+delta+` WHERE `+deltaWhere+
-			` AND e.id > $3 ORDER BY e.id LIMIT $4`, "page.id"),
-		scanID: givenPage(`SELECT `+eventCols+` FROM `+scan+` WHERE `+scanWhere+
-			` AND e.id > $3 ORDER BY e.id LIMIT $4`, "page.id"),
-		firstTS: givenPage(`SELECT `+eventCols+`, k.ck, e.txid::text AS txid FROM `+delta+` `+commitKey+` WHERE `+deltaWhere+
-			` ORDER BY `+tsOrder+` LIMIT $3`, pageTSOrder),
+		firstID: given(`SELECT ` + eventCols + ` FROM ` + delta + ` WHERE ` + deltaWhere +
+			` AND e.id > $3 ORDER BY e.id LIMIT $4`),
+		scanID: given(`SELECT ` + eventCols + ` FROM ` + scan + ` WHERE ` + scanWhere +
+			` AND e.id > $3 ORDER BY e.id LIMIT $4`),
+		firstTS: given(`SELECT ` + eventCols + `, k.ck, e.txid::text AS txid FROM ` + delta + ` ` + commitKey + ` WHERE ` + deltaWhere +
+			` ORDER BY ` + tsOrder + ` LIMIT $3`),
 		keysDelta: given(`SELECT e.id, z.sz FROM ` + delta + ` ` + commitKey + ` WHERE ` + deltaWhere +
 			` AND (k.ck, e.txid, e.id) > ($3, $4::text::xid8, $5) ORDER BY ` + tsOrder),
 		keysAll: given(`SELECT e.id, z.sz FROM ` + scan + ` ` + commitKey + ` WHERE ` + scanWhere +

@@ -216,8 +216,9 @@ func (o Options) Validate() error {
 }
 
 type topic struct {
-	name  string
-	cfg   TopicConfig
+	name string
+	// set is shared by the topic's partitions; its config is the topic's.
+	set   *partitionSettings
 	parts []*partition
 }
 
@@ -514,10 +515,10 @@ func (b *Broker) openTopic(name string, cfg TopicConfig, h *health, known bool) 
 		maxOpenReaders: b.opts.MaxOpenSegmentReaders,
 		now:            b.opts.Now,
 		logger:         b.opts.Logger,
-		cfg:            cfg,
 		journal:        b.journal,
 	}
-	t := &topic{name: name, cfg: cfg}
+	set.cfg.Store(&cfg)
+	t := &topic{name: name, set: set}
 	for i := int32(0); i < cfg.Partitions; i++ {
 		p, err := openPartition(set, partitionDir(b.opts.Dir, name, i), name, i, known)
 		if err != nil {
@@ -621,6 +622,64 @@ func (b *Broker) CreateTopic(name string, cfg TopicConfig) (TopicInfo, error) {
 	return t.info(), nil
 }
 
+// AlterTopicConfig replaces a topic's configuration with cfg, whose zero
+// fields take the broker's defaults as in CreateTopic, except the
+// partition count: zero keeps it, and any other count than the current
+// one fails with ErrInvalidConfig (adding partitions moves keys; it is not
+// a configuration change). The new configuration is durable in meta.json
+// before any reader sees it; appends, segment rolls, retention and
+// compaction use it from their next step on (the janitor applies a
+// shorter retention on its next pass). As in Kafka, records without a key
+// do not survive compaction when a topic turns compact.
+func (b *Broker) AlterTopicConfig(name string, cfg TopicConfig) (TopicInfo, error) {
+	b.metaMu.Lock()
+	defer b.metaMu.Unlock()
+	b.mu.RLock()
+	t := b.topics[name]
+	closed := b.closed
+	h := b.health.Load()
+	b.mu.RUnlock()
+	if closed {
+		return TopicInfo{}, ErrClosed
+	}
+	if t == nil {
+		return TopicInfo{}, fmt.Errorf("%w: %s", ErrUnknownTopicOrPartition, name)
+	}
+	if err := h.check(); err != nil {
+		return TopicInfo{}, err
+	}
+	current := t.set.config()
+	if cfg.Partitions == 0 {
+		cfg.Partitions = current.Partitions
+	}
+	if cfg.Partitions != current.Partitions {
+		return TopicInfo{}, fmt.Errorf("%w: %s has %d partitions; changing the count to %d is not a configuration change",
+			ErrInvalidConfig, name, current.Partitions, cfg.Partitions)
+	}
+	cfg = b.fillTopicConfig(cfg)
+	if err := cfg.validate(); err != nil {
+		return TopicInfo{}, err
+	}
+	m := b.copyMeta()
+	m.Topics[name] = cfg
+	if err := b.saveMetaLocked(m); err != nil {
+		return TopicInfo{}, err
+	}
+	b.mu.Lock()
+	b.meta = m
+	b.mu.Unlock()
+	t.set.cfg.Store(&cfg)
+	return t.info(), nil
+}
+
+// ValidateTopicConfig reports whether cfg (zero fields taking the
+// defaults) is a configuration CreateTopic or AlterTopicConfig accepts.
+func (b *Broker) ValidateTopicConfig(cfg TopicConfig) error { return b.fillTopicConfig(cfg).validate() }
+
+// DefaultTopicConfig is the configuration a topic created without any
+// takes.
+func (b *Broker) DefaultTopicConfig() TopicConfig { return b.fillTopicConfig(TopicConfig{}) }
+
 func (b *Broker) fillTopicConfig(cfg TopicConfig) TopicConfig {
 	d := b.opts.DefaultTopicConfig
 	// Each zero field takes the broker's default.
@@ -670,7 +729,7 @@ type TopicInfo struct {
 }
 
 func (t *topic) info() TopicInfo {
-	ti := TopicInfo{Name: t.name, Config: t.cfg}
+	ti := TopicInfo{Name: t.name, Config: t.set.config()}
 	for _, p := range t.parts {
 		ti.Partitions = append(ti.Partitions, p.info())
 	}
@@ -770,7 +829,7 @@ func (b *Broker) AppendAsync(ctx context.Context, topicName string, part int32, 
 	if err != nil {
 		return AppendResult{}, nil, err
 	}
-	h, err := validateProduced(batch, t.cfg)
+	h, err := validateProduced(batch, t.set.config())
 	if err != nil {
 		return AppendResult{}, nil, err
 	}

@@ -72,7 +72,7 @@ func (b *Broker) eachPartitionOf(ctx context.Context, policy CleanupPolicy, clea
 	var errs []error
 	now := b.opts.Now().UnixMilli()
 	for _, t := range b.topicList() {
-		if t.cfg.CleanupPolicy != policy {
+		if t.set.config().CleanupPolicy != policy {
 			continue
 		}
 		for _, p := range t.parts {
@@ -93,7 +93,7 @@ func (b *Broker) eachPartitionOf(ctx context.Context, policy CleanupPolicy, clea
 func (p *partition) enforceRetention(nowMs int64) error {
 	p.cleanMu.Lock()
 	defer p.cleanMu.Unlock()
-	cfg := p.set.cfg
+	cfg := p.set.config()
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
@@ -189,7 +189,7 @@ func (p *partition) compact(ctx context.Context, nowMs int64) error {
 			return err
 		}
 	}
-	tombstoneCutoff := nowMs - p.set.cfg.DeleteRetentionMs
+	tombstoneCutoff := nowMs - p.set.config().DeleteRetentionMs
 	for _, s := range segs {
 		if err := ctx.Err(); err != nil {
 			return err

@@ -7,6 +7,7 @@ import (
 	"os"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -19,7 +20,8 @@ type partitionSettings struct {
 	maxOpenReaders int
 	now            func() time.Time
 	logger         *slog.Logger
-	cfg            TopicConfig
+	// cfg is the topic's configuration; AlterTopicConfig swaps it.
+	cfg atomic.Pointer[TopicConfig]
 	// journal, under SyncBeforeAck, makes appends durable with one fsync
 	// for every partition (see journal.go); nil otherwise.
 	journal *journal
@@ -29,6 +31,9 @@ type partitionSettings struct {
 	// health turns sticky on the first failed fsync (health.go).
 	health *health
 }
+
+// config returns the topic's current configuration.
+func (s *partitionSettings) config() TopicConfig { return *s.cfg.Load() }
 
 // partition is one ordered log: a list of segments, the last one active.
 //
@@ -46,6 +51,9 @@ type partition struct {
 	mu   sync.Mutex
 	segs []*segment
 	next int64 // log end offset: offset of the next appended record
+	// appended counts the bytes of the batches appended since the
+	// partition was opened (for the append-rate metrics).
+	appended int64
 	// hw is the high watermark, the end of what fetches may read. With
 	// fsync-before-ack it equals durable, so consumers never see records a
 	// crash could take back.
@@ -157,7 +165,7 @@ func (p *partition) openInactive(s *segment, end int64) error {
 	last := p.verifyRangeLocked(s, f, pos, s.size, first, end, "damaged batch at the end of an inactive segment, found on open")
 	// Offsets are dense up to the next segment, except where compaction
 	// removed records.
-	if last < end && p.set.cfg.CleanupPolicy != CleanupCompact {
+	if last < end && p.set.config().CleanupPolicy != CleanupCompact {
 		p.recordLostLocked(LostRange{First: last, Last: end - 1, Segment: -1,
 			Reason: fmt.Sprintf("inactive segment %d ends before the next segment's base, found on open", s.base)})
 	}
@@ -495,6 +503,7 @@ func (p *partition) appendLocked(batch []byte, h BatchHeader, j *journal) (*segm
 	active.noteBatch(h, pos, p.set.indexInterval)
 	p.producers.update(h)
 	p.next = h.LastOffset() + 1
+	p.appended += int64(len(batch))
 	return active, nil
 }
 
@@ -502,7 +511,7 @@ func (p *partition) needsRollLocked(s *segment, h BatchHeader, now time.Time) bo
 	if s.size == 0 {
 		return false
 	}
-	cfg := p.set.cfg
+	cfg := p.set.config()
 	if s.size+int64(h.Size()) > cfg.SegmentBytes {
 		return true
 	}
@@ -1227,6 +1236,9 @@ type PartitionInfo struct {
 	LogEndOffset int64
 	Bytes        int64
 	Segments     int
+	// AppendedBytes are the bytes of the batches appended since the
+	// broker opened the partition.
+	AppendedBytes int64
 	// Lost are the offset ranges found damaged or missing and not
 	// repaired: the partition has a gap there (see LostRange).
 	Lost []LostRange
@@ -1239,7 +1251,8 @@ func (p *partition) info() PartitionInfo {
 	for _, s := range p.segs {
 		n += s.size
 	}
-	pi := PartitionInfo{Partition: p.id, LogStartOffset: p.segs[0].base, HighWatermark: p.hw, LogEndOffset: p.next, Bytes: n, Segments: len(p.segs)}
+	pi := PartitionInfo{Partition: p.id, LogStartOffset: p.segs[0].base, HighWatermark: p.hw, LogEndOffset: p.next, Bytes: n,
+		Segments: len(p.segs), AppendedBytes: p.appended}
 	if len(p.lost) > 0 {
 		pi.Lost = append([]LostRange(nil), p.lost...)
 	}

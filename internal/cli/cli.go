@@ -84,6 +84,11 @@ func commands(name string, extra []Command) *command {
 	return root
 }
 
+// devOnly are the commands of relay-dev (cmd/relay-dev) that the daemon's
+// binary leaves out with the test harness they bring; asked of the daemon,
+// they get a pointer to relay-dev instead of "unknown command".
+var devOnly = map[string]bool{"demo": true, "bench": true}
+
 // Main runs the command line args (without the program name) and returns
 // the process exit status: 0 on success, 1 on failure, 2 on bad usage.
 func Main(args []string, stdio IO) int {
@@ -107,6 +112,10 @@ func MainWith(name string, extra []Command, args []string, stdio IO) int {
 		case rest[0] == "-h" || rest[0] == "--help" || rest[0] == "help":
 			printUsage(stdio.Stdout, cmd, path)
 			return 0
+		case len(path) == 1 && devOnly[rest[0]] && find(cmd.sub, rest[0]) == nil:
+			fmt.Fprintf(stdio.Stderr, "%s: %q is a command of the development binary, not of the daemon: run go run ./cmd/relay-dev %s\n",
+				name, rest[0], strings.Join(rest, " "))
+			return 2
 		default:
 			fmt.Fprintf(stdio.Stderr, "%s: unknown command %q\n\n", name, strings.Join(append(path, rest[0]), " "))
 			printUsage(stdio.Stderr, cmd, path)

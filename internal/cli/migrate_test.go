@@ -216,6 +216,11 @@ func TestUsageErrors(t *testing.T) {
 	if r := relay(t, nil, "nonsense"); r.Code != 2 || !strings.Contains(r.Stderr, "unknown command") {
 		t.Fatalf("unknown command: exit %d, %q", r.Code, r.Stderr)
 	}
+	for _, dev := range []string{"demo", "bench"} {
+		if r := relay(t, nil, dev); r.Code != 2 || !strings.Contains(r.Stderr, "go run ./cmd/relay-dev "+dev) {
+			t.Fatalf("%s asked of the daemon: exit %d, %q; want a pointer to relay-dev", dev, r.Code, r.Stderr)
+		}
+	}
 	if r := relay(t, nil, "migrate", "down", "--to", "-5"); r.Code != 2 {
 		t.Fatalf("--to -5: exit %d, %q", r.Code, r.Stderr)
 	}

@@ -31,6 +31,10 @@ type partitionJSON struct {
 	EndOffset   int64 `json:"end_offset"`
 	Bytes       int64 `json:"bytes"`
 	Segments    int   `json:"segments"`
+	// Skew is the partition's records ever appended (its end offset)
+	// over the mean of its topic's partitions: 1 is an even share, a hot
+	// partition (a skewed key) stands above; 0 when the topic is empty.
+	Skew float64 `json:"skew"`
 	// Lost are the offset ranges the broker found damaged or missing.
 	Lost []broker.LostRange `json:"lost,omitempty"`
 }
@@ -59,9 +63,17 @@ func topics(ctx context.Context, stdio IO, args []string) error {
 		tj := topicJSON{Name: t.Name, RetentionMs: t.Config.RetentionMs, RetentionBytes: t.Config.RetentionBytes,
 			CleanupPolicy: string(t.Config.CleanupPolicy), SegmentBytes: t.Config.SegmentBytes,
 			MaxMessageBytes: t.Config.MaxMessageBytes, DeleteRetentionMs: t.Config.DeleteRetentionMs, Partitions: []partitionJSON{}}
+		var appended int64
 		for _, p := range t.Partitions {
+			appended += p.LogEndOffset
+		}
+		for _, p := range t.Partitions {
+			var skew float64
+			if appended > 0 {
+				skew = float64(p.LogEndOffset) * float64(len(t.Partitions)) / float64(appended)
+			}
 			tj.Partitions = append(tj.Partitions, partitionJSON{Partition: p.Partition, StartOffset: p.LogStartOffset,
-				EndOffset: p.LogEndOffset, Bytes: p.Bytes, Segments: p.Segments, Lost: p.Lost})
+				EndOffset: p.LogEndOffset, Bytes: p.Bytes, Segments: p.Segments, Skew: skew, Lost: p.Lost})
 		}
 		out = append(out, tj)
 	}
@@ -73,11 +85,11 @@ func topics(ctx context.Context, stdio IO, args []string) error {
 		return nil
 	}
 	tw := tabwriter.NewWriter(stdio.Stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "TOPIC\tPARTITION\tSTART\tEND\tRECORDS\tBYTES\tSEGMENTS\tRETENTION\tCLEANUP\t")
+	fmt.Fprintln(tw, "TOPIC\tPARTITION\tSTART\tEND\tRECORDS\tBYTES\tSEGMENTS\tSKEW\tRETENTION\tCLEANUP\t")
 	for _, t := range out {
 		for _, p := range t.Partitions {
-			fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t\n", t.Name, p.Partition, p.StartOffset, p.EndOffset,
-				p.EndOffset-p.StartOffset, p.Bytes, p.Segments, retention(t.RetentionMs, t.RetentionBytes), t.CleanupPolicy)
+			fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\t%.2fx\t%s\t%s\t\n", t.Name, p.Partition, p.StartOffset, p.EndOffset,
+				p.EndOffset-p.StartOffset, p.Bytes, p.Segments, p.Skew, retention(t.RetentionMs, t.RetentionBytes), t.CleanupPolicy)
 		}
 	}
 	if err := tw.Flush(); err != nil {

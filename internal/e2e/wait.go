@@ -119,7 +119,7 @@ func scrape(t testing.TB, addr string) *http.Response {
 // Metric reads one unlabelled metric from the relay's /metrics at addr.
 func Metric(t testing.TB, addr, name string) float64 {
 	t.Helper()
-	for _, line := range metricLines(t, addr) {
+	for _, line := range MetricLines(t, addr) {
 		if v, ok := strings.CutPrefix(line, name+" "); ok {
 			var f float64
 			if _, err := fmt.Sscan(v, &f); err != nil {
@@ -132,8 +132,8 @@ func Metric(t testing.TB, addr, name string) float64 {
 	return 0
 }
 
-// metricLines scrapes the relay's /metrics at addr.
-func metricLines(t testing.TB, addr string) []string {
+// MetricLines scrapes the relay's /metrics at addr.
+func MetricLines(t testing.TB, addr string) []string {
 	t.Helper()
 	resp := scrape(t, addr)
 	defer resp.Body.Close()

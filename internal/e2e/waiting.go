@@ -84,7 +84,7 @@ func WatchWaiting(t testing.TB, p *Proc, bin, url, topic string, d time.Duration
 // relay_destination_waiting_since_timestamp_seconds sample for topic.
 func waitingSample(t testing.TB, addr, topic string) bool {
 	t.Helper()
-	for _, line := range metricLines(t, addr) {
+	for _, line := range MetricLines(t, addr) {
 		if strings.HasPrefix(line, "relay_destination_waiting_since_timestamp_seconds{") && strings.Contains(line, `topic="`+topic+`"`) {
 			return true
 		}

@@ -3,7 +3,6 @@ package protocol
 import (
 	"errors"
 	"fmt"
-	"strconv"
 
 	"github.com/outboxrelay/relay/internal/broker"
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -75,41 +74,7 @@ func topicConfig(rt kmsg.CreateTopicsRequestTopic) (broker.TopicConfig, error) {
 		if c.Value == nil {
 			continue
 		}
-		v := *c.Value
-		num := func(bits int) (int64, error) {
-			n, err := strconv.ParseInt(v, 10, bits)
-			if err != nil {
-				return 0, fmt.Errorf("config %s=%q: %w", c.Name, v, err)
-			}
-			return n, nil
-		}
-		var err error
-		switch c.Name {
-		case "cleanup.policy":
-			switch v {
-			case string(broker.CleanupDelete), string(broker.CleanupCompact):
-				cfg.CleanupPolicy = broker.CleanupPolicy(v)
-			default:
-				err = fmt.Errorf("config cleanup.policy=%q: want delete or compact", v)
-			}
-		case "retention.ms":
-			cfg.RetentionMs, err = num(64)
-		case "retention.bytes":
-			cfg.RetentionBytes, err = num(64)
-		case "segment.bytes":
-			cfg.SegmentBytes, err = num(64)
-		case "segment.ms":
-			cfg.SegmentMs, err = num(64)
-		case "delete.retention.ms":
-			cfg.DeleteRetentionMs, err = num(64)
-		case "max.message.bytes":
-			var n int64
-			n, err = num(32)
-			cfg.MaxMessageBytes = int32(n)
-		default:
-			err = fmt.Errorf("config %s is not supported", c.Name)
-		}
-		if err != nil {
+		if err := setTopicConfig(&cfg, c.Name, *c.Value); err != nil {
 			return cfg, err
 		}
 	}
@@ -117,20 +82,12 @@ func topicConfig(rt kmsg.CreateTopicsRequestTopic) (broker.TopicConfig, error) {
 }
 
 func describeTopicConfig(c broker.TopicConfig) []kmsg.CreateTopicsResponseTopicConfig {
-	pairs := []struct{ name, value string }{
-		{"cleanup.policy", string(c.CleanupPolicy)},
-		{"retention.ms", strconv.FormatInt(c.RetentionMs, 10)},
-		{"retention.bytes", strconv.FormatInt(c.RetentionBytes, 10)},
-		{"segment.bytes", strconv.FormatInt(c.SegmentBytes, 10)},
-		{"segment.ms", strconv.FormatInt(c.SegmentMs, 10)},
-		{"delete.retention.ms", strconv.FormatInt(c.DeleteRetentionMs, 10)},
-		{"max.message.bytes", strconv.FormatInt(int64(c.MaxMessageBytes), 10)},
-	}
-	out := make([]kmsg.CreateTopicsResponseTopicConfig, 0, len(pairs))
-	for _, p := range pairs {
+	entries := topicConfigEntries(c)
+	out := make([]kmsg.CreateTopicsResponseTopicConfig, 0, len(entries))
+	for _, e := range entries {
 		rc := kmsg.NewCreateTopicsResponseTopicConfig()
-		v := p.value
-		rc.Name, rc.Value, rc.Source = p.name, &v, 5
+		v := e.value
+		rc.Name, rc.Value, rc.Source = e.name, &v, 5
 		out = append(out, rc)
 	}
 	return out

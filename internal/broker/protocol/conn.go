@@ -348,6 +348,12 @@ func (s *Server) handleSync(ctx context.Context, c *conn, r request) (kmsg.Respo
 		return s.groups.handleList(req), nil
 	case *kmsg.CreateTopicsRequest:
 		return s.handleCreateTopics(req), nil
+	case *kmsg.DescribeConfigsRequest:
+		return s.handleDescribeConfigs(req), nil
+	case *kmsg.AlterConfigsRequest:
+		return s.handleAlterConfigs(req), nil
+	case *kmsg.IncrementalAlterConfigsRequest:
+		return s.handleIncrementalAlterConfigs(req), nil
 	default:
 		return nil, fmt.Errorf("%w: no handler for api key %d", errBadRequest, r.key)
 	}

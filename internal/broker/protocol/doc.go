@@ -23,7 +23,15 @@
 //	FindCoordinator 0-4  JoinGroup 0-9         Heartbeat 0-4
 //	LeaveGroup 0-5       SyncGroup 0-5         DescribeGroups 0-5
 //	ListGroups 0-4       ApiVersions 0-3       CreateTopics 0-7
-//	InitProducerId 0-4
+//	InitProducerId 0-4   DescribeConfigs 0-4   AlterConfigs 0-2
+//	IncrementalAlterConfigs 0-1
+//
+// Topic configs (topic_config.go) are those the broker keeps:
+// cleanup.policy, retention.ms, retention.bytes, segment.bytes,
+// segment.ms, delete.retention.ms and max.message.bytes. DescribeConfigs
+// reports one equal to the broker's default with the default source, any
+// other as a topic config; alterations are durable (meta.json) before they
+// answer, and a partition count is never changed by them.
 //
 // An ApiVersions request above v3 gets UNSUPPORTED_VERSION in the v0
 // format with the supported ranges, so the client retries lower. Any other

@@ -30,18 +30,31 @@ var (
 	scrubBytesDesc = prometheus.NewDesc("relay_broker_scrub_bytes_total",
 		"Bytes the background check verified.",
 		nil, nil)
+	// Per partition, for hot partitions (a skewed key): rate() of these is
+	// each partition's append rate.
+	appendedRecordsDesc = prometheus.NewDesc("relay_broker_partition_records_appended_total",
+		"Records ever appended to the partition: its log end offset (kept across restarts).",
+		[]string{"topic", "partition"}, nil)
+	appendedBytesDesc = prometheus.NewDesc("relay_broker_partition_appended_bytes_total",
+		"Bytes of record batches appended to the partition since the process opened it.",
+		[]string{"topic", "partition"}, nil)
+	partitionBytesDesc = prometheus.NewDesc("relay_broker_partition_bytes",
+		"Bytes of the partition's log on disk (what retention keeps).",
+		[]string{"topic", "partition"}, nil)
 )
 
 // StorageCollector returns a prometheus.Collector of b's storage state:
 // whether it may acknowledge (Health), the lost ranges of every partition
-// (count and offsets) and the background check's progress. Server's
-// Collector includes it.
+// (count and offsets), the background check's progress, and each
+// partition's appended records and bytes and size (hot partitions).
+// Server's Collector includes it.
 func StorageCollector(b *broker.Broker) prometheus.Collector { return storageCollector{b} }
 
 type storageCollector struct{ b *broker.Broker }
 
 func (c storageCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{storageHealthyDesc, lostRecordsTotalDesc, lostRangesTotalDesc, lostRecordsDesc, lostRangeDesc, scrubPassesDesc, scrubBytesDesc} {
+	for _, d := range []*prometheus.Desc{storageHealthyDesc, lostRecordsTotalDesc, lostRangesTotalDesc, lostRecordsDesc, lostRangeDesc, scrubPassesDesc, scrubBytesDesc,
+		appendedRecordsDesc, appendedBytesDesc, partitionBytesDesc} {
 		ch <- d
 	}
 }
@@ -55,10 +68,13 @@ func (c storageCollector) Collect(ch chan<- prometheus.Metric) {
 	var records, ranges int64
 	for _, t := range c.b.Topics() {
 		for _, p := range t.Partitions {
+			part := strconv.Itoa(int(p.Partition))
+			ch <- prometheus.MustNewConstMetric(appendedRecordsDesc, prometheus.CounterValue, float64(p.LogEndOffset), t.Name, part)
+			ch <- prometheus.MustNewConstMetric(appendedBytesDesc, prometheus.CounterValue, float64(p.AppendedBytes), t.Name, part)
+			ch <- prometheus.MustNewConstMetric(partitionBytesDesc, prometheus.GaugeValue, float64(p.Bytes), t.Name, part)
 			if len(p.Lost) == 0 {
 				continue
 			}
-			part := strconv.Itoa(int(p.Partition))
 			var n int64
 			for _, r := range p.Lost {
 				n += r.Records()

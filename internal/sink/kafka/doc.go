@@ -13,13 +13,16 @@
 // compressed (lz4 unless Config.Compression says otherwise) and linger a
 // few milliseconds to grow.
 //
-// Partitioning is Kafka's default for keyed records: murmur2 of the key,
-// made positive, modulo the partition count (franz-go's own hasher), which
-// is exactly broker.PartitionForKey, so a key has the same partition number
-// in the embedded broker and in Kafka. A keyless record is placed by the
-// murmur2 of its relay-event-id header, as the embedded broker does:
-// keyless events have no order to keep, and a re-delivered event lands on
-// the partition of its first copy.
+// Partitioning is the embedded broker's own partitioner,
+// broker.PartitionForKey, as a kgo.Partitioner: Kafka's default for keyed
+// records (murmur2 of the key, made positive, modulo the partition count,
+// checked against the Java client's known answers), so a key has the same
+// partition number in the embedded broker and in Kafka. A keyless record is
+// placed by the murmur2 of its relay-event-id header, as the embedded
+// broker does: keyless events have no order to keep, and a re-delivered
+// event lands on the partition of its first copy. A keyless record without
+// an event id (the core never makes one) goes where the embedded broker
+// would put it too: the partition of the murmur2 of no bytes.
 //
 // # Topics
 //

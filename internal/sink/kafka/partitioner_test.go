@@ -5,13 +5,15 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/outboxrelay/relay/internal/broker"
 	"github.com/outboxrelay/relay/relay"
 )
 
 // TestPartitionerKnownAnswers: the partitioner the sink gives its client
 // puts a key where Kafka's Java client does, toPositive(murmur2(key)) %
-// partitions, with the hashes of Kafka's UtilsTest.testMurmur2, and a
-// keyless record where its event id would go.
+// partitions, with the hashes of Kafka's UtilsTest.testMurmur2; a keyless
+// record where its event id would go; and a keyless record without one on
+// the partition the embedded broker gives it.
 func TestPartitionerKnownAnswers(t *testing.T) {
 	t.Parallel()
 	javaMurmur2 := []struct {
@@ -39,6 +41,13 @@ func TestPartitionerKnownAnswers(t *testing.T) {
 			keyless := &kgo.Record{Headers: []kgo.RecordHeader{{Key: relay.HeaderEventID, Value: []byte("row's own")}, {Key: relay.HeaderEventID, Value: []byte(v.key)}}}
 			if got := tp.Partition(keyless, n); got != want {
 				t.Errorf("keyless record with event id %q of %d partitions on %d, want %d", v.key, n, got, want)
+			}
+		}
+	}
+	for _, n := range []int{1, 3, 8, 50} {
+		for range 3 {
+			if got, want := tp.Partition(&kgo.Record{Value: []byte("v")}, n), int(broker.PartitionForKey(nil, int32(n))); got != want {
+				t.Errorf("keyless record without an event id of %d partitions on %d, the embedded broker puts it on %d", n, got, want)
 			}
 		}
 	}

@@ -6,28 +6,28 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/outboxrelay/relay/internal/broker"
 	"github.com/outboxrelay/relay/internal/topicname"
 	"github.com/outboxrelay/relay/relay"
 )
 
-// partitioner is Kafka's default for keyed records (murmur2 of the key,
-// through franz-go's own hasher), so a key lands on the partition number
-// the embedded broker gives it. A keyless record is placed by the murmur2
-// of its event id, as the embedded broker does: it has no order to keep,
-// and a re-delivered event lands where its first copy did. A keyless
-// record without an event id (never from the core) goes where franz-go's
-// sticky partitioner puts it.
+// partitioner places each record with the embedded broker's partitioner,
+// broker.PartitionForKey: Kafka's default for keyed records (murmur2 of
+// the key, made positive, modulo the partition count), so a key lands on
+// the partition number the embedded broker and Kafka's Java client give
+// it. A keyless record is placed by the murmur2 of its event id, as the
+// embedded broker does: it has no order to keep, and a re-delivered event
+// lands where its first copy did. A keyless record without an event id
+// (never from the core) is placed as the embedded broker places it, by the
+// murmur2 of no bytes: always the same partition.
 func partitioner() kgo.Partitioner {
-	sticky := kgo.StickyKeyPartitioner(nil)
-	return kgo.BasicConsistentPartitioner(func(topic string) func(*kgo.Record, int) int {
-		tp := sticky.ForTopic(topic)
+	return kgo.BasicConsistentPartitioner(func(string) func(*kgo.Record, int) int {
 		return func(r *kgo.Record, n int) int {
-			if r.Key == nil {
-				if id := eventID(r.Headers); id != nil {
-					return tp.Partition(&kgo.Record{Key: id}, n)
-				}
+			key := r.Key
+			if key == nil {
+				key = eventID(r.Headers)
 			}
-			return tp.Partition(r, n)
+			return int(broker.PartitionForKey(key, int32(n)))
 		}
 	})
 }
