@@ -42,10 +42,8 @@ type benchEnv struct {
 
 func newBenchEnv(b *testing.B) *benchEnv {
 	b.Helper()
-	url := pgtest.NewDatabase(b)
-	conn := pgtest.Connect(b, url)
+	url, conn := pgtest.MigratedDatabase(b, migrations.DefaultSchema)
 	ctx := context.Background()
-	pgtest.Migrate(b, conn, migrations.DefaultSchema)
 	e := &benchEnv{url: url, bin: testbin.Relay(b), dataDir: e2e.DataDir(b), addr: e2e.FreeAddr(b),
 		slot: "slot_" + conn.Config().Database, conn: conn}
 	// A first run creates the slot and the publication on the empty

@@ -2,6 +2,7 @@ package cdc_test
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"sync"
 	"testing"
@@ -28,9 +29,7 @@ type fixture struct {
 
 func setup(t testing.TB) *fixture {
 	t.Helper()
-	url := pgtest.NewDatabase(t)
-	conn := pgtest.Connect(t, url)
-	pgtest.Migrate(t, conn, migrations.DefaultSchema)
+	url, conn := pgtest.MigratedDatabase(t, migrations.DefaultSchema)
 	// Slots belong to the cluster, so each test's are named after its
 	// database.
 	return &fixture{url: url, conn: conn, cfg: cdc.Config{
@@ -68,6 +67,23 @@ func (f *fixture) exec(t *testing.T, sql string, args ...any) {
 	}
 }
 
+// openTx inserts an event (topic t) on a connection of its own in a
+// transaction it leaves open for the test to commit; the connection closes
+// when the test ends.
+func (f *fixture) openTx(t *testing.T, key, payload string) pgx.Tx {
+	t.Helper()
+	ctx := context.Background()
+	conn := pgtest.Connect(t, f.url)
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, "INSERT INTO outbox.events (topic, key, payload) VALUES ('t', $1, convert_to($2, 'UTF8'))", key, payload); err != nil {
+		t.Fatal(err)
+	}
+	return tx
+}
+
 // core plays the relay core's part: it drops events at or before the last
 // acknowledged position, deletes the delivered rows and acknowledges them,
 // as the core does after its sink made them durable.
@@ -83,6 +99,14 @@ type core struct {
 	acked relay.Position
 	// batches records the size of every batch Next returned.
 	batches []int
+}
+
+// startCore starts a source from the position and a core acknowledging
+// its events, both closed when the test ends.
+func (f *fixture) startCore(t *testing.T, from relay.Position) (*cdc.Source, *core) {
+	t.Helper()
+	src := f.start(t, from)
+	return src, newCore(t, f.url, src, from)
 }
 
 func newCore(t *testing.T, url string, src *cdc.Source, from relay.Position) *core {
@@ -188,5 +212,69 @@ func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool)
 			t.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// insertN inserts events whose payloads are the numbers from, from+1, ...
+// in one transaction.
+func insertN(t *testing.T, url string, from, n int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for {
+		conn, err := pgx.Connect(ctx, url)
+		if err == nil {
+			_, err = conn.Exec(ctx, "INSERT INTO outbox.events (topic, key, payload) SELECT 't', 'k' || (g % 3), convert_to(g::text, 'UTF8') FROM generate_series($1::int, $2::int) AS g",
+				from, from+n-1)
+			conn.Close(ctx)
+			if err == nil {
+				return
+			}
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("inserting events %d..%d: %v", from, from+n-1, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// checkNoneTwice fails the test if two events carry the same payload and
+// returns the payloads seen.
+func checkNoneTwice(t *testing.T, events []relay.Event) map[string]bool {
+	t.Helper()
+	seen := map[string]bool{}
+	for _, e := range events {
+		p := string(e.Payload)
+		if seen[p] {
+			t.Fatalf("event %s delivered twice", p)
+		}
+		seen[p] = true
+	}
+	return seen
+}
+
+// checkExactlyOnce checks that events carry the payloads 1..n once each,
+// per key in payload order, with increasing positions.
+func checkExactlyOnce(t *testing.T, events []relay.Event, n int) {
+	t.Helper()
+	checkOrder(t, events)
+	seen := checkNoneTwice(t, events)
+	last := map[string]int{}
+	for _, e := range events {
+		p := string(e.Payload)
+		var v int
+		fmt.Sscan(p, &v)
+		if prev, ok := last[string(e.Key)]; ok && prev > v {
+			t.Fatalf("key %s: %d arrived after %d", e.Key, v, prev)
+		}
+		last[string(e.Key)] = v
+	}
+	for i := 1; i <= n; i++ {
+		if !seen[fmt.Sprint(i)] {
+			t.Fatalf("event %d lost", i)
+		}
+	}
+	if len(events) != n {
+		t.Fatalf("%d events, want %d", len(events), n)
 	}
 }

@@ -12,7 +12,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/outboxrelay/relay/internal/pgconfig"
 	"github.com/outboxrelay/relay/relay"
 )
 
@@ -298,15 +297,11 @@ func (r *reader) recoverSlot(ctx context.Context) error {
 	from := s.acked
 	s.mu.Unlock()
 
-	conn, err := pgconfig.Connect(ctx, s.cfg.DatabaseURL)
+	conn, st, err := s.slotConn(ctx)
 	if err != nil {
 		return err
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	st, err := readSlot(ctx, conn, s.cfg.SlotName)
-	if err != nil {
-		return err
-	}
 	if st.exists && st.activePID != 0 {
 		return &SlotActiveError{Slot: s.cfg.SlotName, PID: st.activePID}
 	}

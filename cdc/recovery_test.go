@@ -2,69 +2,13 @@ package cdc_test
 
 import (
 	"context"
-	"fmt"
 	"testing"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/outboxrelay/relay/cdc"
 	"github.com/outboxrelay/relay/internal/pgtest"
 	"github.com/outboxrelay/relay/relay"
 )
-
-// insertN inserts events whose payloads are the numbers from, from+1, ...
-// in one transaction.
-func insertN(t *testing.T, url string, from, n int) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	for {
-		conn, err := pgx.Connect(ctx, url)
-		if err == nil {
-			_, err = conn.Exec(ctx, "INSERT INTO outbox.events (topic, key, payload) SELECT 't', 'k' || (g % 3), convert_to(g::text, 'UTF8') FROM generate_series($1::int, $2::int) AS g",
-				from, from+n-1)
-			conn.Close(ctx)
-			if err == nil {
-				return
-			}
-		}
-		if ctx.Err() != nil {
-			t.Fatalf("inserting events %d..%d: %v", from, from+n-1, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
-
-// checkExactlyOnce checks that events carry the payloads 1..n once each,
-// per key in payload order, with increasing positions.
-func checkExactlyOnce(t *testing.T, events []relay.Event, n int) {
-	t.Helper()
-	checkOrder(t, events)
-	seen := map[string]bool{}
-	last := map[string]int{}
-	for _, e := range events {
-		p := string(e.Payload)
-		if seen[p] {
-			t.Fatalf("event %s delivered twice", p)
-		}
-		seen[p] = true
-		var v int
-		fmt.Sscan(p, &v)
-		if prev, ok := last[string(e.Key)]; ok && prev > v {
-			t.Fatalf("key %s: %d arrived after %d", e.Key, v, prev)
-		}
-		last[string(e.Key)] = v
-	}
-	for i := 1; i <= n; i++ {
-		if !seen[fmt.Sprint(i)] {
-			t.Fatalf("event %d lost", i)
-		}
-	}
-	if len(events) != n {
-		t.Fatalf("%d events, want %d", len(events), n)
-	}
-}
 
 // Rows written before the slot existed are published from the table, and
 // a transaction still open while the slot is created arrives exactly once.
@@ -73,18 +17,7 @@ func TestRowsBeforeTheSlotComeFromTheTable(t *testing.T) {
 	f := setup(t)
 	insertN(t, f.url, 1, 10)
 	ctx := context.Background()
-	open, err := pgx.Connect(ctx, f.url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer open.Close(ctx)
-	tx, err := open.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tx.Exec(ctx, "INSERT INTO outbox.events (topic, key, payload) VALUES ('t', 'k2', '11')"); err != nil {
-		t.Fatal(err)
-	}
+	tx := f.openTx(t, "k2", "11")
 	// Creating the slot waits for the open transaction.
 	committed := make(chan struct{})
 	go func() {
@@ -95,8 +28,7 @@ func TestRowsBeforeTheSlotComeFromTheTable(t *testing.T) {
 	// The event may arrive before Commit returns: wait for it before the
 	// deferred Close touches the connection.
 	defer func() { <-committed }()
-	src := f.start(t, relay.Position{})
-	c := newCore(t, f.url, src, relay.Position{})
+	_, c := f.startCore(t, relay.Position{})
 	insertN(t, f.url, 12, 5)
 	got := c.collect(16, 20*time.Second)
 	c.quiet(500 * time.Millisecond)
@@ -114,16 +46,14 @@ func TestRestartDuringTableRead(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
 	insertN(t, f.url, 1, 30)
-	src := f.start(t, relay.Position{})
-	c := newCore(t, f.url, src, relay.Position{})
+	src, c := f.startCore(t, relay.Position{})
 	c.max = 10
 	first := append([]relay.Event(nil), c.collect(10, 20*time.Second)...)
 	src.Close(context.Background())
 	from := c.acked
 
 	insertN(t, f.url, 31, 5)
-	src2 := f.start(t, from)
-	c2 := newCore(t, f.url, src2, from)
+	_, c2 := f.startCore(t, from)
 	rest := c2.collect(25, 20*time.Second)
 	c2.quiet(500 * time.Millisecond)
 	checkExactlyOnce(t, append(first, rest...), 35)
@@ -154,8 +84,7 @@ func dropSlot(t *testing.T, url, slot string) {
 func TestSlotDroppedWhileStreaming(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	src := f.start(t, relay.Position{})
-	c := newCore(t, f.url, src, relay.Position{})
+	src, c := f.startCore(t, relay.Position{})
 	ctx := context.Background()
 	insertN(t, f.url, 1, 10)
 	c.collect(10, 20*time.Second)
@@ -186,16 +115,14 @@ func TestSlotDroppedWhileStreaming(t *testing.T) {
 func TestSlotDroppedWhileStopped(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	src := f.start(t, relay.Position{})
-	c := newCore(t, f.url, src, relay.Position{})
+	src, c := f.startCore(t, relay.Position{})
 	insertN(t, f.url, 1, 10)
 	first := append([]relay.Event(nil), c.collect(10, 20*time.Second)...)
 	src.Close(context.Background())
 	insertN(t, f.url, 11, 10)
 	dropSlot(t, f.url, f.cfg.SlotName)
 
-	src2 := f.start(t, c.acked)
-	c2 := newCore(t, f.url, src2, c.acked)
+	_, c2 := f.startCore(t, c.acked)
 	rest := c2.collect(10, 20*time.Second)
 	insertN(t, f.url, 21, 5)
 	rest = c2.collect(15, 20*time.Second)
@@ -208,8 +135,7 @@ func TestSlotDroppedWhileStopped(t *testing.T) {
 // restarts the shared server.
 func TestPostgresRestartMidStream(t *testing.T) {
 	f := setup(t)
-	src := f.start(t, relay.Position{})
-	c := newCore(t, f.url, src, relay.Position{})
+	_, c := f.startCore(t, relay.Position{})
 	c.max = 50
 	insertN(t, f.url, 1, 200)
 	c.collect(100, 20*time.Second)
@@ -239,8 +165,7 @@ func TestSlotInvalidatedWhileStreaming(t *testing.T) {
 		StatusInterval:    100 * time.Millisecond,
 		Logger:            testLogger(t),
 	}}
-	src := f.start(t, relay.Position{})
-	c := newCore(t, url, src, relay.Position{})
+	src, c := f.startCore(t, relay.Position{})
 	ctx := context.Background()
 	insertN(t, url, 1, 10)
 	c.collect(10, 20*time.Second)
@@ -281,8 +206,7 @@ func TestForeignSlotIsReplaced(t *testing.T) {
 	insertN(t, f.url, 1, 5)
 	f.exec(t, "SELECT pg_create_logical_replication_slot($1, 'pgoutput')", f.cfg.SlotName)
 	insertN(t, f.url, 6, 5)
-	src := f.start(t, relay.Position{})
-	c := newCore(t, f.url, src, relay.Position{})
+	_, c := f.startCore(t, relay.Position{})
 	insertN(t, f.url, 11, 5)
 	got := c.collect(15, 20*time.Second)
 	c.quiet(500 * time.Millisecond)

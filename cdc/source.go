@@ -184,21 +184,32 @@ func (s *Source) Start(ctx context.Context, from relay.Position) error {
 	return nil
 }
 
+// slotConn opens a connection for work on the slot and reads the slot's
+// state on it; the caller closes the connection.
+func (s *Source) slotConn(ctx context.Context) (*pgx.Conn, slotState, error) {
+	conn, err := pgconfig.Connect(ctx, s.cfg.DatabaseURL)
+	if err != nil {
+		return nil, slotState{}, err
+	}
+	st, err := readSlot(ctx, conn, s.cfg.SlotName)
+	if err != nil {
+		conn.Close(context.WithoutCancel(ctx))
+		return nil, slotState{}, err
+	}
+	return conn, st, nil
+}
+
 // Reset drops the slot and its creation record, for the core to call when
 // the relay switches here from the polling reader: the slot may hold
 // inserts the other reader already published (their rows are gone, their
 // WAL is not). The next Start creates a new slot and reads the rows still
 // in the table, exactly the unpublished ones.
 func (s *Source) Reset(ctx context.Context) error {
-	conn, err := pgconfig.Connect(ctx, s.cfg.DatabaseURL)
+	conn, st, err := s.slotConn(ctx)
 	if err != nil {
 		return err
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	st, err := readSlot(ctx, conn, s.cfg.SlotName)
-	if err != nil {
-		return err
-	}
 	if st.exists {
 		if _, err := conn.Exec(ctx, "SELECT pg_drop_replication_slot($1)", s.cfg.SlotName); err != nil {
 			return fmt.Errorf("cdc: dropping the slot %q of an earlier run: %w", s.cfg.SlotName, err)
@@ -231,19 +242,9 @@ func (s *Source) reportSlotLoss(st slotState, mk marker, from relay.Position) {
 }
 
 func (s *Source) connectPool(ctx context.Context) (*pgxpool.Pool, error) {
-	connCfg, err := pgconfig.ParseConfig(s.cfg.DatabaseURL)
-	if err != nil {
-		return nil, err
-	}
-	cfg, err := pgxpool.ParseConfig("")
+	pool, err := pgconfig.NewPool(ctx, s.cfg.DatabaseURL, 3, nil)
 	if err != nil {
 		return nil, fmt.Errorf("cdc: %w", err)
-	}
-	cfg.ConnConfig = connCfg
-	cfg.MaxConns = 3
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		return nil, fmt.Errorf("cdc: connecting to PostgreSQL at %s: %s", pgconfig.Describe(&connCfg.Config), pgconfig.Scrub(err, s.cfg.DatabaseURL))
 	}
 	return pool, nil
 }

@@ -93,8 +93,7 @@ func streamsEventFields(t *testing.T, text bool) {
 func TestConcurrentWritersExactlyOnceInCommitOrder(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	src := f.start(t, relay.Position{})
-	c := newCore(t, f.url, src, relay.Position{})
+	_, c := f.startCore(t, relay.Position{})
 	c.max = 100
 
 	const writers, txs, perTx, keys = 6, 50, 5, 10
@@ -147,14 +146,10 @@ func TestConcurrentWritersExactlyOnceInCommitOrder(t *testing.T) {
 	c.quiet(500 * time.Millisecond)
 	checkOrder(t, got)
 
-	seen := map[string]bool{}
+	seen := checkNoneTwice(t, got)
 	lastByWriterKey := map[string]string{}
 	for _, e := range got {
 		p := string(e.Payload)
-		if seen[p] {
-			t.Fatalf("event %s delivered twice", p)
-		}
-		seen[p] = true
 		var w, i, j int
 		fmt.Sscanf(p, "%d/%d/%d", &w, &i, &j)
 		if i%10 == 3 {
@@ -188,22 +183,10 @@ func TestConcurrentWritersExactlyOnceInCommitOrder(t *testing.T) {
 func TestLowIDCommittedLastArrivesLast(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	src := f.start(t, relay.Position{})
-	c := newCore(t, f.url, src, relay.Position{})
+	_, c := f.startCore(t, relay.Position{})
 	ctx := context.Background()
 
-	slow, err := pgx.Connect(ctx, f.url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer slow.Close(ctx)
-	tx, err := slow.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tx.Exec(ctx, "INSERT INTO outbox.events (topic, key, payload) VALUES ('t', 'k', 'slow')"); err != nil {
-		t.Fatal(err)
-	}
+	tx := f.openTx(t, "k", "slow")
 	f.exec(t, "INSERT INTO outbox.events (topic, key, payload) VALUES ('t', 'k', 'fast-1')")
 	f.exec(t, "INSERT INTO outbox.events (topic, key, payload) VALUES ('t', 'k', 'fast-2')")
 	got := c.collect(2, 20*time.Second)
@@ -226,8 +209,7 @@ func TestLowIDCommittedLastArrivesLast(t *testing.T) {
 func TestHundredThousandEventTransaction(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	src := f.start(t, relay.Position{})
-	c := newCore(t, f.url, src, relay.Position{})
+	_, c := f.startCore(t, relay.Position{})
 	const n = 100_000
 	f.exec(t, "INSERT INTO outbox.events (topic) VALUES ('before')")
 	f.exec(t, "INSERT INTO outbox.events (topic, key, payload) SELECT 'big', 'k' || (g % 100), convert_to(g::text, 'UTF8') FROM generate_series(1, $1) AS g", n)
@@ -257,8 +239,7 @@ func TestHundredThousandEventTransaction(t *testing.T) {
 func TestRestartResumesFromAcknowledgedPosition(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	src := f.start(t, relay.Position{})
-	c := newCore(t, f.url, src, relay.Position{})
+	src, c := f.startCore(t, relay.Position{})
 	c.max = 7
 	f.exec(t, "INSERT INTO outbox.events (topic, payload) SELECT 't', convert_to(g::text, 'UTF8') FROM generate_series(1, 20) AS g")
 	f.exec(t, "INSERT INTO outbox.events (topic, payload) SELECT 't', convert_to(g::text, 'UTF8') FROM generate_series(21, 30) AS g")
@@ -272,8 +253,7 @@ func TestRestartResumesFromAcknowledgedPosition(t *testing.T) {
 	}
 
 	// A delivered but unacknowledged batch must come again.
-	src2 := f.start(t, from)
-	c2 := newCore(t, f.url, src2, from)
+	src2, c2 := f.startCore(t, from)
 	events, err := src2.Next(context.Background(), 5)
 	if err != nil {
 		t.Fatal(err)
@@ -285,8 +265,7 @@ func TestRestartResumesFromAcknowledgedPosition(t *testing.T) {
 		t.Fatalf("after restart the first event is at %v, want right after %v", events[0].Position, from)
 	}
 
-	src3 := f.start(t, from)
-	c3 := newCore(t, f.url, src3, from)
+	_, c3 := f.startCore(t, from)
 	rest := c3.collect(23, 20*time.Second)
 	c3.quiet(500 * time.Millisecond)
 	all := append(first, rest...)
@@ -305,8 +284,7 @@ func TestRestartResumesFromAcknowledgedPosition(t *testing.T) {
 func TestFlushOnlyAfterAcknowledgement(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
-	src := f.start(t, relay.Position{})
-	c := newCore(t, f.url, src, relay.Position{})
+	src, c := f.startCore(t, relay.Position{})
 	admin := pgtest.Connect(t, f.url)
 	slot := f.cfg.SlotName
 	ctx := context.Background()
@@ -360,8 +338,7 @@ func TestColumnsOfDomainTypes(t *testing.T) {
 	f.exec(t, "CREATE DOMAIN outbox.event_key AS text CHECK (VALUE <> '')")
 	f.exec(t, "CREATE DOMAIN outbox.event_payload AS bytea")
 	f.exec(t, "ALTER TABLE outbox.events ALTER COLUMN key TYPE outbox.event_key, ALTER COLUMN payload TYPE outbox.event_payload")
-	src := f.start(t, relay.Position{})
-	c := newCore(t, f.url, src, relay.Position{})
+	_, c := f.startCore(t, relay.Position{})
 	f.exec(t, `INSERT INTO outbox.events (topic, key, payload) VALUES ('orders', 'order-1', '\x00ff'::bytea), ('orders', NULL, NULL)`)
 	got := c.collect(2, 20*time.Second)
 	if got[0].Topic != "orders" || string(got[0].Key) != "order-1" || !bytes.Equal(got[0].Payload, []byte{0, 0xff}) {

@@ -75,8 +75,7 @@ SELECT 't', 'k' || (g % 7), convert_to($1 || '-' || g, 'UTF8') FROM generate_ser
 	t.Logf("writing transactions %d and %d", x1, x2)
 
 	// Both committed before the slot exists: they come from the table.
-	src := f.start(t, relay.Position{})
-	c := newCore(t, f.url, src, relay.Position{})
+	_, c := f.startCore(t, relay.Position{})
 	got := c.collect(2*perTx, 30*time.Second)
 	c.quiet(500 * time.Millisecond)
 	checkOrder(t, got)

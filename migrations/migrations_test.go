@@ -3,6 +3,7 @@ package migrations_test
 import (
 	"context"
 	"errors"
+	"io/fs"
 	"sync"
 	"testing"
 	"testing/fstest"
@@ -15,10 +16,50 @@ import (
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
-func setup(t *testing.T) (*pgx.Conn, string) {
+// setup gives a test a connection to a new database and the migrator it
+// runs there (see migrator).
+func setup(t *testing.T, fsys fs.FS, schema string) (context.Context, *pgx.Conn, *migrations.Migrator) {
 	t.Helper()
-	url := pgtest.NewDatabase(t)
-	return pgtest.Connect(t, url), url
+	conn := pgtest.Connect(t, pgtest.NewDatabase(t))
+	return context.Background(), conn, migrator(t, fsys, schema)
+}
+
+// migrator is what every test builds first: the embedded set (fsys nil)
+// or a set of its own, for schema; a set that does not load fails the
+// test.
+func migrator(t *testing.T, fsys fs.FS, schema string) *migrations.Migrator {
+	t.Helper()
+	var (
+		m   *migrations.Migrator
+		err error
+	)
+	if fsys == nil {
+		m, err = migrations.New(schema)
+	} else {
+		m, err = migrations.Load(fsys, schema)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// mustUp applies every pending migration and fails the test on error.
+func mustUp(t *testing.T, m *migrations.Migrator, conn *pgx.Conn) {
+	t.Helper()
+	if _, err := m.Up(context.Background(), conn, false); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// status reads m's status and fails the test on error.
+func status(t *testing.T, m *migrations.Migrator, conn *pgx.Conn) migrations.Status {
+	t.Helper()
+	st, err := m.Status(context.Background(), conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
 }
 
 func tableExists(t *testing.T, conn *pgx.Conn, name string) bool {
@@ -31,10 +72,7 @@ func tableExists(t *testing.T, conn *pgx.Conn, name string) bool {
 }
 
 func TestEmbeddedSetIsValid(t *testing.T) {
-	m, err := migrations.New(migrations.DefaultSchema)
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := migrator(t, nil, migrations.DefaultSchema)
 	if m.Latest() < 1 {
 		t.Fatal("no embedded migrations")
 	}
@@ -42,17 +80,9 @@ func TestEmbeddedSetIsValid(t *testing.T) {
 
 func TestUpStatusDownUp(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	conn, _ := setup(t)
-	m, err := migrations.New("outbox")
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, conn, m := setup(t, nil, "outbox")
 
-	st, err := m.Status(ctx, conn)
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := status(t, m, conn)
 	if st.Current != 0 || len(st.Pending()) != m.Latest() {
 		t.Fatalf("fresh database: current=%d pending=%v, want 0 and all %d", st.Current, st.Pending(), m.Latest())
 	}
@@ -73,10 +103,7 @@ func TestUpStatusDownUp(t *testing.T) {
 	if err := m.Check(ctx, conn); err != nil {
 		t.Fatalf("Check after Up: %v", err)
 	}
-	st, err = m.Status(ctx, conn)
-	if err != nil {
-		t.Fatal(err)
-	}
+	st = status(t, m, conn)
 	if st.Current != m.Latest() || len(st.Pending()) != 0 {
 		t.Fatalf("after Up: current=%d pending=%v", st.Current, st.Pending())
 	}
@@ -104,10 +131,7 @@ func TestUpStatusDownUp(t *testing.T) {
 	if tableExists(t, conn, "outbox.events") {
 		t.Fatal("outbox.events still exists after migrating down to 0")
 	}
-	st, err = m.Status(ctx, conn)
-	if err != nil {
-		t.Fatal(err)
-	}
+	st = status(t, m, conn)
 	if st.Current != 0 {
 		t.Fatalf("after Down: current=%d, want 0", st.Current)
 	}
@@ -134,15 +158,8 @@ func threeStep(third string) fstest.MapFS {
 
 func TestDownStepwiseAndTo(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	conn, _ := setup(t)
-	m, err := migrations.Load(threeStep("CREATE TABLE {{schema}}.c (x int);"), "custom_schema")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := m.Up(ctx, conn, false); err != nil {
-		t.Fatal(err)
-	}
+	ctx, conn, m := setup(t, threeStep("CREATE TABLE {{schema}}.c (x int);"), "custom_schema")
+	mustUp(t, m, conn)
 	steps, err := m.Down(ctx, conn, -1, false)
 	if err != nil || len(steps) != 1 || steps[0].Version != 3 {
 		t.Fatalf("one-step Down = %+v, %v; want version 3 only", steps, err)
@@ -164,12 +181,7 @@ func TestDownStepwiseAndTo(t *testing.T) {
 
 func TestDryRunChangesNothing(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	conn, _ := setup(t)
-	m, err := migrations.New("outbox")
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, conn, m := setup(t, nil, "outbox")
 	steps, err := m.Up(ctx, conn, true)
 	if err != nil || len(steps) != m.Latest() || steps[0].SQL == "" {
 		t.Fatalf("dry-run Up = %d steps, %v", len(steps), err)
@@ -181,19 +193,11 @@ func TestDryRunChangesNothing(t *testing.T) {
 
 func TestFailedMigrationLeavesPreviousVersion(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	conn, _ := setup(t)
-	m, err := migrations.Load(threeStep("CREATE TABLE {{schema}}.c (x int); SELECT no_such_function();"), "s")
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, conn, m := setup(t, threeStep("CREATE TABLE {{schema}}.c (x int); SELECT no_such_function();"), "s")
 	if _, err := m.Up(ctx, conn, false); err == nil {
 		t.Fatal("Up with a broken migration succeeded")
 	}
-	st, err := m.Status(ctx, conn)
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := status(t, m, conn)
 	if st.Current != 2 {
 		t.Fatalf("current = %d after a failed third migration, want 2", st.Current)
 	}
@@ -205,11 +209,8 @@ func TestFailedMigrationLeavesPreviousVersion(t *testing.T) {
 func TestConcurrentUpAppliesEachVersionOnce(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	_, url := setup(t)
-	m, err := migrations.New("outbox")
-	if err != nil {
-		t.Fatal(err)
-	}
+	url := pgtest.NewDatabase(t)
+	m := migrator(t, nil, "outbox")
 	var (
 		wg      sync.WaitGroup
 		mu      sync.Mutex
@@ -295,15 +296,8 @@ func TestInvalidSchemaIsRefused(t *testing.T) {
 
 func TestNewerDatabaseIsRefused(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	conn, _ := setup(t)
-	m, err := migrations.New("outbox")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := m.Up(ctx, conn, false); err != nil {
-		t.Fatal(err)
-	}
+	ctx, conn, m := setup(t, nil, "outbox")
+	mustUp(t, m, conn)
 	if _, err := conn.Exec(ctx, "INSERT INTO outbox.schema_migrations (version, name) VALUES ($1, 'from_the_future')", m.Latest()+1); err != nil {
 		t.Fatal(err)
 	}
@@ -316,10 +310,7 @@ func TestNewerDatabaseIsRefused(t *testing.T) {
 	if err := m.Check(ctx, conn); !errors.Is(err, migrations.ErrSchemaTooNew) {
 		t.Fatalf("Check = %v, want ErrSchemaTooNew", err)
 	}
-	st, err := m.Status(ctx, conn)
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := status(t, m, conn)
 	last := st.Versions[len(st.Versions)-1]
 	if !last.Unknown || last.Version != m.Latest()+1 {
 		t.Fatalf("Status does not show the unknown version: %+v", st.Versions)

@@ -18,9 +18,7 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 // for an outside observer.
 func setup(t *testing.T, schema string) (writer, observer *pgx.Conn) {
 	t.Helper()
-	url := pgtest.NewDatabase(t)
-	writer = pgtest.Connect(t, url)
-	pgtest.Migrate(t, writer, schema)
+	url, writer := pgtest.MigratedDatabase(t, schema)
 	return writer, pgtest.Connect(t, url)
 }
 

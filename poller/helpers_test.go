@@ -74,6 +74,19 @@ func modeDatabase(t *testing.T, mode string) (string, *pgx.Conn) {
 	return url, conn
 }
 
+// eachMode runs test as a subtest in each mode of modeDatabase, on a
+// database of that mode, with a context that ends after timeout.
+func eachMode(t *testing.T, timeout time.Duration, test func(t *testing.T, ctx context.Context, mode, url string, conn *pgx.Conn)) {
+	for _, mode := range []string{"row-id", "commit-timestamp"} {
+		t.Run(mode, func(t *testing.T) {
+			url, conn := modeDatabase(t, mode)
+			ctx, cancel := context.WithTimeout(context.Background(), timeout)
+			defer cancel()
+			test(t, ctx, mode, url, conn)
+		})
+	}
+}
+
 func stopCommitTSCluster() {
 	if commitTS.c != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

@@ -22,106 +22,100 @@ import (
 // After acknowledging part of the batch and restarting from that position,
 // the rest comes again in the same order.
 func TestBatchOrderAndResume(t *testing.T) {
-	for _, mode := range []string{"row-id", "commit-timestamp"} {
-		t.Run(mode, func(t *testing.T) {
-			url, conn := modeDatabase(t, mode)
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-			defer cancel()
+	eachMode(t, 2*time.Minute, func(t *testing.T, ctx context.Context, mode, url string, conn *pgx.Conn) {
+		names := []string{"A", "B", "C"}
+		txs := map[string]pgx.Tx{}
+		for _, n := range names {
+			tx, err := pgtest.Connect(t, url).Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			txs[n] = tx
+		}
+		var byID []string
+		byTx := map[string][]string{}
+		for i := 0; i < 900; i++ {
+			n := names[i%3]
+			payload := fmt.Sprintf("%s-%d", n, i/3)
+			if _, err := txs[n].Exec(ctx, `INSERT INTO outbox.events (topic, key, payload) VALUES ('orders', $1, $2)`, n, []byte(payload)); err != nil {
+				t.Fatal(err)
+			}
+			byID = append(byID, payload)
+			byTx[n] = append(byTx[n], payload)
+		}
+		for _, n := range []string{"C", "A", "B"} {
+			if err := txs[n].Commit(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		want := byID
+		if mode == "commit-timestamp" {
+			want = slices.Concat(byTx["C"], byTx["A"], byTx["B"])
+		}
 
-			names := []string{"A", "B", "C"}
-			txs := map[string]pgx.Tx{}
-			for _, n := range names {
-				tx, err := pgtest.Connect(t, url).Begin(ctx)
+		read := func(p *poller.Poller, from relay.Position, n int) []relay.Event {
+			t.Helper()
+			var got []relay.Event
+			last := from
+			for len(got) < n {
+				events, err := p.Next(ctx, 200)
 				if err != nil {
-					t.Fatal(err)
+					t.Fatalf("Next after %d of %d events: %v", len(got), n, err)
 				}
-				txs[n] = tx
-			}
-			var byID []string
-			byTx := map[string][]string{}
-			for i := 0; i < 900; i++ {
-				n := names[i%3]
-				payload := fmt.Sprintf("%s-%d", n, i/3)
-				if _, err := txs[n].Exec(ctx, `INSERT INTO outbox.events (topic, key, payload) VALUES ('orders', $1, $2)`, n, []byte(payload)); err != nil {
-					t.Fatal(err)
-				}
-				byID = append(byID, payload)
-				byTx[n] = append(byTx[n], payload)
-			}
-			for _, n := range []string{"C", "A", "B"} {
-				if err := txs[n].Commit(ctx); err != nil {
-					t.Fatal(err)
-				}
-			}
-			want := byID
-			if mode == "commit-timestamp" {
-				want = slices.Concat(byTx["C"], byTx["A"], byTx["B"])
-			}
-
-			read := func(p *poller.Poller, from relay.Position, n int) []relay.Event {
-				t.Helper()
-				var got []relay.Event
-				last := from
-				for len(got) < n {
-					events, err := p.Next(ctx, 200)
-					if err != nil {
-						t.Fatalf("Next after %d of %d events: %v", len(got), n, err)
+				for _, e := range events {
+					if !last.Less(e.Position) {
+						t.Fatalf("position %v after %v", e.Position, last)
 					}
-					for _, e := range events {
-						if !last.Less(e.Position) {
-							t.Fatalf("position %v after %v", e.Position, last)
-						}
-						last = e.Position
-					}
-					got = append(got, events...)
+					last = e.Position
 				}
-				return got
+				got = append(got, events...)
 			}
-			check := func(got []relay.Event, want []string) {
-				t.Helper()
-				if len(got) != len(want) {
-					t.Fatalf("got %d events, want %d", len(got), len(want))
-				}
-				for i, e := range got {
-					if string(e.Payload) != want[i] {
-						t.Fatalf("event %d = %s, want %s", i, e.Payload, want[i])
-					}
+			return got
+		}
+		check := func(got []relay.Event, want []string) {
+			t.Helper()
+			if len(got) != len(want) {
+				t.Fatalf("got %d events, want %d", len(got), len(want))
+			}
+			for i, e := range got {
+				if string(e.Payload) != want[i] {
+					t.Fatalf("event %d = %s, want %s", i, e.Payload, want[i])
 				}
 			}
+		}
 
-			p, err := poller.New(poller.Config{DatabaseURL: url, PollInterval: time.Minute})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := p.Start(ctx, relay.Position{}); err != nil {
-				t.Fatal(err)
-			}
-			got := read(p, relay.Position{}, len(want))
-			check(got, want)
+		p, err := poller.New(poller.Config{DatabaseURL: url, PollInterval: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := p.Start(ctx, relay.Position{}); err != nil {
+			t.Fatal(err)
+		}
+		got := read(p, relay.Position{}, len(want))
+		check(got, want)
 
-			// Acknowledge the first 450 as the core does: delete the rows,
-			// then Acked; restart from there.
-			ids := make([]int64, 450)
-			for i := range ids {
-				ids[i] = got[i].ID
-			}
-			if _, err := conn.Exec(ctx, "DELETE FROM outbox.events WHERE id = ANY($1)", ids); err != nil {
-				t.Fatal(err)
-			}
-			through := got[449].Position
-			if err := p.Acked(ctx, through); err != nil {
-				t.Fatal(err)
-			}
-			p.Close(ctx)
-			p, err = poller.New(poller.Config{DatabaseURL: url, PollInterval: time.Minute})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := p.Start(ctx, through); err != nil {
-				t.Fatal(err)
-			}
-			defer p.Close(ctx)
-			check(read(p, through, len(want)-450), want[450:])
-		})
-	}
+		// Acknowledge the first 450 as the core does: delete the rows,
+		// then Acked; restart from there.
+		ids := make([]int64, 450)
+		for i := range ids {
+			ids[i] = got[i].ID
+		}
+		if _, err := conn.Exec(ctx, "DELETE FROM outbox.events WHERE id = ANY($1)", ids); err != nil {
+			t.Fatal(err)
+		}
+		through := got[449].Position
+		if err := p.Acked(ctx, through); err != nil {
+			t.Fatal(err)
+		}
+		p.Close(ctx)
+		p, err = poller.New(poller.Config{DatabaseURL: url, PollInterval: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := p.Start(ctx, through); err != nil {
+			t.Fatal(err)
+		}
+		defer p.Close(ctx)
+		check(read(p, through, len(want)-450), want[450:])
+	})
 }

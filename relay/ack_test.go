@@ -16,9 +16,7 @@ import (
 // until it sees them, and leave none behind in the outbox.
 func TestAcknowledgementWaitsForVisibility(t *testing.T) {
 	ctx := context.Background()
-	url := pgtest.NewDatabase(t)
-	conn := pgtest.Connect(t, url)
-	pgtest.Migrate(t, conn, "outbox")
+	url, conn := pgtest.MigratedDatabase(t, "outbox")
 	for _, retain := range []time.Duration{0, time.Hour} {
 		var visible int64
 		if err := conn.QueryRow(ctx, "INSERT INTO outbox.events (topic, payload) VALUES ('t', 'a') RETURNING id").Scan(&visible); err != nil {

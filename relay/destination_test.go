@@ -58,9 +58,7 @@ func (s *gateSink) Close(context.Context) error { return nil }
 // is accepted, and clears the readiness reason and the sample.
 func TestDestinationWait(t *testing.T) {
 	ctx := context.Background()
-	url := pgtest.NewDatabase(t)
-	conn := pgtest.Connect(t, url)
-	pgtest.Migrate(t, conn, "outbox")
+	url, conn := pgtest.MigratedDatabase(t, "outbox")
 	const n = 120
 	rows, err := conn.Query(ctx, `INSERT INTO outbox.events (topic, key, payload)
 SELECT CASE WHEN g > 40 THEN 'missing' ELSE 'present' END, 'k' || (g % 3), convert_to('e' || g, 'UTF8')

@@ -37,6 +37,19 @@ func leaseConnFor(t *testing.T, r *Relay) *leaseConn {
 	return lc
 }
 
+// leader returns a relay on url that holds the lease, with the lease's
+// connection.
+func leader(t *testing.T, url string, length time.Duration) (*Relay, *leaseConn, *lease) {
+	t.Helper()
+	r := leaseRelay(t, url, length)
+	lc := leaseConnFor(t, r)
+	l, err := r.acquire(context.Background(), lc.conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r, lc, l
+}
+
 // ackFenced runs an acknowledgement-shaped transaction under l's fence.
 func ackFenced(ctx context.Context, r *Relay, l *lease) error {
 	return pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error { return r.fence(ctx, tx, l) })
@@ -48,16 +61,10 @@ func ackFenced(ctx context.Context, r *Relay, l *lease) error {
 // epoch, even though its own connections still work.
 func TestLeaseTakeoverFencesTheOldLeader(t *testing.T) {
 	ctx := context.Background()
-	url := pgtest.NewDatabase(t)
-	conn := pgtest.Connect(t, url)
-	pgtest.Migrate(t, conn, "outbox")
+	url, _ := pgtest.MigratedDatabase(t, "outbox")
 	const length = 1500 * time.Millisecond
 
-	a := leaseRelay(t, url, length)
-	la, err := a.acquire(ctx, leaseConnFor(t, a).conn)
-	if err != nil {
-		t.Fatal(err)
-	}
+	a, _, la := leader(t, url, length)
 	if err := ackFenced(ctx, a, la); err != nil {
 		t.Fatalf("the leader's acknowledgement: %v", err)
 	}
@@ -124,16 +131,10 @@ func TestLeaseTakeoverFencesTheOldLeader(t *testing.T) {
 // of the old epoch commits.
 func TestTakeoverWaitsForARunningAcknowledgement(t *testing.T) {
 	ctx := context.Background()
-	url := pgtest.NewDatabase(t)
-	conn := pgtest.Connect(t, url)
-	pgtest.Migrate(t, conn, "outbox")
+	url, _ := pgtest.MigratedDatabase(t, "outbox")
 	const length = 300 * time.Millisecond
 
-	a := leaseRelay(t, url, length)
-	la, err := a.acquire(ctx, leaseConnFor(t, a).conn)
-	if err != nil {
-		t.Fatal(err)
-	}
+	a, _, la := leader(t, url, length)
 	tx, err := a.pool.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -177,16 +178,9 @@ func TestTakeoverWaitsForARunningAcknowledgement(t *testing.T) {
 // wait for the lease to run out.
 func TestReleasedLeaseIsTakenAtOnce(t *testing.T) {
 	ctx := context.Background()
-	url := pgtest.NewDatabase(t)
-	conn := pgtest.Connect(t, url)
-	pgtest.Migrate(t, conn, "outbox")
+	url, _ := pgtest.MigratedDatabase(t, "outbox")
 	const length = 10 * time.Second
-	a := leaseRelay(t, url, length)
-	ac := leaseConnFor(t, a)
-	la, err := a.acquire(ctx, ac.conn)
-	if err != nil {
-		t.Fatal(err)
-	}
+	a, ac, la := leader(t, url, length)
 	a.release(ctx, ac, la)
 	b := leaseRelay(t, url, length)
 	start := time.Now()

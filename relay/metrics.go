@@ -5,6 +5,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promauto"
 )
 
 // Metrics are the relay's Prometheus metrics. Every name starts with
@@ -40,87 +41,47 @@ type Metrics struct {
 // NewMetrics registers the relay's metrics, with the Go and process
 // collectors, in a new registry.
 func NewMetrics() *Metrics {
-	m := &Metrics{
-		Registry: prometheus.NewRegistry(),
-		Published: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "relay_events_published_total",
-			Help: "Outbox events durably published, by topic.",
-		}, []string{"topic"}),
-		Latency: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: "relay_publish_latency_seconds",
-			Help: "Time from an event's created_at (its INSERT, in its transaction) to the sink's durable acknowledgement.",
-			// About 26% apart from 0.1 ms to 100 s: fine enough for
-			// percentiles read off the buckets.
-			Buckets: prometheus.ExponentialBucketsRange(0.0001, 100, 60),
-		}),
-		LatencyMax: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "relay_publish_latency_max_seconds",
-			Help: "Largest publish latency observed since the process started.",
-		}),
-		CommitLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "relay_commit_latency_seconds",
-			Help:    "Time from the commit of an event's transaction to the sink's durable acknowledgement, for readers that know commit times (cdc).",
-			Buckets: prometheus.ExponentialBucketsRange(0.0001, 100, 60),
-		}),
-		CommitMax: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "relay_commit_latency_max_seconds",
-			Help: "Largest commit latency observed since the process started.",
-		}),
-		BatchSize: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "relay_batch_size_events",
-			Help:    "Events per batch handed to the sink.",
-			Buckets: prometheus.ExponentialBuckets(1, 2, 15),
-		}),
-		Backlog: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "relay_backlog_rows",
-			Help: "Rows in the outbox table not yet acknowledged (sampled).",
-		}),
-		DeadLetters: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "relay_dead_letters_total",
-			Help: "Events moved to the dead-letter table, by reason.",
-		}, []string{"reason"}),
-		Errors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "relay_errors_total",
-			Help: "Pipeline failures that caused a restart, by stage (source, sink, ack, leader).",
-		}, []string{"stage"}),
-		Leader: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "relay_leader",
-			Help: "1 while this process holds the outbox's leader lease, else 0.",
-		}),
-		LastPublished: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "relay_last_publish_timestamp_seconds",
-			Help: "Unix time of the last durable acknowledgement.",
-		}),
-		PublishRate: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "relay_publish_rate_events_per_second",
-			Help: "Recent rate of acknowledged live events (smoothed over about a minute of backlog samples).",
-		}),
-		DrainETA: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "relay_backlog_drain_seconds",
-			Help: "Estimated time to drain the backlog at the recent publish rate: 0 when empty, -1 when nothing is being published.",
-		}),
-		ArchivePruned: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "relay_archive_pruned_total",
-			Help: "Archived events deleted because they were older than the retention (--retain).",
-		}),
-		Replayed: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "relay_replayed_events_total",
-			Help: "Archived events republished by replay requests.",
-		}),
-		HeldKeys: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "relay_held_keys",
-			Help: "Keys held behind a dead letter (dead-letter policy hold-key), sampled on the leader.",
-		}),
-		HeldEvents: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "relay_held_events",
-			Help: "Events held behind their key's dead letter, waiting for its retry or discard, sampled on the leader.",
-		}),
-		DestinationWaiting: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "relay_destination_waiting_since_timestamp_seconds",
-			Help: "Unix time since when the destination refuses a topic for now (missing, unauthorized, throttled), by topic and reason; its events wait in the outbox. No sample while nothing waits.",
-		}, []string{"topic", "reason"}),
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	// Every metric is made and registered by one of these, from its name
+	// and help (and buckets or labels); promauto panics on a duplicate
+	// name as MustRegister does.
+	f := promauto.With(reg)
+	gauge := func(name, help string) prometheus.Gauge {
+		return f.NewGauge(prometheus.GaugeOpts{Name: name, Help: help})
 	}
-	m.HeartbeatAge = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+	counter := func(name, help string) prometheus.Counter {
+		return f.NewCounter(prometheus.CounterOpts{Name: name, Help: help})
+	}
+	counterVec := func(name, help, label string) *prometheus.CounterVec {
+		return f.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, []string{label})
+	}
+	histogram := func(name, help string, buckets []float64) prometheus.Histogram {
+		return f.NewHistogram(prometheus.HistogramOpts{Name: name, Help: help, Buckets: buckets})
+	}
+	// About 26% apart from 0.1 ms to 100 s: fine enough for percentiles
+	// read off the buckets.
+	latencyBuckets := prometheus.ExponentialBucketsRange(0.0001, 100, 60)
+
+	m := &Metrics{Registry: reg}
+	m.Published = counterVec("relay_events_published_total", "Outbox events durably published, by topic.", "topic")
+	m.Latency = histogram("relay_publish_latency_seconds", "Time from an event's created_at (its INSERT, in its transaction) to the sink's durable acknowledgement.", latencyBuckets)
+	m.LatencyMax = gauge("relay_publish_latency_max_seconds", "Largest publish latency observed since the process started.")
+	m.CommitLatency = histogram("relay_commit_latency_seconds", "Time from the commit of an event's transaction to the sink's durable acknowledgement, for readers that know commit times (cdc).", latencyBuckets)
+	m.CommitMax = gauge("relay_commit_latency_max_seconds", "Largest commit latency observed since the process started.")
+	m.BatchSize = histogram("relay_batch_size_events", "Events per batch handed to the sink.", prometheus.ExponentialBuckets(1, 2, 15))
+	m.Backlog = gauge("relay_backlog_rows", "Rows in the outbox table not yet acknowledged (sampled).")
+	m.DeadLetters = counterVec("relay_dead_letters_total", "Events moved to the dead-letter table, by reason.", "reason")
+	m.Errors = counterVec("relay_errors_total", "Pipeline failures that caused a restart, by stage (source, sink, ack, leader).", "stage")
+	m.Leader = gauge("relay_leader", "1 while this process holds the outbox's leader lease, else 0.")
+	m.LastPublished = gauge("relay_last_publish_timestamp_seconds", "Unix time of the last durable acknowledgement.")
+	m.PublishRate = gauge("relay_publish_rate_events_per_second", "Recent rate of acknowledged live events (smoothed over about a minute of backlog samples).")
+	m.DrainETA = gauge("relay_backlog_drain_seconds", "Estimated time to drain the backlog at the recent publish rate: 0 when empty, -1 when nothing is being published.")
+	m.ArchivePruned = counter("relay_archive_pruned_total", "Archived events deleted because they were older than the retention (--retain).")
+	m.Replayed = counter("relay_replayed_events_total", "Archived events republished by replay requests.")
+	m.HeldKeys = gauge("relay_held_keys", "Keys held behind a dead letter (dead-letter policy hold-key), sampled on the leader.")
+	m.HeldEvents = gauge("relay_held_events", "Events held behind their key's dead letter, waiting for its retry or discard, sampled on the leader.")
+	m.HeartbeatAge = f.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "relay_heartbeat_age_seconds",
 		Help: "On the leader: how long ago the newest heartbeat that went through reader, sink and acknowledgement was sent (/readyz fails above --ready-timeout); 0 elsewhere.",
 	}, func() float64 {
@@ -129,9 +90,9 @@ func NewMetrics() *Metrics {
 		}
 		return 0
 	})
-	m.Registry.MustRegister(m.Published, m.Latency, m.LatencyMax, m.CommitLatency, m.CommitMax, m.BatchSize, m.Backlog, m.DeadLetters, m.Errors, m.Leader, m.LastPublished,
-		m.PublishRate, m.DrainETA, m.ArchivePruned, m.Replayed, m.HeldKeys, m.HeldEvents, m.HeartbeatAge,
-		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	m.Registry.MustRegister(m.DestinationWaiting)
+	m.DestinationWaiting = f.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "relay_destination_waiting_since_timestamp_seconds",
+		Help: "Unix time since when the destination refuses a topic for now (missing, unauthorized, throttled), by topic and reason; its events wait in the outbox. No sample while nothing waits.",
+	}, []string{"topic", "reason"})
 	return m
 }

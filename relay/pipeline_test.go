@@ -153,9 +153,7 @@ func (s *flakySink) Close(context.Context) error {
 // Under -race this covers the restart path.
 func TestPipelineRestartsCleanly(t *testing.T) {
 	ctx := context.Background()
-	url := pgtest.NewDatabase(t)
-	conn := pgtest.Connect(t, url)
-	pgtest.Migrate(t, conn, "outbox")
+	url, conn := pgtest.MigratedDatabase(t, "outbox")
 	const n = 400
 	rows, err := conn.Query(ctx, `INSERT INTO outbox.events (topic, key, payload)
 SELECT 'orders', 'k' || (g % 5), convert_to('e' || g, 'UTF8') FROM generate_series(1, $1) AS g RETURNING id, event_id::text, key, payload, created_at`, n)

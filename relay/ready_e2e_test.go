@@ -178,9 +178,7 @@ func (s *gateSink) Publish(ctx context.Context, msgs []relay.Message) (relay.Pub
 // batch through.
 func TestReadinessSeesAHungSink(t *testing.T) {
 	ctx := context.Background()
-	url := pgtest.NewDatabase(t)
-	conn := pgtest.Connect(t, url)
-	pgtest.Migrate(t, conn, "outbox")
+	url, conn := pgtest.MigratedDatabase(t, "outbox")
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	src, err := poller.New(poller.Config{DatabaseURL: url, PollInterval: 100 * time.Millisecond, Logger: log})
 	if err != nil {

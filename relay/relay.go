@@ -155,25 +155,12 @@ func (b *backoff) next(ran time.Duration) time.Duration {
 }
 
 func (r *Relay) connectPool(ctx context.Context) (*pgxpool.Pool, error) {
-	connCfg, err := pgconfig.ParseConfig(r.cfg.DatabaseURL)
-	if err != nil {
-		return nil, err
-	}
-	cfg, err := pgxpool.ParseConfig("")
-	if err != nil {
-		return nil, err
-	}
-	cfg.ConnConfig = connCfg
-	cfg.ConnConfig.RuntimeParams["application_name"] = ApplicationName
-	// A transaction left open by a paused relay must not hold the
-	// leadership row (or the outbox's rows) past its lease.
-	cfg.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"] = strconv.FormatInt(r.cfg.Lease.Milliseconds(), 10)
-	cfg.MaxConns = 4
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		return nil, fmt.Errorf("connecting to PostgreSQL at %s: %w", pgconfig.Describe(&connCfg.Config), err)
-	}
-	return pool, nil
+	return pgconfig.NewPool(ctx, r.cfg.DatabaseURL, 4, func(c *pgx.ConnConfig) {
+		c.RuntimeParams["application_name"] = ApplicationName
+		// A transaction left open by a paused relay must not hold the
+		// leadership row (or the outbox's rows) past its lease.
+		c.RuntimeParams["idle_in_transaction_session_timeout"] = strconv.FormatInt(r.cfg.Lease.Milliseconds(), 10)
+	})
 }
 
 // checkSchema refuses to run against a database that is not migrated to

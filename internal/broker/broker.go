@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -425,27 +426,14 @@ func (b *Broker) Reopen(ctx context.Context) error {
 
 func (b *Broker) reopenLoop() {
 	defer b.loopWG.Done()
-	tick := time.NewTicker(b.opts.ReopenInterval)
-	defer tick.Stop()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go func() {
-		<-b.done
-		cancel()
-	}()
-	for {
-		select {
-		case <-b.done:
+	everyTick(b.done, b.opts.ReopenInterval, func(ctx context.Context) {
+		if b.health.Load().check() == nil {
 			return
-		case <-tick.C:
-			if b.health.Load().check() == nil {
-				continue
-			}
-			if err := b.Reopen(ctx); err != nil && ctx.Err() == nil {
-				b.opts.Logger.Error("reopening the broker failed; will try again", "err", err)
-			}
 		}
-	}
+		if err := b.Reopen(ctx); err != nil && ctx.Err() == nil {
+			b.opts.Logger.Error("reopening the broker failed; will try again", "err", err)
+		}
+	})
 }
 
 // lockDir takes an exclusive flock so two daemons never write one log.
@@ -694,30 +682,15 @@ func (b *Broker) DefaultTopicConfig() TopicConfig { return b.fillTopicConfig(Top
 
 func (b *Broker) fillTopicConfig(cfg TopicConfig) TopicConfig {
 	d := b.opts.DefaultTopicConfig
-	if cfg.Partitions == 0 {
-		cfg.Partitions = d.Partitions
-	}
-	if cfg.RetentionMs == 0 {
-		cfg.RetentionMs = d.RetentionMs
-	}
-	if cfg.RetentionBytes == 0 {
-		cfg.RetentionBytes = d.RetentionBytes
-	}
-	if cfg.CleanupPolicy == "" {
-		cfg.CleanupPolicy = d.CleanupPolicy
-	}
-	if cfg.SegmentBytes == 0 {
-		cfg.SegmentBytes = d.SegmentBytes
-	}
-	if cfg.SegmentMs == 0 {
-		cfg.SegmentMs = d.SegmentMs
-	}
-	if cfg.DeleteRetentionMs == 0 {
-		cfg.DeleteRetentionMs = d.DeleteRetentionMs
-	}
-	if cfg.MaxMessageBytes == 0 {
-		cfg.MaxMessageBytes = d.MaxMessageBytes
-	}
+	// Each zero field takes the broker's default.
+	cfg.Partitions = cmp.Or(cfg.Partitions, d.Partitions)
+	cfg.RetentionMs = cmp.Or(cfg.RetentionMs, d.RetentionMs)
+	cfg.RetentionBytes = cmp.Or(cfg.RetentionBytes, d.RetentionBytes)
+	cfg.CleanupPolicy = cmp.Or(cfg.CleanupPolicy, d.CleanupPolicy)
+	cfg.SegmentBytes = cmp.Or(cfg.SegmentBytes, d.SegmentBytes)
+	cfg.SegmentMs = cmp.Or(cfg.SegmentMs, d.SegmentMs)
+	cfg.DeleteRetentionMs = cmp.Or(cfg.DeleteRetentionMs, d.DeleteRetentionMs)
+	cfg.MaxMessageBytes = cmp.Or(cfg.MaxMessageBytes, d.MaxMessageBytes)
 	return cfg.withDefaults(b.opts.DefaultPartitions)
 }
 
@@ -1125,18 +1098,11 @@ func (b *Broker) allPartitions() []*partition {
 
 func (b *Broker) syncLoop() {
 	defer b.wg.Done()
-	tick := time.NewTicker(b.opts.SyncInterval)
-	defer tick.Stop()
-	for {
-		select {
-		case <-b.stop:
-			return
-		case <-tick.C:
-			if err := b.Sync(); err != nil {
-				b.opts.Logger.Error("interval fsync failed", "err", err)
-			}
+	everyTick(b.stop, b.opts.SyncInterval, func(context.Context) {
+		if err := b.Sync(); err != nil {
+			b.opts.Logger.Error("interval fsync failed", "err", err)
 		}
-	}
+	})
 }
 
 // Close stops background work, fsyncs and snapshots every partition, and

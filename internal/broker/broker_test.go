@@ -26,6 +26,14 @@ func openTest(t testing.TB, dir string, mod func(*Options)) *Broker {
 	return b
 }
 
+// openWithTopic opens a broker in dir (openTest) with one topic created.
+func openWithTopic(t testing.TB, dir string, mod func(*Options), topic string, cfg TopicConfig) *Broker {
+	t.Helper()
+	b := openTest(t, dir, mod)
+	mustCreate(t, b, topic, cfg)
+	return b
+}
+
 func mustCreate(t testing.TB, b *Broker, name string, cfg TopicConfig) {
 	t.Helper()
 	if _, err := b.CreateTopic(name, cfg); err != nil {
@@ -302,8 +310,7 @@ func TestIdempotentProducer(t *testing.T) {
 func TestProducerStateSurvivesReopen(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	b := openTest(t, dir, nil)
-	mustCreate(t, b, "p", TopicConfig{SegmentBytes: 2048})
+	b := openWithTopic(t, dir, nil, "p", TopicConfig{SegmentBytes: 2048})
 	pid, err := b.InitProducerID(context.Background(), "relay-1")
 	if err != nil {
 		t.Fatal(err)

@@ -63,8 +63,7 @@ func TestCompaction(t *testing.T) {
 	clock := &fakeClock{}
 	clock.ms.Store(1_700_000_000_000)
 	dir := t.TempDir()
-	b := openTest(t, dir, func(o *Options) { o.Now = clock.now })
-	mustCreate(t, b, "state", TopicConfig{CleanupPolicy: CleanupCompact, SegmentBytes: 1024, DeleteRetentionMs: 60_000})
+	b := openWithTopic(t, dir, func(o *Options) { o.Now = clock.now }, "state", TopicConfig{CleanupPolicy: CleanupCompact, SegmentBytes: 1024, DeleteRetentionMs: 60_000})
 	pid, _ := b.InitProducerID(context.Background(), "")
 	seq := int32(0)
 	put := func(key string, value []byte, tsOff int64) {
@@ -215,8 +214,7 @@ func TestWaitAndWatch(t *testing.T) {
 func TestOffsetForTime(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	b := openTest(t, dir, func(o *Options) { o.IndexIntervalBytes = 64 })
-	mustCreate(t, b, "ts", TopicConfig{SegmentBytes: 1024})
+	b := openWithTopic(t, dir, func(o *Options) { o.IndexIntervalBytes = 64 }, "ts", TopicConfig{SegmentBytes: 1024})
 	for i := 0; i < 50; i++ {
 		rs := []Record{
 			{Key: []byte("a"), Value: []byte("1"), Timestamp: time.UnixMilli(int64(1000 + i*10))},
@@ -241,8 +239,7 @@ func TestOffsetForTime(t *testing.T) {
 func TestGroupOffsetsDurable(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	b := openTest(t, dir, func(o *Options) { o.OffsetsCompactBytes = 512 })
-	mustCreate(t, b, "t", TopicConfig{Partitions: 2})
+	b := openWithTopic(t, dir, func(o *Options) { o.OffsetsCompactBytes = 512 }, "t", TopicConfig{Partitions: 2})
 	for i := 0; i < 10; i++ {
 		mustAppend(t, b, "t", 0, EncodeBatch(-1, -1, -1, recs("a", 1)))
 	}
@@ -278,8 +275,7 @@ func TestGroupOffsetsDurable(t *testing.T) {
 func TestDump(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	b := openTest(t, dir, nil)
-	mustCreate(t, b, "d", TopicConfig{Partitions: 2})
+	b := openWithTopic(t, dir, nil, "d", TopicConfig{Partitions: 2})
 	mustAppend(t, b, "d", 1, EncodeBatch(-1, -1, -1, []Record{
 		{Key: []byte("k"), Value: []byte("v"), Headers: []Header{{Key: "h", Value: []byte("x")}}, Timestamp: time.UnixMilli(0)},
 		{Key: nil, Value: nil, Timestamp: time.UnixMilli(0)},

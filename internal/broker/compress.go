@@ -225,30 +225,28 @@ func decompressSnappy(dst, src []byte, limit int) ([]byte, error) {
 	return out, nil
 }
 
+// streamCompress compresses src through the stream writer that newWriter
+// makes (gzip, lz4); name prefixes its errors.
+func streamCompress(name string, src []byte, newWriter func(io.Writer) io.WriteCloser) ([]byte, error) {
+	var buf bytes.Buffer
+	zw := newWriter(&buf)
+	if _, err := zw.Write(src); err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	if err := zw.Close(); err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	return buf.Bytes(), nil
+}
+
 func compress(c Compression, src []byte) ([]byte, error) {
 	switch c {
 	case CompressionGzip:
-		var buf bytes.Buffer
-		zw := gzip.NewWriter(&buf)
-		if _, err := zw.Write(src); err != nil {
-			return nil, fmt.Errorf("gzip: %w", err)
-		}
-		if err := zw.Close(); err != nil {
-			return nil, fmt.Errorf("gzip: %w", err)
-		}
-		return buf.Bytes(), nil
+		return streamCompress("gzip", src, func(w io.Writer) io.WriteCloser { return gzip.NewWriter(w) })
 	case CompressionSnappy:
 		return s2.EncodeSnappy(nil, src), nil
 	case CompressionLZ4:
-		var buf bytes.Buffer
-		zw := lz4.NewWriter(&buf)
-		if _, err := zw.Write(src); err != nil {
-			return nil, fmt.Errorf("lz4: %w", err)
-		}
-		if err := zw.Close(); err != nil {
-			return nil, fmt.Errorf("lz4: %w", err)
-		}
-		return buf.Bytes(), nil
+		return streamCompress("lz4", src, func(w io.Writer) io.WriteCloser { return lz4.NewWriter(w) })
 	case CompressionZstd:
 		enc, err := sharedZstdEncoder()
 		if err != nil {

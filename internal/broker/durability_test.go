@@ -273,8 +273,7 @@ func TestFsyncEIOUnderLoad(t *testing.T) {
 			dir := t.TempDir()
 			ffs := newInjectFS()
 			logger, logs := captureLogs()
-			b := openTest(t, dir, func(o *Options) { o.FS, o.ReopenInterval, o.Logger = ffs, -1, logger })
-			mustCreate(t, b, "load", c.cfg)
+			b := openWithTopic(t, dir, func(o *Options) { o.FS, o.ReopenInterval, o.Logger = ffs, -1, logger }, "load", c.cfg)
 			var producers []*loadProducer
 			for p := int32(0); p < 4; p++ {
 				pid, err := b.InitProducerID(context.Background(), "")
@@ -430,8 +429,7 @@ func TestFlippedByteInActiveSegmentAfterCleanStop(t *testing.T) {
 func TestFlippedByteInActiveSegmentAfterKill(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	b := openTest(t, dir, nil)
-	mustCreate(t, b, "crash", TopicConfig{Partitions: crashPartitions, SegmentBytes: 1 << 20})
+	b := openWithTopic(t, dir, nil, "crash", TopicConfig{Partitions: crashPartitions, SegmentBytes: 1 << 20})
 	if err := b.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -463,8 +461,7 @@ func TestFlippedByteInActiveSegmentAfterKill(t *testing.T) {
 func writeSegments(t *testing.T) (string, []batchAt) {
 	t.Helper()
 	dir := t.TempDir()
-	b := openTest(t, dir, func(o *Options) { o.IndexIntervalBytes = 100 })
-	mustCreate(t, b, "i", TopicConfig{SegmentBytes: 4096})
+	b := openWithTopic(t, dir, func(o *Options) { o.IndexIntervalBytes = 100 }, "i", TopicConfig{SegmentBytes: 4096})
 	for i := 0; i < 60; i++ {
 		mustAppend(t, b, "i", 0, EncodeBatch(5, 0, int32(i*3), recs(fmt.Sprint(i), 3)))
 	}
@@ -549,8 +546,7 @@ func TestFlippedLastBatchOfInactiveSegmentFoundOnOpen(t *testing.T) {
 func TestVanishedPartitionDirectory(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	b := openTest(t, dir, nil)
-	mustCreate(t, b, "v", TopicConfig{Partitions: 2})
+	b := openWithTopic(t, dir, nil, "v", TopicConfig{Partitions: 2})
 	mustAppend(t, b, "v", 1, EncodeBatch(-1, -1, -1, recs("a", 3)))
 	if err := b.Close(); err != nil {
 		t.Fatal(err)
@@ -600,8 +596,7 @@ func TestWriteAndReadFaults(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	ffs := newInjectFS()
-	b := openTest(t, dir, func(o *Options) { o.FS, o.ReopenInterval, o.ScrubBytesPerSecond = ffs, -1, -1 })
-	mustCreate(t, b, "w", TopicConfig{})
+	b := openWithTopic(t, dir, func(o *Options) { o.FS, o.ReopenInterval, o.ScrubBytesPerSecond = ffs, -1, -1 }, "w", TopicConfig{})
 	lp := &loadProducer{part: 0, pid: ProducerID{ID: 4}}
 	appendOK := func() {
 		t.Helper()
@@ -789,8 +784,7 @@ func TestDamagedTailAfterCleanStopIsReported(t *testing.T) {
 func TestReportedDamageRepairedFromJournalAfterKill(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	b := openTest(t, dir, func(o *Options) { o.ScrubBytesPerSecond = -1 })
-	mustCreate(t, b, "k", TopicConfig{})
+	b := openWithTopic(t, dir, func(o *Options) { o.ScrubBytesPerSecond = -1 }, "k", TopicConfig{})
 	var want []string
 	for i := 0; i < 10; i++ {
 		mustAppend(t, b, "k", 0, EncodeBatch(8, 0, int32(i*3), recs(fmt.Sprint(i), 3)))

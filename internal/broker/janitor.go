@@ -11,25 +11,33 @@ import (
 
 func (b *Broker) janitorLoop() {
 	defer b.wg.Done()
-	tick := time.NewTicker(b.opts.JanitorInterval)
+	everyTick(b.stop, b.opts.JanitorInterval, func(ctx context.Context) {
+		if err := b.EnforceRetention(ctx); err != nil && ctx.Err() == nil {
+			b.opts.Logger.Error("retention failed", "err", err)
+		}
+		if err := b.Compact(ctx); err != nil && ctx.Err() == nil {
+			b.opts.Logger.Error("compaction failed", "err", err)
+		}
+	})
+}
+
+// everyTick calls fn at every interval until stop is closed, with a context
+// cancelled when stop closes, so that a call in progress ends early.
+func everyTick(stop <-chan struct{}, interval time.Duration, fn func(ctx context.Context)) {
+	tick := time.NewTicker(interval)
 	defer tick.Stop()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go func() {
-		<-b.stop
+		<-stop
 		cancel()
 	}()
 	for {
 		select {
-		case <-b.stop:
+		case <-stop:
 			return
 		case <-tick.C:
-			if err := b.EnforceRetention(ctx); err != nil && ctx.Err() == nil {
-				b.opts.Logger.Error("retention failed", "err", err)
-			}
-			if err := b.Compact(ctx); err != nil && ctx.Err() == nil {
-				b.opts.Logger.Error("compaction failed", "err", err)
-			}
+			fn(ctx)
 		}
 	}
 }
@@ -48,35 +56,30 @@ func (b *Broker) topicList() []*topic {
 // that are past their topic's retention time or beyond its retention size,
 // advancing each log start offset. The janitor calls it periodically.
 func (b *Broker) EnforceRetention(ctx context.Context) error {
+	return b.eachPartitionOf(ctx, CleanupDelete, func(p *partition, now int64) error { return p.enforceRetention(now) })
+}
+
+// Compact cleans every partition of compact-policy topics. The janitor calls
+// it periodically.
+func (b *Broker) Compact(ctx context.Context) error {
+	return b.eachPartitionOf(ctx, CleanupCompact, func(p *partition, now int64) error { return p.compact(ctx, now) })
+}
+
+// eachPartitionOf runs clean on every partition of the topics with the
+// cleanup policy, with the time in milliseconds, and joins the failures.
+// It stops when ctx ends, with ctx's error.
+func (b *Broker) eachPartitionOf(ctx context.Context, policy CleanupPolicy, clean func(p *partition, nowMs int64) error) error {
 	var errs []error
 	now := b.opts.Now().UnixMilli()
 	for _, t := range b.topicList() {
-		if t.set.config().CleanupPolicy != CleanupDelete {
+		if t.set.config().CleanupPolicy != policy {
 			continue
 		}
 		for _, p := range t.parts {
 			if err := ctx.Err(); err != nil {
 				return err
 			}
-			if err := p.enforceRetention(now); err != nil {
-				errs = append(errs, fmt.Errorf("%s/%d: %w", t.name, p.id, err))
-			}
-		}
-	}
-	return errors.Join(errs...)
-}
-
-// Compact cleans every partition of compact-policy topics. The janitor calls
-// it periodically.
-func (b *Broker) Compact(ctx context.Context) error {
-	var errs []error
-	now := b.opts.Now().UnixMilli()
-	for _, t := range b.topicList() {
-		if t.set.config().CleanupPolicy != CleanupCompact {
-			continue
-		}
-		for _, p := range t.parts {
-			if err := p.compact(ctx, now); err != nil {
+			if err := clean(p, now); err != nil {
 				if ctx.Err() != nil {
 					return ctx.Err()
 				}

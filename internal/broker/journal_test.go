@@ -55,8 +55,7 @@ func values(t *testing.T, b *Broker, topic string, part int32) []string {
 func TestJournalRestoresWhatSegmentsLost(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	b := openTest(t, dir, nil)
-	mustCreate(t, b, "j", TopicConfig{Partitions: 4})
+	b := openWithTopic(t, dir, nil, "j", TopicConfig{Partitions: 4})
 	var wg sync.WaitGroup
 	for p := int32(0); p < 4; p++ {
 		wg.Add(1)
@@ -126,8 +125,7 @@ func TestJournalBoundsFileAfterFailedFsync(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	ffs := newInjectFS()
-	b := openTest(t, dir, func(o *Options) { o.FS = ffs; o.ReopenInterval = -1 })
-	mustCreate(t, b, "f", TopicConfig{})
+	b := openWithTopic(t, dir, func(o *Options) { o.FS = ffs; o.ReopenInterval = -1 }, "f", TopicConfig{})
 	mustAppend(t, b, "f", 0, EncodeBatch(9, 0, 0, recs("a", 2)))
 	ffs.inject(faultRule{op: opSync, suffix: journalSuffix, times: -1})
 	if _, err := b.Append(context.Background(), "f", 0, EncodeBatch(100, 0, 0, recs("x", 2))); err == nil {
@@ -157,8 +155,7 @@ func TestJournalBoundsFileAfterFailedFsync(t *testing.T) {
 func TestJournalCheckpoint(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	b := openTest(t, dir, nil)
-	mustCreate(t, b, "c", TopicConfig{Partitions: 2})
+	b := openWithTopic(t, dir, nil, "c", TopicConfig{Partitions: 2})
 	big := make([]Record, 1)
 	big[0] = Record{Key: []byte("k"), Value: make([]byte, 512<<10)}
 	for i := 0; i < (journalFileBytes/(512<<10))+8; i++ {
@@ -223,8 +220,7 @@ func TestJournalTornWriteKeepsEarlierBatches(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	jfs := &journalFaultFS{}
-	b := openTest(t, dir, func(o *Options) { o.FS = jfs })
-	mustCreate(t, b, "t", TopicConfig{Partitions: 2})
+	b := openWithTopic(t, dir, func(o *Options) { o.FS = jfs }, "t", TopicConfig{Partitions: 2})
 	ctx := context.Background()
 	mustAppend(t, b, "t", 0, EncodeBatch(1, 0, 0, recs("a", 2)))
 	_, waitC, err := b.AppendAsync(ctx, "t", 1, EncodeBatch(2, 0, 0, recs("c", 2)))

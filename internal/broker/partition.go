@@ -577,6 +577,18 @@ func (p *partition) tick() uint64 {
 	return p.clock
 }
 
+// lockForSync takes syncMu, then mu, in the lock order, for a caller that
+// fsyncs; unlockSync releases both.
+func (p *partition) lockForSync() {
+	p.syncMu.Lock()
+	p.mu.Lock()
+}
+
+func (p *partition) unlockSync() {
+	p.mu.Unlock()
+	p.syncMu.Unlock()
+}
+
 // waitDurable returns once offsets below target are fsynced, fsyncing
 // itself if no one else has. Appenders queue on syncMu while one fsync runs;
 // the next one in line usually finds its data already covered.
@@ -584,10 +596,8 @@ func (p *partition) waitDurable(target int64, gen int) error {
 	if j := p.set.journal; j != nil {
 		return p.waitJournal(j, target, gen)
 	}
-	p.syncMu.Lock()
-	defer p.syncMu.Unlock()
-	p.mu.Lock()
-	defer p.mu.Unlock()
+	p.lockForSync()
+	defer p.unlockSync()
 	for {
 		if p.closed {
 			if target <= p.durable {
@@ -859,15 +869,17 @@ func (p *partition) syncLocked() error {
 
 // sync makes everything appended so far durable (used by the interval
 // syncer and Close).
-func (p *partition) sync() error {
-	p.syncMu.Lock()
-	defer p.syncMu.Unlock()
-	p.mu.Lock()
-	defer p.mu.Unlock()
+func (p *partition) sync() error { return p.whileOpen(p.syncLocked) }
+
+// whileOpen runs fn holding syncMu and mu (lockForSync), unless the
+// partition is closed.
+func (p *partition) whileOpen(fn func() error) error {
+	p.lockForSync()
+	defer p.unlockSync()
 	if p.closed {
 		return nil
 	}
-	return p.syncLocked()
+	return fn()
 }
 
 // resetLocked truncates the active segment back to the last durable
@@ -1247,14 +1259,9 @@ func (p *partition) info() PartitionInfo {
 	return pi
 }
 
-func (p *partition) close() error {
-	p.syncMu.Lock()
-	defer p.syncMu.Unlock()
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed {
-		return nil
-	}
+func (p *partition) close() error { return p.whileOpen(p.closeLocked) }
+
+func (p *partition) closeLocked() error {
 	var errs []error
 	active := p.segs[len(p.segs)-1]
 	// After a storage failure nothing written since is trusted: no fsync

@@ -163,8 +163,7 @@ func checkCrashAcks(t *testing.T, b *Broker, acks []crashAck) {
 func TestKillDuringAppend(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	b := openTest(t, dir, nil)
-	mustCreate(t, b, "crash", TopicConfig{Partitions: crashPartitions, SegmentBytes: 16 << 10})
+	b := openWithTopic(t, dir, nil, "crash", TopicConfig{Partitions: crashPartitions, SegmentBytes: 16 << 10})
 	if err := b.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -180,8 +179,7 @@ func TestKillDuringAppend(t *testing.T) {
 func writeBatches(t *testing.T, n int) (string, string) {
 	t.Helper()
 	dir := t.TempDir()
-	b := openTest(t, dir, nil)
-	mustCreate(t, b, "r", TopicConfig{})
+	b := openWithTopic(t, dir, nil, "r", TopicConfig{})
 	for i := 0; i < n; i++ {
 		mustAppend(t, b, "r", 0, EncodeBatch(7, 0, int32(i*3), recs(fmt.Sprint(i), 3)))
 	}
@@ -260,8 +258,7 @@ func TestCorruptTailRecovery(t *testing.T) {
 func TestIndexRebuild(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	b := openTest(t, dir, func(o *Options) { o.IndexIntervalBytes = 100 })
-	mustCreate(t, b, "r", TopicConfig{SegmentBytes: 4096})
+	b := openWithTopic(t, dir, func(o *Options) { o.IndexIntervalBytes = 100 }, "r", TopicConfig{SegmentBytes: 4096})
 	for i := 0; i < 100; i++ {
 		mustAppend(t, b, "r", 0, EncodeBatch(-1, -1, -1, recs(fmt.Sprint(i), 2)))
 	}
@@ -329,8 +326,7 @@ func TestDiskFaults(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	ffs := &faultFS{}
-	b := openTest(t, dir, func(o *Options) { o.FS = ffs })
-	mustCreate(t, b, "f", TopicConfig{})
+	b := openWithTopic(t, dir, func(o *Options) { o.FS = ffs }, "f", TopicConfig{})
 	mustAppend(t, b, "f", 0, EncodeBatch(9, 0, 0, recs("a", 2)))
 
 	ffs.failWrite.Store(true)

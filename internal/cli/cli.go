@@ -46,6 +46,11 @@ type command struct {
 	sub []*command
 }
 
+// group is a command that only groups the subcommands given.
+func group(name, summary string, sub ...*command) *command {
+	return &command{name: name, summary: summary, sub: sub}
+}
+
 // usageError is a mistake on the command line: it prints usage and exits 2.
 type usageError struct{ msg string }
 

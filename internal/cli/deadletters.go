@@ -16,16 +16,11 @@ import (
 )
 
 func deadLettersCommand() *command {
-	return &command{
-		name:    "dead-letters",
-		summary: "list, show, retry or discard events that could not be published",
-		sub: []*command{
-			{name: "list", summary: "list dead letters (unresolved ones unless --resolved)", run: deadLettersList},
-			{name: "show", summary: "show one dead letter whole: relay dead-letters show ID", run: deadLettersShow},
-			{name: "retry", summary: "put events back into the outbox with their original event ids: ids, or filters", run: deadLettersRetry},
-			{name: "discard", summary: "mark dead letters discarded, with --note: ids, or filters", run: deadLettersDiscard},
-		},
-	}
+	return group("dead-letters", "list, show, retry or discard events that could not be published",
+		&command{name: "list", summary: "list dead letters (unresolved ones unless --resolved)", run: deadLettersList},
+		&command{name: "show", summary: "show one dead letter whole: relay dead-letters show ID", run: deadLettersShow},
+		&command{name: "retry", summary: "put events back into the outbox with their original event ids: ids, or filters", run: deadLettersRetry},
+		&command{name: "discard", summary: "mark dead letters discarded, with --note: ids, or filters", run: deadLettersDiscard})
 }
 
 // deadLetterFlags are the filters the dead-letter commands share.

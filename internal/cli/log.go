@@ -7,13 +7,8 @@ import (
 )
 
 func logCommand() *command {
-	return &command{
-		name:    "log",
-		summary: "read the embedded broker's files",
-		sub: []*command{
-			{name: "dump", summary: "print records from the log files (read-only, safe while the daemon runs)", run: logDump},
-		},
-	}
+	return group("log", "read the embedded broker's files",
+		&command{name: "dump", summary: "print records from the log files (read-only, safe while the daemon runs)", run: logDump})
 }
 
 func logDump(ctx context.Context, stdio IO, args []string) error {

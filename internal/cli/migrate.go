@@ -15,15 +15,10 @@ import (
 )
 
 func migrateCommand() *command {
-	return &command{
-		name:    "migrate",
-		summary: "apply, roll back or show Relay's SQL migrations",
-		sub: []*command{
-			{name: "up", summary: "apply every pending migration", run: migrateUp},
-			{name: "down", summary: "roll back one migration, or down to --to N", run: migrateDown},
-			{name: "status", summary: "list applied and pending versions", run: migrateStatus},
-		},
-	}
+	return group("migrate", "apply, roll back or show Relay's SQL migrations",
+		&command{name: "up", summary: "apply every pending migration", run: migrateUp},
+		&command{name: "down", summary: "roll back one migration, or down to --to N", run: migrateDown},
+		&command{name: "status", summary: "list applied and pending versions", run: migrateStatus})
 }
 
 // dbFlags are the connection flags every database command shares.

@@ -16,6 +16,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // EnvURL is the environment variable read when no URL flag is given.
@@ -123,6 +124,31 @@ func ConnectWith(ctx context.Context, connString string, adjust func(*pgx.ConnCo
 		return nil, &Error{msg: fmt.Sprintf("cannot connect to PostgreSQL at %s: %s", Describe(&cfg.Config), msg), err: err}
 	}
 	return conn, nil
+}
+
+// NewPool makes a pool of at most maxConns connections with pgxpool's
+// other defaults, adjust (when not nil) applied to the parsed connection
+// config. As with Connect, its errors are one line without a password.
+func NewPool(ctx context.Context, connString string, maxConns int32, adjust func(*pgx.ConnConfig)) (*pgxpool.Pool, error) {
+	connCfg, err := ParseConfig(connString)
+	if err != nil {
+		return nil, err
+	}
+	if adjust != nil {
+		adjust(connCfg)
+	}
+	cfg, err := pgxpool.ParseConfig("")
+	if err != nil {
+		return nil, &Error{msg: "pool defaults: " + Scrub(err, connString), err: err}
+	}
+	cfg.ConnConfig = connCfg
+	cfg.MaxConns = maxConns
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		msg := dedupeLines(Scrub(err, connString))
+		return nil, &Error{msg: fmt.Sprintf("cannot connect to PostgreSQL at %s: %s", Describe(&connCfg.Config), msg), err: err}
+	}
+	return pool, nil
 }
 
 // dedupeLines joins a multi-line message into one line, dropping repeats:

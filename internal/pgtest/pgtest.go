@@ -125,7 +125,6 @@ func dropDatabase(t testing.TB, adminURL, name string) {
 	}
 }
 
-// Connect opens a connection closed when the test ends.
 // Migrate applies Relay's migrations for schema through conn.
 func Migrate(t testing.TB, conn *pgx.Conn, schema string) {
 	t.Helper()
@@ -138,6 +137,7 @@ func Migrate(t testing.TB, conn *pgx.Conn, schema string) {
 	}
 }
 
+// Connect opens a connection closed when the test ends.
 func Connect(t testing.TB, url string) *pgx.Conn {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -148,4 +148,15 @@ func Connect(t testing.TB, url string) *pgx.Conn {
 	}
 	t.Cleanup(func() { conn.Close(context.Background()) })
 	return conn
+}
+
+// MigratedDatabase creates a database for the calling test (NewDatabase),
+// applies Relay's migrations for schema there, and returns its URL and a
+// connection to it, closed when the test ends.
+func MigratedDatabase(t testing.TB, schema string) (string, *pgx.Conn) {
+	t.Helper()
+	url := NewDatabase(t)
+	conn := Connect(t, url)
+	Migrate(t, conn, schema)
+	return url, conn
 }

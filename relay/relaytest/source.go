@@ -47,9 +47,7 @@ type sourceEnv struct {
 
 func setupSource(t *testing.T, newSource NewSource) *sourceEnv {
 	t.Helper()
-	url := pgtest.NewDatabase(t)
-	conn := pgtest.Connect(t, url)
-	pgtest.Migrate(t, conn, migrations.DefaultSchema)
+	url, conn := pgtest.MigratedDatabase(t, migrations.DefaultSchema)
 	return &sourceEnv{t: t, url: url, conn: conn, src: newSource(t, url)}
 }
 
@@ -122,21 +120,8 @@ func (e *sourceEnv) ack(events []relay.Event) {
 // expectNothing checks that no new event arrives within d.
 func (e *sourceEnv) expectNothing(d time.Duration) {
 	e.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	defer cancel()
-	for {
-		events, err := e.src.Next(ctx, 1000)
-		if err != nil {
-			if ctx.Err() != nil {
-				return
-			}
-			e.t.Fatalf("Next: %v", err)
-		}
-		for _, ev := range events {
-			if e.last.Less(ev.Position) {
-				e.t.Fatalf("unexpected event %+v", ev)
-			}
-		}
+	if got := e.collectUpTo(1, d); len(got) > 0 {
+		e.t.Fatalf("unexpected event %+v", got[0])
 	}
 }
 
