@@ -53,13 +53,18 @@
 //     connection is reset (as for a failed fence, below), what the client
 //     still buffers is failed, and every later wait and PublishAsync
 //     fails, so the core restarts the sink and re-delivers batch k and
-//     everything after it. The client bumps its producer epoch after a
-//     failed record before it sends a partition's later records again;
-//     that takes a round trip to the broker, and the reset comes first, so
-//     a later record of the failed record's partition is not appended
-//     before it (records already in flight behind it are refused by the
-//     broker as out of sequence). The records of k+1.. that Kafka had
-//     taken are published again after the restart (at-least-once repeats).
+//     everything after it. Records already in flight behind the failed
+//     one are refused by the broker as out of sequence, and the client
+//     fails the partition's later records rather than send them under a
+//     new epoch: TestPipelinedErrorStopsLaterBatches holds batch 2's
+//     request, sends 3 and 4 behind it, refuses 2, and finds batch 1 alone
+//     in the log. (It passes without the sink's reset too: the reset is the
+//     sink's own guard, should the client ever retry them under a new
+//     epoch, which needs a round trip to the broker that the reset comes
+//     before.) The records of k+1.. that Kafka had taken before the
+//     failure are published again after the restart (at-least-once
+//     repeats); in per-partition order nothing comes before an earlier
+//     record that went missing.
 //     A topic that failed that way is published synchronously from then
 //     on (each batch naming it acknowledged before PublishAsync returns,
 //     as in the "Failures" section: the destination's refusals wait
@@ -67,8 +72,10 @@
 //   - The fence fails while batches are in flight: a session goroutine
 //     checks it every fenceCheckInterval while any batch is outstanding,
 //     besides every dial and write, and breaks the session as described
-//     under "Fenced leadership" (TestFenceAbandonsInFlight,
-//     TestE2EKafkaLeaseKilled).
+//     under "Fenced leadership": TestPipelinedFenceAbandonsInFlight holds
+//     the first of three outstanding batches at the broker and fails the
+//     fence; every wait fails, no request reaches the broker again, no
+//     record lands (also TestE2EKafkaLeaseKilled).
 //
 // In the exactly-once mode Publish and PublishAsync are one and the same:
 // a Kafka transaction per batch, committed before PublishAsync returns
