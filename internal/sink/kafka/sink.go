@@ -38,7 +38,7 @@ var (
 )
 
 // Sink publishes to Apache Kafka (or anything speaking its protocol)
-// through franz-go. It is a relay.Sink; see the package documentation for
+// through franz-go. It is a relay.PipelinedSink; see the package documentation for
 // its guarantees.
 type Sink struct {
 	cfg   Config
