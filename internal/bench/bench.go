@@ -29,8 +29,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"slices"
-	"strings"
 	"time"
 )
 
@@ -115,8 +113,6 @@ func (c Config) Validate() error {
 		return fmt.Errorf("source %q: must be poll or cdc", c.Source)
 	case c.Sink != "embedded" && c.Sink != "kafka":
 		return fmt.Errorf("sink %q: must be embedded or kafka", c.Sink)
-	case c.Sink == "kafka" && !slices.ContainsFunc(c.RelayArgs, func(a string) bool { return strings.HasPrefix(a, "--kafka-brokers") }):
-		return fmt.Errorf("--sink kafka needs the cluster: --relay-args '--kafka-brokers host:port --kafka-create-topics'")
 	case c.Rate < 0:
 		return fmt.Errorf("rate must not be negative")
 	case c.Backlog && c.LongTx:
@@ -148,7 +144,16 @@ type Result struct {
 	LatencyMax   time.Duration `json:"latency_max_ns"`
 	RSSPeakBytes int64         `json:"relay_rss_peak_bytes"`
 	CPUSeconds   float64       `json:"relay_cpu_seconds"`
-	Baseline     *Baseline     `json:"baseline,omitempty"`
+	// Arrival latencies (--sink kafka, live): from ArrivalFrom ("commit"
+	// or "insert") to the bench's consumer reading the event from the
+	// cluster, over the Arrived events it read.
+	ArrivalFrom string        `json:"arrival_from,omitempty"`
+	Arrived     int           `json:"arrived,omitempty"`
+	ArrivalP50  time.Duration `json:"arrival_p50_ns,omitempty"`
+	ArrivalP90  time.Duration `json:"arrival_p90_ns,omitempty"`
+	ArrivalP99  time.Duration `json:"arrival_p99_ns,omitempty"`
+	ArrivalMax  time.Duration `json:"arrival_max_ns,omitempty"`
+	Baseline    *Baseline     `json:"baseline,omitempty"`
 	// Interrupted is set when SIGINT stopped the run early.
 	Interrupted bool `json:"interrupted"`
 }

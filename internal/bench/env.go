@@ -21,6 +21,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/outboxrelay/relay/internal/pgcluster"
 	"github.com/outboxrelay/relay/internal/pgconfig"
@@ -36,6 +37,10 @@ type env struct {
 	adminURL string
 	pool     *pgxpool.Pool
 	dir      string
+	// kfake is the in-process Kafka cluster of a --sink kafka run given
+	// no brokers; brokers are the cluster's addresses either way.
+	kfake   *kfake.Cluster
+	brokers []string
 }
 
 func newEnv(ctx context.Context, cfg Config) (*env, error) {
@@ -50,9 +55,23 @@ func newEnv(ctx context.Context, cfg Config) (*env, error) {
 	if e.dir, err = os.MkdirTemp("", "relay-bench-*"); err != nil {
 		return nil, err
 	}
+	if cfg.Sink == "kafka" {
+		if e.brokers = brokersArg(cfg.RelayArgs); e.brokers == nil {
+			var addr string
+			if e.kfake, addr, err = startKfake(); err != nil {
+				return nil, err
+			}
+			e.brokers = []string{addr}
+			e.cfg.RelayArgs = append([]string{"--kafka-brokers", addr, "--kafka-create-topics"}, cfg.RelayArgs...)
+			cfg.Logger.Info("started an in-process Kafka cluster (kfake)", "addr", addr)
+		}
+	}
 	if cfg.DatabaseURL == "" {
 		cfg.Logger.Info("starting a throwaway PostgreSQL")
-		if e.cluster, err = pgcluster.Start(ctx, pgcluster.Options{Durable: true}); err != nil {
+		// Commit timestamps let the arrival consumer measure from each
+		// transaction's commit, as the WAL reader does.
+		opts := pgcluster.Options{Durable: true, Settings: map[string]string{"track_commit_timestamp": "on"}}
+		if e.cluster, err = pgcluster.Start(ctx, opts); err != nil {
 			return nil, err
 		}
 		e.adminURL = e.cluster.URL()
@@ -69,7 +88,14 @@ func newEnv(ctx context.Context, cfg Config) (*env, error) {
 		return nil, fmt.Errorf("creating the bench database: %w", err)
 	}
 	e.url = replaceDatabase(e.adminURL, e.dbName)
-	if e.pool, err = pgxpool.New(ctx, e.url); err != nil {
+	poolCfg, err := pgxpool.ParseConfig(e.url)
+	if err != nil {
+		return nil, fmt.Errorf("the bench database's URL: %s", pgconfig.Scrub(err, e.url))
+	}
+	// One connection per writer, so that --writers are as concurrent as
+	// they say (the pool's default is four), and a few for the bench.
+	poolCfg.MaxConns = int32(cfg.Writers + 4)
+	if e.pool, err = pgxpool.NewWithConfig(ctx, poolCfg); err != nil {
 		return nil, fmt.Errorf("connecting to the bench database: %s", pgconfig.Scrub(err, e.url))
 	}
 	m, err := migrations.New(migrations.DefaultSchema)
@@ -122,6 +148,9 @@ func (e *env) close() {
 	}
 	if e.dir != "" {
 		os.RemoveAll(e.dir)
+	}
+	if e.kfake != nil {
+		e.kfake.Close()
 	}
 }
 
@@ -279,12 +308,16 @@ func (e *env) published(ctx context.Context) (int, error) {
 
 // fill writes n events with cfg.Writers concurrent writers, each
 // transaction holding up to EventsPerTx events. With rate > 0 the writers
-// pace themselves to rate events/s in all.
-func (e *env) fill(ctx context.Context, n, rate int) (written int, elapsed time.Duration, err error) {
+// pace themselves to rate events/s in all. With xids set, it notes each
+// event's transaction id by its number (the payload's digits).
+func (e *env) fill(ctx context.Context, n, rate int, xids map[int]string) (written int, elapsed time.Duration, err error) {
 	cfg := e.cfg
 	insert := `INSERT INTO outbox.events (topic, key, payload)
 SELECT 'bench', 'key-' || ((g + $3) % $2), convert_to(lpad((g + $3)::text, $4, 'x'), 'UTF8')
 FROM generate_series(1, $1) AS g`
+	if xids != nil {
+		insert = `WITH ins AS (` + insert + ` RETURNING 1) SELECT pg_current_xact_id()::text FROM ins LIMIT 1`
+	}
 	var (
 		wg    sync.WaitGroup
 		mu    sync.Mutex
@@ -318,7 +351,20 @@ FROM generate_series(1, $1) AS g`
 					next = next.Add(interval)
 				}
 				k := min(cfg.EventsPerTx, quota-done)
-				if _, err := e.pool.Exec(ctx, insert, k, cfg.Keys, w*perWriter+done, cfg.PayloadBytes); err != nil {
+				var err error
+				if xids == nil {
+					_, err = e.pool.Exec(ctx, insert, k, cfg.Keys, w*perWriter+done, cfg.PayloadBytes)
+				} else {
+					var xid string
+					if err = e.pool.QueryRow(ctx, insert, k, cfg.Keys, w*perWriter+done, cfg.PayloadBytes).Scan(&xid); err == nil {
+						mu.Lock()
+						for g := 1; g <= k; g++ {
+							xids[w*perWriter+done+g] = xid
+						}
+						mu.Unlock()
+					}
+				}
+				if err != nil {
 					if ctx.Err() == nil {
 						mu.Lock()
 						errs = append(errs, err)

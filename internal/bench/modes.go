@@ -53,7 +53,7 @@ func (e *env) backlog(ctx context.Context) (Result, error) {
 		return res, err
 	}
 	log.Info("writing the backlog", "events", e.cfg.Events)
-	written, took, err := e.fill(ctx, e.cfg.Events, 0)
+	written, took, err := e.fill(ctx, e.cfg.Events, 0, nil)
 	res.Written = written
 	if took > 0 {
 		res.WriteRate = float64(written) / took.Seconds()
@@ -157,7 +157,7 @@ func (e *env) settle(ctx context.Context) error {
 // the reader before ticks, kept so that ratios stay comparable).
 func (e *env) deleteReturningBaseline(ctx context.Context) (*Baseline, error) {
 	e.cfg.Logger.Info("writing the baseline backlog")
-	written, _, err := e.fill(ctx, e.cfg.Events, 0)
+	written, _, err := e.fill(ctx, e.cfg.Events, 0, nil)
 	if err != nil || ctx.Err() != nil {
 		return nil, err
 	}
@@ -272,9 +272,20 @@ func (e *env) live(ctx context.Context) (Result, error) {
 	if err != nil {
 		return res, err
 	}
+	var (
+		arr  *arrivals
+		xids map[int]string
+	)
+	if e.brokers != nil {
+		if arr, err = consume(ctx, e.brokers); err != nil {
+			return res, err
+		}
+		defer arr.close()
+		xids = map[int]string{}
+	}
 	e.cfg.Logger.Info("writing while the relay runs", "events", e.cfg.Events, "rate", e.cfg.Rate, "writers", e.cfg.Writers, "http", p.addr)
 	start := time.Now()
-	written, took, err := e.fill(ctx, e.cfg.Events, e.cfg.Rate)
+	written, took, err := e.fill(ctx, e.cfg.Events, e.cfg.Rate, xids)
 	res.Written = written
 	if took > 0 {
 		res.WriteRate = float64(written) / took.Seconds()
@@ -288,7 +299,20 @@ func (e *env) live(ctx context.Context) (Result, error) {
 	res.PublishRate = float64(res.Published) / res.Elapsed.Seconds()
 	res.measureRelay(p)
 	res.Interrupted = ctx.Err() != nil
-	return res, err
+	if err != nil || arr == nil || res.Interrupted {
+		return res, err
+	}
+	if got := arr.waitFor(written, 10*time.Second); got < written {
+		e.cfg.Logger.Warn("the arrival consumer did not see every event", "arrived", got, "written", written)
+	}
+	var commits map[int]time.Time
+	if e.cfg.Source == "cdc" {
+		if commits, err = e.commitTimes(ctx, xids); err != nil {
+			return res, err
+		}
+	}
+	res.measureArrival(arr.latencies(commits))
+	return res, nil
 }
 
 // holdForeignTx opens a transaction in the cluster's administrative

@@ -31,7 +31,7 @@ func (k *kafkaSinkFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.SASL.User, "kafka-sasl-user", "", "Kafka sink: SASL user")
 	fs.StringVar(&c.SASL.Password, "kafka-sasl-password", "", "Kafka sink: SASL password (prefer RELAY_KAFKA_SASL_PASSWORD)")
 	fs.StringVar(&c.Compression, "kafka-compression", kafka.DefaultCompression, "Kafka sink: lz4, zstd, snappy, gzip or none")
-	fs.DurationVar(&c.Linger, "kafka-linger", 5*time.Millisecond, "Kafka sink: how long a batch waits for more records")
+	fs.DurationVar(&c.Linger, "kafka-linger", 0, "Kafka sink: how long a partition's batch waits for more records (0: sent as soon as a request slot is free)")
 	fs.IntVar(&k.batchMaxBytes, "kafka-batch-max-bytes", 0, "Kafka sink: produce batch cap (0: each topic's max.message.bytes)")
 	fs.BoolVar(&c.CreateTopics, "kafka-create-topics", false, "Kafka sink: create missing topics (otherwise their events wait in the outbox until the topic exists)")
 	fs.IntVar(&k.partitions, "kafka-topic-partitions", -1, "Kafka sink: partitions of created topics (-1: the cluster's default)")

@@ -21,7 +21,7 @@ func runBench(ctx context.Context, stdio cli.IO, args []string) error {
 	var cfg bench.Config
 	fs.StringVar(&cfg.DatabaseURL, "database-url", "", "PostgreSQL server to use (default: start a throwaway one from the local binaries)")
 	fs.StringVar(&cfg.Source, "source", "poll", "reader: poll or cdc")
-	fs.StringVar(&cfg.Sink, "sink", "embedded", "destination: embedded, or kafka (give the cluster with --relay-args '--kafka-brokers host:port --kafka-create-topics')")
+	fs.StringVar(&cfg.Sink, "sink", "embedded", "destination: embedded, or kafka (an in-process kfake cluster, or yours with --relay-args '--kafka-brokers host:port --kafka-create-topics')")
 	fs.IntVar(&cfg.Events, "events", 100_000, "events to write")
 	fs.IntVar(&cfg.Writers, "writers", 4, "concurrent writers")
 	fs.IntVar(&cfg.Keys, "keys", 1000, "distinct keys")
@@ -34,6 +34,7 @@ func runBench(ctx context.Context, stdio cli.IO, args []string) error {
 	relayArgs := fs.String("relay-args", "", "extra `relay run` flags, space-separated")
 	fs.IntVar(&cfg.Runs, "runs", 1, "repeat the measurement this many times in the same environment and report each and the median")
 	asJSON := fs.Bool("json", false, "print JSON instead of a table (an array with --runs above 1)")
+	relayBinary := fs.String("relay-binary", "", "run this executable's `run` command as the relay (default: this binary), to compare builds with one bench")
 	if err := cli.Parse(fs, args, stdio); err != nil {
 		return err
 	}
@@ -45,6 +46,9 @@ func runBench(ctx context.Context, stdio cli.IO, args []string) error {
 	}
 	// This binary's `relay-dev run` is the relay's `relay run`.
 	cfg.RelayBinary = exe
+	if *relayBinary != "" {
+		cfg.RelayBinary = *relayBinary
+	}
 	cfg.Logger = slog.New(slog.NewTextHandler(stdio.Stderr, nil))
 	results, err := bench.Run(ctx, cfg)
 	if err != nil && (len(results) == 0 || !results[len(results)-1].Interrupted) {
@@ -78,6 +82,15 @@ func printBench(w io.Writer, results []bench.Result) {
 			float64(r.RSSPeakBytes)/(1<<20), r.CPUSeconds)
 	}
 	tw.Flush()
+	if slices.ContainsFunc(results, func(r bench.Result) bool { return r.Arrived > 0 }) {
+		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintf(tw, "arrival in the cluster (the bench's consumer)\tfrom\tevents\tp50\tp90\tp99\tmax\t\n")
+		for _, r := range results {
+			fmt.Fprintf(tw, "%s %s\t%s\t%d\t%s\t%s\t%s\t%s\t\n", r.Mode, r.Source, r.ArrivalFrom, r.Arrived,
+				ms(r.ArrivalP50), ms(r.ArrivalP90), ms(r.ArrivalP99), ms(r.ArrivalMax))
+		}
+		tw.Flush()
+	}
 	var ratios []float64
 	for _, r := range results {
 		if b := r.Baseline; b != nil {

@@ -32,8 +32,10 @@ type Config struct {
 	// "gzip" or "none".
 	Compression string
 	// Linger is how long a partition's batch waits for more records before
-	// it is sent (default 5ms). Publish always waits for every record's
-	// acknowledgement, so linger only trades latency for batch size.
+	// it is sent (default 0: as soon as the client has a free request
+	// slot, five per broker; behind busy slots records gather into larger
+	// batches by themselves). The core hands the sink whole batches, so a
+	// linger mostly adds its own length to every event's latency.
 	Linger time.Duration
 	// BatchMaxBytes caps one produce batch before compression. Zero means
 	// each topic's max.message.bytes, or Kafka's default of 1048588 bytes
@@ -121,7 +123,7 @@ func (c SASLConfig) String() string {
 const (
 	DefaultClientID       = "relay"
 	DefaultCompression    = "lz4"
-	DefaultLinger         = 5 * time.Millisecond
+	DefaultLinger         = 0
 	DefaultProgressTopic  = "relay-progress"
 	DefaultPublishTimeout = 30 * time.Second
 	DefaultDialTimeout    = 10 * time.Second
@@ -139,9 +141,6 @@ func (c Config) WithDefaults() Config {
 		c.Compression = DefaultCompression
 	}
 	c.Compression = strings.ToLower(c.Compression)
-	if c.Linger == 0 {
-		c.Linger = DefaultLinger
-	}
 	if c.Partitions == 0 {
 		c.Partitions = -1
 	}

@@ -4,14 +4,82 @@
 //
 // # Producing
 //
-// The client is an idempotent producer with acks=all: Publish hands every
-// message to the client and returns only when each one is acknowledged by
-// all in-sync replicas, so the core deletes outbox rows (and advances the
-// WAL slot) only for events Kafka holds durably. Idempotence keeps each
+// The client is an idempotent producer with acks=all. In the at-least-once
+// mode the sink is a relay.PipelinedSink: PublishAsync checks the batch
+// against its topics, hands every record to the client in order, and
+// returns; its wait returns once each record is acknowledged by all
+// in-sync replicas. The core keeps up to four batches in flight and calls
+// the waits in order, so it deletes outbox rows (and advances the WAL
+// slot) only for events Kafka holds durably, and only once every earlier
+// record of the batch sequence is durable too. Idempotence keeps each
 // partition's records in order and free of duplicates across the client's
-// own retries, with up to five requests in flight per broker. Batches are
-// compressed (lz4 unless Config.Compression says otherwise) and linger a
-// few milliseconds to grow.
+// own retries, with up to five produce requests in flight per broker: the
+// broker appends a partition's records only in the order of their
+// sequence numbers, so a record is never appended before an earlier one
+// of its partition that this producer sent.
+//
+// Batches are compressed (lz4 unless Config.Compression says otherwise).
+// Config.Linger is zero by default: the core hands the sink whole batches
+// (all the source had, up to its batch size), so a record is sent as soon
+// as the client has a free request slot. At a low rate that is at once,
+// one request per batch; at a high rate the five requests per broker are
+// busy and records gather behind them into large batches, so batches grow
+// with the rate without a timer making the low rate wait.
+//
+// # Pipelined publishing: the fault model
+//
+// Several batches are outstanding at once, so each fault is decided for
+// all of them:
+//
+//   - The process is killed (SIGKILL, a crash) with batches k..k+3 in
+//     flight: none of them is acknowledged in Postgres, whatever Kafka
+//     holds of them, so all are re-delivered by the next session, a new
+//     producer id: the records Kafka had are published again (the
+//     at-least-once repeat below), none is lost. TestE2EKafkaCrashLoop and
+//     TestCrashes kill the relay repeatedly under load and count every
+//     event.
+//   - A broker connection is lost, a leader moves, a request times out:
+//     the client retries with the same producer id and sequence numbers,
+//     the broker drops what it already has and refuses what comes out of
+//     order, so every partition stays in order without repeats. A wait
+//     that does not see its batch acknowledged within Config.PublishTimeout
+//     (counted from PublishAsync) fails; TestE2EKafkaOutage and TestOutage
+//     stop the cluster for 30 s under load: nothing is lost, the relay
+//     reports not ready and resumes.
+//   - A produce error on batch k while k+1.. are in flight (a record the
+//     client gives up on: a topic deleted or unauthorized under the relay,
+//     a broker refusing a batch): the first failing record breaks the
+//     session at once, from the client's callback: every producer
+//     connection is reset (as for a failed fence, below), what the client
+//     still buffers is failed, and every later wait and PublishAsync
+//     fails, so the core restarts the sink and re-delivers batch k and
+//     everything after it. Records already in flight behind the failed
+//     one are refused by the broker as out of sequence, and the client
+//     fails the partition's later records rather than send them under a
+//     new epoch: TestPipelinedErrorStopsLaterBatches holds batch 2's
+//     request, sends 3 and 4 behind it, refuses 2, and finds batch 1 alone
+//     in the log. (It passes without the sink's reset too: the reset is the
+//     sink's own guard, should the client ever retry them under a new
+//     epoch, which needs a round trip to the broker that the reset comes
+//     before.) The records of k+1.. that Kafka had taken before the
+//     failure are published again after the restart (at-least-once
+//     repeats); in per-partition order nothing comes before an earlier
+//     record that went missing.
+//     A topic that failed that way is published synchronously from then
+//     on (each batch naming it acknowledged before PublishAsync returns,
+//     as in the "Failures" section: the destination's refusals wait
+//     without repeats) until a batch naming it goes through.
+//   - The fence fails while batches are in flight: a session goroutine
+//     checks it every fenceCheckInterval while any batch is outstanding,
+//     besides every dial and write, and breaks the session as described
+//     under "Fenced leadership": TestPipelinedFenceAbandonsInFlight holds
+//     the first of three outstanding batches at the broker and fails the
+//     fence; every wait fails, no request reaches the broker again, no
+//     record lands (also TestE2EKafkaLeaseKilled).
+//
+// In the exactly-once mode Publish and PublishAsync are one and the same:
+// a Kafka transaction per batch, committed before PublishAsync returns
+// (see "Exactly once" for why Kafka allows no more).
 //
 // Partitioning is the embedded broker's own partitioner,
 // broker.PartitionForKey, as a kgo.Partitioner: Kafka's default for keyed
@@ -109,8 +177,10 @@
 // backlog older than the timeout). So the sink enforces the
 // fence where bytes leave the process, on the producer's connections:
 //
-//   - Publish checks the fence before it hands anything to the client, and
-//     every fenceCheckInterval (5 ms) while it awaits acknowledgements.
+//   - Publish and PublishAsync check the fence before they hand anything
+//     to the client, and a goroutine of the session checks it every
+//     fenceCheckInterval (5 ms) while any record awaits its
+//     acknowledgement.
 //   - Every connection of the producing client is dialled through the
 //     fence (a failed fence refuses the dial), and every write to it checks
 //     the fence first. A write the kernel cannot take at once (a full
@@ -237,6 +307,15 @@
 // Transactions cost two round trips per Publish and a marker of 16 bytes
 // per event; the progress topic needs Write and Describe, the
 // transactional id Write and Describe ACLs.
+//
+// The exactly-once mode does not pipeline. A transactional id has at most
+// one open transaction, and a batch's transaction can begin only once the
+// previous one's EndTransaction has answered; its records cannot be
+// produced before (they would join the previous transaction, whose marker
+// does not name them). Nor can the core acknowledge a batch whose commit
+// is not decided. So PublishAsync runs the whole transaction and returns a
+// wait that is already done; the core still reads and acknowledges in
+// parallel with it.
 //
 // # Configuration
 //

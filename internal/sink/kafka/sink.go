@@ -38,7 +38,7 @@ var (
 )
 
 // Sink publishes to Apache Kafka (or anything speaking its protocol)
-// through franz-go. It is a relay.Sink; see the package documentation for
+// through franz-go. It is a relay.PipelinedSink; see the package documentation for
 // its guarantees.
 type Sink struct {
 	cfg   Config
@@ -57,8 +57,16 @@ type Sink struct {
 	started bool
 	// topics caches what the cluster said about each topic this session;
 	// a topic the cluster refuses for now (relay.DestinationError) is never
-	// cached, so every Publish asks again.
-	topics map[string]topicInfo
+	// cached, so every Publish asks again. Its lock is held by admit and
+	// by whoever records a refusal (a wait, in another goroutine).
+	topicsMu sync.Mutex
+	topics   map[string]topicInfo
+	// sess is the session's record context, breakage and fence watcher.
+	sess *session
+	// syncTopics are the topics that failed while producing a pipelined
+	// batch: batches naming them are published synchronously until one
+	// goes through. It survives restarts of the sink.
+	syncTopics map[string]bool
 	// delivered holds the identities of messages Kafka acknowledged in a
 	// Publish that then returned a relay.DestinationError (at-least-once
 	// mode): the core offers the same batch again, and those are not
@@ -79,8 +87,6 @@ type Sink struct {
 	dialer *fencedDialer
 }
 
-var _ relay.Sink = (*Sink)(nil)
-
 // topicInfo is one topic's answer: either its limits or why every record
 // for it is refused.
 type topicInfo struct {
@@ -88,6 +94,10 @@ type topicInfo struct {
 	compacted bool
 	refused   error
 }
+
+// maxBufferedRecords is the most records the client buffers before
+// Produce blocks: four batches of the core's largest batch size.
+const maxBufferedRecords = 4 * 100_000
 
 // New returns a sink; Start connects it.
 func New(cfg Config) (*Sink, error) {
@@ -105,9 +115,9 @@ func New(cfg Config) (*Sink, error) {
 // Start connects to the cluster and, in exactly-once mode, fences any
 // earlier relay with the same transactional id and reads what it
 // committed after the saved state. It fails when no broker answers.
-func (s *Sink) Start(ctx context.Context, session relay.Session) error {
+func (s *Sink) Start(ctx context.Context, rs relay.Session) error {
 	s.Close(ctx)
-	saved := session.State
+	saved := rs.State
 	var tc *tls.Config
 	if s.cfg.TLS.enabled() {
 		var err error
@@ -115,7 +125,7 @@ func (s *Sink) Start(ctx context.Context, session relay.Session) error {
 			return err
 		}
 	}
-	s.dialer = newFencedDialer(session.CheckFence, s.cfg.DialTimeout, tc)
+	s.dialer = newFencedDialer(rs.CheckFence, s.cfg.DialTimeout, tc)
 	opts, err := s.cfg.clientOptsDialing(s.dialer)
 	if err != nil {
 		return err
@@ -127,6 +137,10 @@ func (s *Sink) Start(ctx context.Context, session relay.Session) error {
 		kgo.ProducerBatchMaxBytesFn(s.batchMaxBytes),
 		kgo.RecordPartitioner(partitioner()),
 		kgo.ProduceRequestTimeout(s.cfg.PublishTimeout),
+		// The core bounds what is in flight (four batches, its byte
+		// budget); the client's own default of 10,000 records would
+		// block PublishAsync behind a few batches.
+		kgo.MaxBufferedRecords(maxBufferedRecords),
 	)
 	if s.cfg.TransactionalID != "" {
 		opts = append(opts,
@@ -149,10 +163,16 @@ func (s *Sink) Start(ctx context.Context, session relay.Session) error {
 		return fmt.Errorf("kafka sink: no broker of %s answers: %w", strings.Join(s.cfg.Brokers, ","), err)
 	}
 	adm := kadm.NewClient(cl)
+	sess := &session{dialer: s.dialer, broken: make(chan struct{}), watched: make(chan struct{})}
+	sess.ctx, sess.cancel = context.WithCancel(context.WithoutCancel(ctx))
+	s.topicsMu.Lock()
+	s.topics = map[string]topicInfo{}
+	s.topicsMu.Unlock()
 	s.mu.Lock()
-	s.cl, s.adm, s.broken, s.topics, s.txn, s.started = cl, adm, nil, map[string]topicInfo{}, nil, false
+	s.cl, s.adm, s.broken, s.txn, s.started, s.sess = cl, adm, nil, nil, false, sess
 	s.delivered = map[string]struct{}{}
 	s.mu.Unlock()
+	go s.watchFence(sess)
 	var st *txnState
 	if s.cfg.TransactionalID != "" {
 		if st, err = s.recover(ctx, saved); err != nil {
@@ -178,12 +198,31 @@ func (s *Sink) client() (*kgo.Client, error) {
 	return s.cl, nil
 }
 
+// breakWith marks the session broken with err (the first error wins):
+// every later Publish and PublishAsync refuses, every wait of a batch not
+// yet acknowledged fails, and the client fails what it still buffers.
 func (s *Sink) breakWith(err error) error {
 	s.mu.Lock()
-	if s.broken == nil {
+	sess := s.sess
+	s.mu.Unlock()
+	return s.breakSession(sess, err)
+}
+
+// breakSession is breakWith for sess only: a late callback of a session
+// already closed leaves the current one alone.
+func (s *Sink) breakSession(sess *session, err error) error {
+	s.mu.Lock()
+	if s.sess == sess && s.broken == nil {
 		s.broken = err
 	}
 	s.mu.Unlock()
+	if sess != nil {
+		sess.once.Do(func() {
+			sess.err = err
+			close(sess.broken)
+			sess.cancel()
+		})
+	}
 	return err
 }
 
@@ -271,6 +310,8 @@ func allIndexes(n int) []int {
 // to produce; refusals go into failed. An error means the cluster could
 // not be asked.
 func (s *Sink) admit(ctx context.Context, msgs []relay.Message, idx []int, failed map[int]error) ([]int, error) {
+	s.topicsMu.Lock()
+	defer s.topicsMu.Unlock()
 	var unknown []string
 	seen := map[string]bool{}
 	for _, i := range idx {
@@ -550,6 +591,8 @@ func (s *Sink) produce(ctx context.Context, cl *kgo.Client, msgs []relay.Message
 // topics the cluster refuses for now, joined relay.DestinationErrors
 // (one per topic), when nothing else failed.
 func (s *Sink) classify(msgs []relay.Message, idx []int, errs []error, failed map[int]error) error {
+	s.topicsMu.Lock()
+	defer s.topicsMu.Unlock()
 	var retry, waits []error
 	waiting := map[string]bool{}
 	// gone are topics deleted under the client: it keeps their old topic
@@ -629,9 +672,13 @@ func (s *Sink) Ready(ctx context.Context) error {
 // core re-delivers them.
 func (s *Sink) Close(context.Context) error {
 	s.mu.Lock()
-	cl := s.cl
-	s.cl, s.adm, s.started = nil, nil, false
+	cl, sess := s.cl, s.sess
+	s.cl, s.adm, s.started, s.sess = nil, nil, false, nil
 	s.mu.Unlock()
+	if sess != nil {
+		sess.cancel()
+		<-sess.watched
+	}
 	if cl != nil {
 		cl.Close()
 	}

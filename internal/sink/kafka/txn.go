@@ -448,7 +448,7 @@ func (s *Sink) publishTxn(ctx context.Context, cl *kgo.Client, msgs []relay.Mess
 		for j, i := range todo {
 			if e := errs[j]; e != nil && isTopicRefusal(e) {
 				res.Failed[i] = fmt.Errorf("kafka sink: topic %s: %w", msgs[i].Topic, e)
-				s.topics[msgs[i].Topic] = topicInfo{refused: res.Failed[i]}
+				s.refuseTopic(msgs[i].Topic, res.Failed[i])
 				refused++
 				continue
 			}
