@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"flag"
 	"fmt"
 	"log/slog"
 	"net"
@@ -12,6 +13,13 @@ import (
 	"strings"
 	"time"
 )
+
+// httpTLSFlags put the HTTP listener behind TLS.
+func (f *serverTLSFlags) registerHTTP(fs *flag.FlagSet) {
+	fs.StringVar(&f.certFile, "http-tls-cert-file", "", "PEM certificate (chain) of --http-addr, which then serves HTTPS only")
+	fs.StringVar(&f.keyFile, "http-tls-key-file", "", "PEM private key of --http-tls-cert-file")
+	fs.StringVar(&f.clientCAFile, "http-tls-client-ca-file", "", "PEM CAs; HTTP clients (Prometheus, probes) must then present a certificate they signed")
+}
 
 // httpHandler is the relay's handler, plus Go's profiles under
 // /debug/pprof/ when withProfiles (--http-pprof) is set. Profiles are off

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"log/slog"
 	"net"
@@ -13,6 +14,27 @@ import (
 	"github.com/outboxrelay/relay/internal/broker/protocol"
 )
 
+// listenerFlags secure the embedded broker's Kafka listener.
+type listenerFlags struct {
+	tls serverTLSFlags
+}
+
+func (f *listenerFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.tls.certFile, "listener-tls-cert-file", "", "embedded broker: PEM certificate (chain) of the Kafka listener, which then accepts TLS only")
+	fs.StringVar(&f.tls.keyFile, "listener-tls-key-file", "", "embedded broker: PEM private key of --listener-tls-cert-file")
+	fs.StringVar(&f.tls.clientCAFile, "listener-tls-client-ca-file", "", "embedded broker: PEM CAs; Kafka clients must then present a certificate they signed (mutual TLS)")
+}
+
+// config is the part of the server's Config the flags set.
+func (f *listenerFlags) config() (protocol.Config, error) {
+	var cfg protocol.Config
+	var err error
+	if cfg.TLS, err = f.tls.config("listener"); err != nil {
+		return cfg, err
+	}
+	return cfg, nil
+}
+
 // kafkaListener serves the embedded broker over the Kafka protocol while
 // this relay leads (the broker is open only then), and exports consumer
 // group lag from whichever server is current.
@@ -22,7 +44,9 @@ type kafkaListener struct {
 	// autoCreate lets a metadata request create a missing topic
 	// (--create-topics).
 	autoCreate bool
-	log        *slog.Logger
+	// security is the listener's TLS, SASL, ACL and limit settings.
+	security protocol.Config
+	log      *slog.Logger
 
 	mu  sync.Mutex
 	srv *protocol.Server
@@ -32,7 +56,9 @@ type kafkaListener struct {
 // (its address in use, say) fails the sink's start: the relay is then not
 // ready, says why, and tries again with its restart backoff.
 func (k *kafkaListener) attach(b *broker.Broker) (stop func(), err error) {
-	srv, err := protocol.NewServer(b, protocol.Config{AdvertisedAddr: k.advertised, AutoCreateTopics: k.autoCreate, Logger: k.log})
+	cfg := k.security
+	cfg.AdvertisedAddr, cfg.AutoCreateTopics, cfg.Logger = k.advertised, k.autoCreate, k.log
+	srv, err := protocol.NewServer(b, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("starting the Kafka listener: %w", err)
 	}
@@ -51,7 +77,7 @@ func (k *kafkaListener) attach(b *broker.Broker) (stop func(), err error) {
 	k.mu.Lock()
 	k.srv = srv
 	k.mu.Unlock()
-	k.log.Info("serving the Kafka protocol", "addr", ln.Addr().String(), "advertised", k.advertised)
+	k.log.Info("serving the Kafka protocol", "addr", ln.Addr().String(), "advertised", k.advertised, "tls", cfg.TLS != nil)
 	return func() {
 		k.mu.Lock()
 		k.srv = nil

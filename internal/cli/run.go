@@ -36,6 +36,8 @@ type runFlags struct {
 	dataDir         string
 	httpAddr        string
 	httpPprof       bool
+	httpTLS         serverTLSFlags
+	listener        listenerFlags
 	batchSize       int
 	batchBytes      int
 	pollInterval    time.Duration
@@ -69,6 +71,8 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	f.kafka.register(fs)
 	fs.StringVar(&f.dataDir, "data-dir", "relay-data", "embedded broker data directory")
 	fs.StringVar(&f.httpAddr, "http-addr", "127.0.0.1:9464", "address for /metrics, /healthz and /readyz (empty disables)")
+	f.httpTLS.registerHTTP(fs)
+	f.listener.register(fs)
 	fs.BoolVar(&f.httpPprof, "http-pprof", false, "also serve Go's profiles on /debug/pprof/ on --http-addr (they reveal memory contents: keep off on a reachable address)")
 	fs.IntVar(&f.batchSize, "batch-size", 1000, "most events read and published at once")
 	fs.IntVar(&f.batchBytes, "batch-bytes", 8<<20, "most bytes of events (key + payload + headers) read and published at once (an event larger than this goes alone); the relay holds about 6 batches between reading and durability")
@@ -251,7 +255,11 @@ func (f *runFlags) serve(ctx context.Context, log *slog.Logger) error {
 	case f.sink != "embedded":
 	case f.kafkaAddr != "":
 		// The listener exports the broker's storage metrics with its own.
-		kl := &kafkaListener{addr: f.kafkaAddr, advertised: f.kafkaAdvertised, autoCreate: f.createTopics, log: log}
+		security, err := f.listener.config()
+		if err != nil {
+			return err
+		}
+		kl := &kafkaListener{addr: f.kafkaAddr, advertised: f.kafkaAdvertised, autoCreate: f.createTopics, security: security, log: log}
 		metrics.Registry.MustRegister(kl)
 		onOpen = kl.attach
 	default:
@@ -302,7 +310,11 @@ func (f *runFlags) serve(ctx context.Context, log *slog.Logger) error {
 		return err
 	}
 	if f.httpAddr != "" {
-		stop, _, err := serveHTTP(f.httpAddr, httpHandler(r.Handler(), f.httpPprof), nil, log)
+		httpTLS, err := f.httpTLS.config("http")
+		if err != nil {
+			return err
+		}
+		stop, _, err := serveHTTP(f.httpAddr, httpHandler(r.Handler(), f.httpPprof), httpTLS, log)
 		if err != nil {
 			return err
 		}

@@ -3,6 +3,7 @@ package protocol
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"net"
 	"runtime/debug"
 	"sync"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kbin"
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -27,8 +29,15 @@ type conn struct {
 	s          *Server
 	nc         net.Conn
 	clientHost string
-	out        []byte
+	// principal is who the connection acts for in ACL checks: User:<name>
+	// after SASL, User:<common name> of a verified client certificate, or
+	// User:ANONYMOUS.
+	principal string
+	out       []byte
 }
+
+// anonymous is the principal of a connection that proved no identity.
+const anonymous = "User:ANONYMOUS"
 
 // reply is a response waiting its turn. wait, when set, runs first and
 // blocks until the response may be sent (produced batches are durable); it
@@ -84,9 +93,22 @@ func (s *Server) serveConn(ctx context.Context, nc net.Conn) {
 	defer stop()
 	defer nc.Close()
 
-	c := &conn{s: s, nc: nc}
+	c := &conn{s: s, nc: nc, principal: anonymous}
 	if h, _, err := net.SplitHostPort(nc.RemoteAddr().String()); err == nil {
 		c.clientHost = "/" + h
+	}
+	if s.cfg.TLS != nil {
+		tc := tls.Server(nc, s.cfg.TLS)
+		if err := handshake(ctx, tc, s.cfg.HandshakeTimeout); err != nil {
+			if ctx.Err() == nil {
+				s.log.Debug("kafka TLS handshake failed", "remote", nc.RemoteAddr().String(), "err", err)
+			}
+			return
+		}
+		if certs := tc.ConnectionState().VerifiedChains; len(certs) > 0 && len(certs[0]) > 0 && certs[0][0].Subject.CommonName != "" {
+			c.principal = "User:" + certs[0][0].Subject.CommonName
+		}
+		c.nc = tc
 	}
 	reqs := make(chan request, readAhead)
 	readerDone := make(chan struct{})
@@ -139,6 +161,13 @@ func (s *Server) serveConn(ctx context.Context, nc net.Conn) {
 		}
 		replies <- reply{corr: r.corr, resp: resp, wait: wait, release: release}
 	}
+}
+
+// handshake runs the TLS handshake within timeout.
+func handshake(ctx context.Context, tc *tls.Conn, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	return tc.HandshakeContext(ctx)
 }
 
 // writeLoop writes replies in order until replies is closed. After a write

@@ -2,6 +2,7 @@ package protocol
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -53,6 +54,16 @@ type Config struct {
 	// (-1), which franz-go surfaces and Java consumers retry with a
 	// warning.
 	LostDataErrorCode int16
+	// TLS, when set, makes the listener speak TLS only: every connection
+	// completes a handshake with this configuration (its certificate, and
+	// with ClientAuth set, the client certificates it requires and the CAs
+	// it trusts) within HandshakeTimeout, or is closed. A verified client
+	// certificate names the connection's principal, User:<subject common
+	// name>, unless SASL authenticates it.
+	TLS *tls.Config
+	// HandshakeTimeout bounds a new connection's TLS handshake and SASL
+	// authentication together (default 10s).
+	HandshakeTimeout time.Duration
 	// Logger receives connection and group events (default slog.Default()).
 	Logger *slog.Logger
 }
@@ -64,6 +75,7 @@ const (
 	DefaultMaxSessionTimeout     = 30 * time.Minute
 	DefaultInitialRebalanceDelay = 3 * time.Second
 	DefaultClusterID             = "relay"
+	DefaultHandshakeTimeout      = 10 * time.Second
 )
 
 // nodeID is the broker id of the one node this server is.
@@ -91,6 +103,9 @@ func (c Config) withDefaults() Config {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
+	if c.HandshakeTimeout <= 0 {
+		c.HandshakeTimeout = DefaultHandshakeTimeout
+	}
 	if c.LostDataErrorCode == 0 {
 		c.LostDataErrorCode = kerr.CorruptMessage.Code
 	}
@@ -116,6 +131,9 @@ func (c Config) Validate() error {
 	}
 	if c.MinSessionTimeout > 0 && c.MaxSessionTimeout > 0 && c.MinSessionTimeout > c.MaxSessionTimeout {
 		return fmt.Errorf("protocol: min session timeout %v above max %v", c.MinSessionTimeout, c.MaxSessionTimeout)
+	}
+	if c.TLS != nil && len(c.TLS.Certificates) == 0 && c.TLS.GetCertificate == nil && c.TLS.GetConfigForClient == nil {
+		return errors.New("protocol: TLS configuration has no server certificate")
 	}
 	switch c.LostDataErrorCode {
 	case 0, kerr.CorruptMessage.Code, kerr.UnknownServerError.Code:
