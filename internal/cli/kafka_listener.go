@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"strings"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -16,13 +17,17 @@ import (
 
 // listenerFlags secure the embedded broker's Kafka listener.
 type listenerFlags struct {
-	tls serverTLSFlags
+	tls        serverTLSFlags
+	usersFile  string
+	mechanisms string
 }
 
 func (f *listenerFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.tls.certFile, "listener-tls-cert-file", "", "embedded broker: PEM certificate (chain) of the Kafka listener, which then accepts TLS only")
 	fs.StringVar(&f.tls.keyFile, "listener-tls-key-file", "", "embedded broker: PEM private key of --listener-tls-cert-file")
 	fs.StringVar(&f.tls.clientCAFile, "listener-tls-client-ca-file", "", "embedded broker: PEM CAs; Kafka clients must then present a certificate they signed (mutual TLS)")
+	fs.StringVar(&f.usersFile, "listener-users-file", "", "embedded broker: require SASL on the Kafka listener, for the users in this file (see relay listener-users; re-read when it changes)")
+	fs.StringVar(&f.mechanisms, "listener-sasl-mechanisms", "SCRAM-SHA-256,SCRAM-SHA-512", "embedded broker: SASL mechanisms offered with --listener-users-file: SCRAM-SHA-256, SCRAM-SHA-512, PLAIN (PLAIN needs TLS)")
 }
 
 // config is the part of the server's Config the flags set.
@@ -31,6 +36,27 @@ func (f *listenerFlags) config() (protocol.Config, error) {
 	var err error
 	if cfg.TLS, err = f.tls.config("listener"); err != nil {
 		return cfg, err
+	}
+	if f.usersFile != "" {
+		if cfg.Users, err = protocol.OpenUsersFile(f.usersFile); err != nil {
+			return cfg, fmt.Errorf("--listener-users-file: %w", err)
+		}
+		for _, m := range strings.Split(f.mechanisms, ",") {
+			m = strings.ToUpper(strings.TrimSpace(m))
+			if m == "" {
+				continue
+			}
+			if m != protocol.MechanismPlain && m != protocol.MechanismSCRAM256 && m != protocol.MechanismSCRAM512 {
+				return cfg, usagef("--listener-sasl-mechanisms: %q is not PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512", m)
+			}
+			if m == protocol.MechanismPlain && cfg.TLS == nil {
+				return cfg, usagef("--listener-sasl-mechanisms: PLAIN sends the password itself; it needs TLS (--listener-tls-cert-file)")
+			}
+			cfg.SASLMechanisms = append(cfg.SASLMechanisms, m)
+		}
+		if len(cfg.SASLMechanisms) == 0 {
+			return cfg, usagef("--listener-sasl-mechanisms: none given")
+		}
 	}
 	return cfg, nil
 }

@@ -11,6 +11,7 @@ import (
 	"net"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kbin"
@@ -34,6 +35,19 @@ type conn struct {
 	// User:ANONYMOUS.
 	principal string
 	out       []byte
+
+	// authed is set, by the handler, once SASL authentication succeeded
+	// (at once when the server requires none); the reader reads with the
+	// small pre-authentication frame limit until then.
+	authed atomic.Bool
+	// sasl is the handler's authentication state.
+	sasl saslState
+	// rawTokens, the reader's own, counts the SASL tokens that follow a
+	// SaslHandshake v0 unframed (without a Kafka request header).
+	rawTokens int
+	// closeAfterReply ends the connection once the current reply is
+	// written (a failed authentication).
+	closeAfterReply bool
 }
 
 // anonymous is the principal of a connection that proved no identity.
@@ -46,6 +60,9 @@ const anonymous = "User:ANONYMOUS"
 type reply struct {
 	corr int32
 	resp kmsg.Response
+	// raw, when set, is a SASL token answering a SaslHandshake v0
+	// exchange, sent without a response header.
+	raw  []byte
 	wait func()
 	// release, when set, runs once resp is written or dropped (it recycles
 	// buffers resp refers to).
@@ -62,6 +79,10 @@ type request struct {
 	corr     int32
 	clientID string
 	req      kmsg.Request
+	// token, with raw set, is an unframed SASL token (after SaslHandshake
+	// v0).
+	token []byte
+	raw   bool
 	// resp, when set, is the answer prepared while decoding (ApiVersions
 	// at an unsupported version).
 	resp kmsg.Response
@@ -110,6 +131,19 @@ func (s *Server) serveConn(ctx context.Context, nc net.Conn) {
 		}
 		c.nc = tc
 	}
+	if s.users == nil {
+		c.authed.Store(true)
+	} else {
+		// A connection that has not authenticated within the timeout is
+		// closed, however slowly it sends its handshake.
+		t := time.AfterFunc(s.cfg.HandshakeTimeout, func() {
+			if !c.authed.Load() {
+				s.log.Debug("kafka connection did not authenticate in time; closing", "remote", nc.RemoteAddr().String())
+				_ = nc.Close()
+			}
+		})
+		defer t.Stop()
+	}
 	reqs := make(chan request, readAhead)
 	readerDone := make(chan struct{})
 	go func() {
@@ -141,6 +175,19 @@ func (s *Server) serveConn(ctx context.Context, nc net.Conn) {
 			}
 			return
 		}
+		if !c.authed.Load() && !r.raw && !preAuthKeys[r.key] {
+			s.log.Debug("closing kafka connection: request before SASL authentication", "remote", nc.RemoteAddr().String(), "api", kmsg.NameForKey(r.key))
+			return
+		}
+		if r.raw {
+			tok, err := s.saslStep(c, r.token)
+			if err != nil {
+				s.saslFailed(c, err)
+				return
+			}
+			replies <- reply{raw: tok}
+			continue
+		}
 		resp := r.resp
 		var wait, release func()
 		if resp == nil {
@@ -160,6 +207,9 @@ func (s *Server) serveConn(ctx context.Context, nc net.Conn) {
 			continue
 		}
 		replies <- reply{corr: r.corr, resp: resp, wait: wait, release: release}
+		if c.closeAfterReply {
+			return
+		}
 	}
 }
 
@@ -177,6 +227,12 @@ func (c *conn) writeLoop(replies <-chan reply, cancel context.CancelFunc) {
 	for r := range replies {
 		if r.wait != nil {
 			r.wait()
+		}
+		if r.raw != nil && !failed {
+			if err := c.writeRaw(r.raw); err != nil {
+				failed = true
+				cancel()
+			}
 		}
 		if r.resp != nil && !failed {
 			if err := c.write(r.corr, r.resp); err != nil {
@@ -218,8 +274,23 @@ func (c *conn) readRequest(br *bufio.Reader) request {
 		return request{err: err}
 	}
 	n := int32(binary.BigEndian.Uint32(size[:]))
-	if n < 8 || int(n) > c.s.cfg.MaxFrameBytes {
-		return request{err: fmt.Errorf("%w: frame of %d bytes (limit %d)", errBadRequest, n, c.s.cfg.MaxFrameBytes)}
+	limit := c.s.cfg.MaxFrameBytes
+	if !c.authed.Load() {
+		limit = min(limit, maxPreAuthFrame)
+	}
+	if c.rawTokens > 0 {
+		c.rawTokens--
+		if n < 0 || int(n) > limit {
+			return request{err: fmt.Errorf("%w: SASL token of %d bytes (limit %d)", errBadRequest, n, limit)}
+		}
+		tok := make([]byte, n)
+		if _, err := io.ReadFull(br, tok); err != nil {
+			return request{err: err}
+		}
+		return request{raw: true, token: tok}
+	}
+	if n < 8 || int(n) > limit {
+		return request{err: fmt.Errorf("%w: frame of %d bytes (limit %d)", errBadRequest, n, limit)}
 	}
 	var pooled *[]byte
 	var frame []byte
@@ -239,7 +310,17 @@ func (c *conn) readRequest(br *bufio.Reader) request {
 	if r.req != nil {
 		r.frame = pooled
 	}
+	if hs, ok := r.req.(*kmsg.SASLHandshakeRequest); ok && hs.Version == 0 && !c.authed.Load() {
+		c.rawTokens = c.s.rawTokensAfterHandshake(hs.Mechanism)
+	}
 	return r
+}
+
+// writeRaw sends an unframed SASL token: its size, then its bytes.
+func (c *conn) writeRaw(tok []byte) error {
+	buf := binary.BigEndian.AppendUint32(make([]byte, 0, 4+len(tok)), uint32(len(tok)))
+	_, err := c.nc.Write(append(buf, tok...))
+	return err
 }
 
 // decodeRequest parses one frame (without its size prefix). It never
@@ -377,6 +458,10 @@ func (s *Server) handleSync(ctx context.Context, c *conn, r request) (kmsg.Respo
 		return s.groups.handleList(req), nil
 	case *kmsg.CreateTopicsRequest:
 		return s.handleCreateTopics(req), nil
+	case *kmsg.SASLHandshakeRequest:
+		return s.handleSASLHandshake(c, req), nil
+	case *kmsg.SASLAuthenticateRequest:
+		return s.handleSASLAuthenticate(c, req), nil
 	default:
 		return nil, fmt.Errorf("%w: no handler for api key %d", errBadRequest, r.key)
 	}

@@ -7,8 +7,10 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -61,6 +63,16 @@ type Config struct {
 	// certificate names the connection's principal, User:<subject common
 	// name>, unless SASL authenticates it.
 	TLS *tls.Config
+	// Users, when set, makes SASL authentication mandatory: a connection
+	// may send only ApiVersions, SaslHandshake and SaslAuthenticate (in
+	// frames of at most 512 KiB) until it authenticated as one of these
+	// users, within HandshakeTimeout, and is closed otherwise. Its
+	// principal is then User:<name>.
+	Users Credentials
+	// SASLMechanisms are the mechanisms offered with Users (default
+	// SCRAM-SHA-256 and SCRAM-SHA-512). PLAIN sends the password itself:
+	// offer it over TLS only.
+	SASLMechanisms []string
 	// HandshakeTimeout bounds a new connection's TLS handshake and SASL
 	// authentication together (default 10s).
 	HandshakeTimeout time.Duration
@@ -103,6 +115,9 @@ func (c Config) withDefaults() Config {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
+	if c.Users != nil && len(c.SASLMechanisms) == 0 {
+		c.SASLMechanisms = slices.Clone(SCRAMMechanisms)
+	}
 	if c.HandshakeTimeout <= 0 {
 		c.HandshakeTimeout = DefaultHandshakeTimeout
 	}
@@ -135,6 +150,14 @@ func (c Config) Validate() error {
 	if c.TLS != nil && len(c.TLS.Certificates) == 0 && c.TLS.GetCertificate == nil && c.TLS.GetConfigForClient == nil {
 		return errors.New("protocol: TLS configuration has no server certificate")
 	}
+	for _, m := range c.SASLMechanisms {
+		if m != MechanismPlain && m != MechanismSCRAM256 && m != MechanismSCRAM512 {
+			return fmt.Errorf("protocol: SASL mechanism %q: want %s, %s or %s", m, MechanismPlain, MechanismSCRAM256, MechanismSCRAM512)
+		}
+	}
+	if len(c.SASLMechanisms) > 0 && c.Users == nil {
+		return errors.New("protocol: SASL mechanisms without users")
+	}
 	switch c.LostDataErrorCode {
 	case 0, kerr.CorruptMessage.Code, kerr.UnknownServerError.Code:
 	default:
@@ -154,6 +177,10 @@ type Server struct {
 
 	advHost string
 	advPort int32
+
+	users      Credentials
+	mechanisms []string
+	stats      listenerStats
 
 	mu        sync.Mutex
 	closed    bool
@@ -184,6 +211,7 @@ func NewServer(b *broker.Broker, cfg Config) (*Server, error) {
 		listeners: map[net.Listener]struct{}{},
 		done:      make(chan struct{}),
 	}
+	s.users, s.mechanisms = cfg.Users, cfg.SASLMechanisms
 	s.advHost, s.advPort = cfg.AdvertisedHost, int32(cfg.AdvertisedPort)
 	if cfg.AdvertisedAddr != "" {
 		host, port, _ := net.SplitHostPort(cfg.AdvertisedAddr)
@@ -339,4 +367,9 @@ func (s *Server) advertised(local net.Addr) (string, int32) {
 		}
 	}
 	return host, port
+}
+
+// listenerStats count what the listener refused, for its metrics.
+type listenerStats struct {
+	authFailures atomic.Int64
 }
