@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 
@@ -20,6 +21,10 @@ type listenerFlags struct {
 	tls        serverTLSFlags
 	usersFile  string
 	mechanisms string
+	aclFile    string
+	superUsers string
+	aclDefault string
+	writable   string
 }
 
 func (f *listenerFlags) register(fs *flag.FlagSet) {
@@ -27,6 +32,10 @@ func (f *listenerFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.tls.keyFile, "listener-tls-key-file", "", "embedded broker: PEM private key of --listener-tls-cert-file")
 	fs.StringVar(&f.tls.clientCAFile, "listener-tls-client-ca-file", "", "embedded broker: PEM CAs; Kafka clients must then present a certificate they signed (mutual TLS)")
 	fs.StringVar(&f.usersFile, "listener-users-file", "", "embedded broker: require SASL on the Kafka listener, for the users in this file (see relay listener-users; re-read when it changes)")
+	fs.StringVar(&f.aclFile, "listener-acl-file", "", "embedded broker: keep the Kafka listener's ACLs in this JSON file, changed by CreateAcls and DeleteAcls (kafka-acls.sh, kadm); without it there are none and they cannot be changed")
+	fs.StringVar(&f.superUsers, "listener-super-users", "", "embedded broker: principals allowed everything on the Kafka listener, including managing ACLs, as User:name[,User:name]")
+	fs.StringVar(&f.aclDefault, "listener-acl-default", "allow", "embedded broker: what the Kafka listener allows on a topic or group no ACL names: allow or deny (writing to the relay's topics and managing ACLs always need an ACL)")
+	fs.StringVar(&f.writable, "listener-writable-topics", "", "embedded broker: topic prefixes Kafka clients may produce to without an ACL, as prefix[,prefix]; every other topic is the relay's and read-only for clients")
 	fs.StringVar(&f.mechanisms, "listener-sasl-mechanisms", "SCRAM-SHA-256,SCRAM-SHA-512", "embedded broker: SASL mechanisms offered with --listener-users-file: SCRAM-SHA-256, SCRAM-SHA-512, PLAIN (PLAIN needs TLS)")
 }
 
@@ -58,7 +67,29 @@ func (f *listenerFlags) config() (protocol.Config, error) {
 			return cfg, usagef("--listener-sasl-mechanisms: none given")
 		}
 	}
+	if f.aclDefault != "allow" && f.aclDefault != "deny" {
+		return cfg, usagef("--listener-acl-default %q: must be allow or deny", f.aclDefault)
+	}
+	ac := protocol.AuthorizerConfig{File: f.aclFile, DenyByDefault: f.aclDefault == "deny", SuperUsers: splitList(f.superUsers)}
+	if prefixes := splitList(f.writable); len(prefixes) > 0 {
+		ac.ReadOnlyTopics = func(topic string) bool {
+			return !slices.ContainsFunc(prefixes, func(p string) bool { return strings.HasPrefix(topic, p) })
+		}
+	}
+	if cfg.Authorizer, err = protocol.NewAuthorizer(ac); err != nil {
+		return cfg, fmt.Errorf("--listener-acl-file / --listener-super-users: %w", err)
+	}
 	return cfg, nil
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, v := range strings.Split(s, ",") {
+		if v = strings.TrimSpace(v); v != "" {
+			out = append(out, v)
+		}
+	}
+	return out
 }
 
 // kafkaListener serves the embedded broker over the Kafka protocol while
@@ -103,7 +134,7 @@ func (k *kafkaListener) attach(b *broker.Broker) (stop func(), err error) {
 	k.mu.Lock()
 	k.srv = srv
 	k.mu.Unlock()
-	k.log.Info("serving the Kafka protocol", "addr", ln.Addr().String(), "advertised", k.advertised, "tls", cfg.TLS != nil)
+	k.log.Info("serving the Kafka protocol", "addr", ln.Addr().String(), "advertised", k.advertised, "tls", cfg.TLS != nil, "sasl", strings.Join(cfg.SASLMechanisms, ","))
 	return func() {
 		k.mu.Lock()
 		k.srv = nil

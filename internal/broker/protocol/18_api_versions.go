@@ -31,6 +31,9 @@ var supportedVersions = map[int16]versionRange{
 	kmsg.InitProducerID.Int16():   {0, 4},
 	kmsg.SASLHandshake.Int16():    {0, 1},
 	kmsg.SASLAuthenticate.Int16(): {0, 2},
+	kmsg.DescribeACLs.Int16():     {0, 3},
+	kmsg.CreateACLs.Int16():       {0, 3},
+	kmsg.DeleteACLs.Int16():       {0, 3},
 }
 
 func apiVersionKeys() []kmsg.ApiVersionsResponseApiKey {

@@ -30,6 +30,8 @@ type conn struct {
 	s          *Server
 	nc         net.Conn
 	clientHost string
+	// host is the client's IP address, for ACLs.
+	host string
 	// principal is who the connection acts for in ACL checks: User:<name>
 	// after SASL, User:<common name> of a verified client certificate, or
 	// User:ANONYMOUS.
@@ -116,7 +118,7 @@ func (s *Server) serveConn(ctx context.Context, nc net.Conn) {
 
 	c := &conn{s: s, nc: nc, principal: anonymous}
 	if h, _, err := net.SplitHostPort(nc.RemoteAddr().String()); err == nil {
-		c.clientHost = "/" + h
+		c.clientHost, c.host = "/"+h, h
 	}
 	if s.cfg.TLS != nil {
 		tc := tls.Server(nc, s.cfg.TLS)
@@ -417,13 +419,28 @@ func (c *conn) write(corr int32, resp kmsg.Response) error {
 func (s *Server) handle(ctx context.Context, c *conn, r request) (resp kmsg.Response, wait, release func(), err error) {
 	switch req := r.req.(type) {
 	case *kmsg.ProduceRequest:
+		fix := s.authorizeProduce(c, req)
 		resp, wait = s.handleProduce(ctx, req)
+		if fix != nil && resp != nil {
+			fix(resp)
+		}
 		return resp, wait, nil, nil
 	case *kmsg.FetchRequest:
+		fix := s.authorizeFetch(c, req)
 		resp, release = s.handleFetch(ctx, req)
+		if fix != nil {
+			fix(resp)
+		}
 		return resp, nil, release, nil
 	}
+	refused, fix := s.authorizeSync(ctx, c, r)
+	if refused != nil {
+		return refused, nil, nil, nil
+	}
 	resp, err = s.handleSync(ctx, c, r)
+	if fix != nil && err == nil {
+		fix(resp)
+	}
 	return resp, nil, nil, err
 }
 
@@ -462,6 +479,12 @@ func (s *Server) handleSync(ctx context.Context, c *conn, r request) (kmsg.Respo
 		return s.handleSASLHandshake(c, req), nil
 	case *kmsg.SASLAuthenticateRequest:
 		return s.handleSASLAuthenticate(c, req), nil
+	case *kmsg.DescribeACLsRequest:
+		return s.handleDescribeACLs(c, req), nil
+	case *kmsg.CreateACLsRequest:
+		return s.handleCreateACLs(c, req), nil
+	case *kmsg.DeleteACLsRequest:
+		return s.handleDeleteACLs(c, req), nil
 	default:
 		return nil, fmt.Errorf("%w: no handler for api key %d", errBadRequest, r.key)
 	}

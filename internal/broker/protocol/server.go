@@ -73,6 +73,9 @@ type Config struct {
 	// SCRAM-SHA-256 and SCRAM-SHA-512). PLAIN sends the password itself:
 	// offer it over TLS only.
 	SASLMechanisms []string
+	// Authorizer, when set, checks every request against its ACLs (see
+	// authz.go); without it every client may do everything, as before.
+	Authorizer *Authorizer
 	// HandshakeTimeout bounds a new connection's TLS handshake and SASL
 	// authentication together (default 10s).
 	HandshakeTimeout time.Duration
@@ -179,6 +182,7 @@ type Server struct {
 	advPort int32
 
 	users      Credentials
+	authz      *Authorizer
 	mechanisms []string
 	stats      listenerStats
 
@@ -211,7 +215,7 @@ func NewServer(b *broker.Broker, cfg Config) (*Server, error) {
 		listeners: map[net.Listener]struct{}{},
 		done:      make(chan struct{}),
 	}
-	s.users, s.mechanisms = cfg.Users, cfg.SASLMechanisms
+	s.users, s.mechanisms, s.authz = cfg.Users, cfg.SASLMechanisms, cfg.Authorizer
 	s.advHost, s.advPort = cfg.AdvertisedHost, int32(cfg.AdvertisedPort)
 	if cfg.AdvertisedAddr != "" {
 		host, port, _ := net.SplitHostPort(cfg.AdvertisedAddr)
