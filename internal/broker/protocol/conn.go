@@ -50,6 +50,11 @@ type conn struct {
 	// closeAfterReply ends the connection once the current reply is
 	// written (a failed authentication).
 	closeAfterReply bool
+	// fetching holds a token while a fetch response of this connection is
+	// unwritten: the next fetch waits for it, so a client that stops
+	// reading holds one response's bytes, as Kafka mutes a connection
+	// until its response is sent.
+	fetching chan struct{}
 }
 
 // anonymous is the principal of a connection that proved no identity.
@@ -92,6 +97,9 @@ type request struct {
 	// frame, when set, is the pooled buffer req was decoded from, to go
 	// back to framePool once req is handled.
 	frame *[]byte
+	// held is what the request holds of the server's budget until it is
+	// handled.
+	held int64
 }
 
 // framePool holds *[]byte frames of Produce requests, the only large
@@ -116,7 +124,7 @@ func (s *Server) serveConn(ctx context.Context, nc net.Conn) {
 	defer stop()
 	defer nc.Close()
 
-	c := &conn{s: s, nc: nc, principal: anonymous}
+	c := &conn{s: s, nc: nc, principal: anonymous, fetching: make(chan struct{}, 1)}
 	if h, _, err := net.SplitHostPort(nc.RemoteAddr().String()); err == nil {
 		c.clientHost, c.host = "/"+h, h
 	}
@@ -153,7 +161,13 @@ func (s *Server) serveConn(ctx context.Context, nc net.Conn) {
 		defer close(reqs)
 		c.readLoop(ctx, reqs)
 	}()
-	defer func() { <-readerDone }()
+	defer func() {
+		// Requests read ahead but never handled give their bytes back.
+		for r := range reqs {
+			s.budget.release(r.held)
+		}
+		<-readerDone
+	}()
 	defer cancel()
 	replies := make(chan reply, maxPendingReplies)
 	writerDone := make(chan struct{})
@@ -178,10 +192,12 @@ func (s *Server) serveConn(ctx context.Context, nc net.Conn) {
 			return
 		}
 		if !c.authed.Load() && !r.raw && !preAuthKeys[r.key] {
+			s.budget.release(r.held)
 			s.log.Debug("closing kafka connection: request before SASL authentication", "remote", nc.RemoteAddr().String(), "api", kmsg.NameForKey(r.key))
 			return
 		}
 		if r.raw {
+			s.budget.release(r.held)
 			tok, err := s.saslStep(c, r.token)
 			if err != nil {
 				s.saslFailed(c, err)
@@ -192,12 +208,17 @@ func (s *Server) serveConn(ctx context.Context, nc net.Conn) {
 		}
 		resp := r.resp
 		var wait, release func()
+		if resp != nil {
+			s.budget.release(r.held)
+		}
 		if resp == nil {
 			var err error
 			resp, wait, release, err = s.handle(ctx, c, r)
 			if r.frame != nil {
 				framePool.Put(r.frame)
 			}
+			s.budget.release(r.held)
+			r.held = 0
 			if err != nil {
 				if ctx.Err() == nil {
 					s.log.Debug("closing kafka connection", "remote", nc.RemoteAddr().String(), "api", kmsg.NameForKey(r.key), "err", err)
@@ -258,10 +279,11 @@ func (c *conn) readLoop(ctx context.Context, reqs chan<- request) {
 	}()
 	br := bufio.NewReaderSize(c.nc, 64<<10)
 	for {
-		r := c.readRequest(br)
+		r := c.readRequest(ctx, br)
 		select {
 		case reqs <- r:
 		case <-ctx.Done():
+			c.s.budget.release(r.held)
 			return
 		}
 		if r.err != nil {
@@ -270,7 +292,12 @@ func (c *conn) readLoop(ctx context.Context, reqs chan<- request) {
 	}
 }
 
-func (c *conn) readRequest(br *bufio.Reader) request {
+func (c *conn) readRequest(ctx context.Context, br *bufio.Reader) request {
+	var deadline time.Time
+	if idle := c.s.cfg.IdleTimeout; idle > 0 {
+		deadline = time.Now().Add(idle)
+	}
+	_ = c.nc.SetReadDeadline(deadline)
 	var size [4]byte
 	if _, err := io.ReadFull(br, size[:]); err != nil {
 		return request{err: err}
@@ -286,6 +313,7 @@ func (c *conn) readRequest(br *bufio.Reader) request {
 			return request{err: fmt.Errorf("%w: SASL token of %d bytes (limit %d)", errBadRequest, n, limit)}
 		}
 		tok := make([]byte, n)
+		_ = c.nc.SetReadDeadline(time.Now().Add(c.s.cfg.IOTimeout))
 		if _, err := io.ReadFull(br, tok); err != nil {
 			return request{err: err}
 		}
@@ -294,6 +322,14 @@ func (c *conn) readRequest(br *bufio.Reader) request {
 	if n < 8 || int(n) > limit {
 		return request{err: fmt.Errorf("%w: frame of %d bytes (limit %d)", errBadRequest, n, limit)}
 	}
+	// The frame waits for its bytes of the budget before it is read: a
+	// client over budget is slowed (it stops being read) rather than
+	// allowed to grow the heap.
+	if err := c.s.budget.acquire(ctx, int64(n)); err != nil {
+		return request{err: err}
+	}
+	held := int64(n)
+	_ = c.nc.SetReadDeadline(time.Now().Add(c.s.cfg.IOTimeout))
 	var pooled *[]byte
 	var frame []byte
 	if key, err := br.Peek(2); err == nil && int16(binary.BigEndian.Uint16(key)) == kmsg.Produce.Int16() && n <= maxPooledFrame {
@@ -306,11 +342,17 @@ func (c *conn) readRequest(br *bufio.Reader) request {
 		frame = make([]byte, n)
 	}
 	if _, err := io.ReadFull(br, frame); err != nil {
+		c.s.budget.release(held)
 		return request{err: err}
 	}
 	r := decodeRequest(frame)
 	if r.req != nil {
 		r.frame = pooled
+	}
+	if r.err != nil {
+		c.s.budget.release(held)
+	} else {
+		r.held = held
 	}
 	if hs, ok := r.req.(*kmsg.SASLHandshakeRequest); ok && hs.Version == 0 && !c.authed.Load() {
 		c.rawTokens = c.s.rawTokensAfterHandshake(hs.Mechanism)
@@ -321,6 +363,7 @@ func (c *conn) readRequest(br *bufio.Reader) request {
 // writeRaw sends an unframed SASL token: its size, then its bytes.
 func (c *conn) writeRaw(tok []byte) error {
 	buf := binary.BigEndian.AppendUint32(make([]byte, 0, 4+len(tok)), uint32(len(tok)))
+	_ = c.nc.SetWriteDeadline(time.Now().Add(c.s.cfg.IOTimeout))
 	_, err := c.nc.Write(append(buf, tok...))
 	return err
 }
@@ -389,6 +432,7 @@ func (c *conn) write(corr int32, resp kmsg.Response) error {
 	}
 	binary.BigEndian.PutUint32(buf[0:4], uint32(size))
 	binary.BigEndian.PutUint32(buf[4:8], uint32(corr))
+	_ = c.nc.SetWriteDeadline(time.Now().Add(c.s.cfg.IOTimeout))
 	var err error
 	if len(pieces) == 0 {
 		_, err = c.nc.Write(buf)
@@ -426,12 +470,22 @@ func (s *Server) handle(ctx context.Context, c *conn, r request) (resp kmsg.Resp
 		}
 		return resp, wait, nil, nil
 	case *kmsg.FetchRequest:
+		select {
+		case c.fetching <- struct{}{}:
+		case <-ctx.Done():
+			return nil, nil, nil, ctx.Err()
+		}
 		fix := s.authorizeFetch(c, req)
-		resp, release = s.handleFetch(ctx, req)
+		resp, buffers := s.handleFetch(ctx, req)
 		if fix != nil {
 			fix(resp)
 		}
-		return resp, nil, release, nil
+		return resp, nil, func() {
+			if buffers != nil {
+				buffers()
+			}
+			<-c.fetching
+		}, nil
 	}
 	refused, fix := s.authorizeSync(ctx, c, r)
 	if refused != nil {
