@@ -134,6 +134,8 @@ func (f *runFlags) validate() error {
 		return usagef("--fsync %q: must be always or interval", f.fsync)
 	case f.logFormat != "text" && f.logFormat != "json":
 		return usagef("--log-format %q: must be text or json", f.logFormat)
+	case f.httpAddr == "" && f.httpTLS != (serverTLSFlags{}):
+		return usagef("--http-tls-* need --http-addr")
 	}
 	if err := relay.ValidPolicy(f.deadPolicy); err != nil {
 		return usagef("--dead-letter-policy: %v", err)
