@@ -174,6 +174,11 @@
 //     listener and are never slowed by it.
 //   - Read the relay's topics: yes, by default (the default ACL rule is
 //     allow; Config.Authorizer with DenyByDefault changes that).
+//   - Create topics: yes, by default, and with its own configs: a client
+//     that creates a topic before the relay first publishes to it chooses
+//     its retention (a retention.ms of 1 would delete the relay's events
+//     soon after they are written). Where clients are not trusted, deny by
+//     default and allow Create only to the operator's principal.
 //   - Without TLS, everything on the wire (records, PLAIN passwords) can
 //     be read and changed by the network; SCRAM does not send the
 //     password but does not protect the session either. The relay's CLI
