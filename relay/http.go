@@ -4,24 +4,17 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
-	"net/http/pprof"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// Handler serves /metrics (Prometheus), /debug/pprof/, /healthz (the process is alive) and
+// Handler serves /metrics (Prometheus), /healthz (the process is alive) and
 // /readyz (200 only for the leader whose pipeline and sink work; the body
 // names the role either way).
 func (r *Relay) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(r.m.Registry, promhttp.HandlerOpts{}))
-	// Profiles, for the operator who asks why: the HTTP address is
-	// loopback-only unless --http-addr says otherwise.
-	mux.HandleFunc("GET /debug/pprof/", pprof.Index)
-	mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
-	mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
-	mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Write([]byte("ok\n"))
 	})

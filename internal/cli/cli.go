@@ -76,6 +76,7 @@ func commands(name string, extra []Command) *command {
 			statusCommand(),
 			topicsCommand(),
 			groupsCommand(),
+			listenerUsersCommand(),
 		},
 	}
 	for _, c := range extra {

@@ -16,7 +16,7 @@ func TestRelayBinaryCarriesNoHarness(t *testing.T) {
 	if err != nil {
 		t.Fatalf("go list -deps ./cmd/relay: %v\n%s", err, out)
 	}
-	harness := regexp.MustCompile(`testcontainers|docker|opentelemetry|/internal/(pgcluster|pgtest|testbin|bench|devcli|e2e|faults)$|^testing$`)
+	harness := regexp.MustCompile(`testcontainers|docker|opentelemetry|/internal/(pgcluster|pgtest|testbin|testcerts|bench|devcli|e2e|faults)$|^testing$`)
 	deps := strings.Fields(string(out))
 	if len(deps) < 50 {
 		t.Fatalf("go list -deps ./cmd/relay named only %d packages:\n%s", len(deps), out)

@@ -2,12 +2,9 @@ package cli
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
-	"net"
-	"net/http"
 	"os"
 	"os/signal"
 	"runtime/debug"
@@ -38,6 +35,9 @@ type runFlags struct {
 	kafka           kafkaSinkFlags
 	dataDir         string
 	httpAddr        string
+	httpPprof       bool
+	httpTLS         serverTLSFlags
+	listener        listenerFlags
 	batchSize       int
 	batchBytes      int
 	pollInterval    time.Duration
@@ -71,6 +71,9 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	f.kafka.register(fs)
 	fs.StringVar(&f.dataDir, "data-dir", "relay-data", "embedded broker data directory")
 	fs.StringVar(&f.httpAddr, "http-addr", "127.0.0.1:9464", "address for /metrics, /healthz and /readyz (empty disables)")
+	f.httpTLS.registerHTTP(fs)
+	f.listener.register(fs)
+	fs.BoolVar(&f.httpPprof, "http-pprof", false, "also serve Go's profiles on /debug/pprof/ on --http-addr (they reveal memory contents: keep off on a reachable address)")
 	fs.IntVar(&f.batchSize, "batch-size", 1000, "most events read and published at once")
 	fs.IntVar(&f.batchBytes, "batch-bytes", 8<<20, "most bytes of events (key + payload + headers) read and published at once (an event larger than this goes alone); the relay holds about 6 batches between reading and durability")
 	fs.DurationVar(&f.pollInterval, "poll-interval", time.Second, "poll reader: query interval when no notification arrives")
@@ -131,6 +134,8 @@ func (f *runFlags) validate() error {
 		return usagef("--fsync %q: must be always or interval", f.fsync)
 	case f.logFormat != "text" && f.logFormat != "json":
 		return usagef("--log-format %q: must be text or json", f.logFormat)
+	case f.httpAddr == "" && f.httpTLS != (serverTLSFlags{}):
+		return usagef("--http-tls-* need --http-addr")
 	}
 	if err := relay.ValidPolicy(f.deadPolicy); err != nil {
 		return usagef("--dead-letter-policy: %v", err)
@@ -252,7 +257,11 @@ func (f *runFlags) serve(ctx context.Context, log *slog.Logger) error {
 	case f.sink != "embedded":
 	case f.kafkaAddr != "":
 		// The listener exports the broker's storage metrics with its own.
-		kl := &kafkaListener{addr: f.kafkaAddr, advertised: f.kafkaAdvertised, autoCreate: f.createTopics, log: log}
+		security, err := f.listener.config()
+		if err != nil {
+			return err
+		}
+		kl := &kafkaListener{addr: f.kafkaAddr, advertised: f.kafkaAdvertised, autoCreate: f.createTopics, security: security, log: log}
 		metrics.Registry.MustRegister(kl)
 		onOpen = kl.attach
 	default:
@@ -303,7 +312,11 @@ func (f *runFlags) serve(ctx context.Context, log *slog.Logger) error {
 		return err
 	}
 	if f.httpAddr != "" {
-		stop, err := serveHTTP(f.httpAddr, r.Handler(), log)
+		httpTLS, err := f.httpTLS.config("http")
+		if err != nil {
+			return err
+		}
+		stop, _, err := serveHTTP(f.httpAddr, httpHandler(r.Handler(), f.httpPprof), httpTLS, log)
 		if err != nil {
 			return err
 		}
@@ -378,23 +391,4 @@ func forceOnSecondSignal(ctx context.Context, log *slog.Logger) {
 		log.Error("second signal: exiting without finishing the in-flight batch")
 		os.Exit(1)
 	}()
-}
-
-func serveHTTP(addr string, h http.Handler, log *slog.Logger) (stop func(), err error) {
-	l, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, fmt.Errorf("--http-addr %s: %w", addr, err)
-	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
-	go func() {
-		if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			log.Error("HTTP server stopped", "err", err)
-		}
-	}()
-	log.Info("serving metrics and health", "addr", l.Addr().String(), "paths", strings.Join([]string{"/metrics", "/healthz", "/readyz"}, " "))
-	return func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		srv.Shutdown(ctx)
-	}, nil
 }

@@ -40,19 +40,51 @@ func (s *Server) handleFetch(ctx context.Context, req *kmsg.FetchRequest) (_ kms
 	if req.MaxWaitMillis > 0 {
 		deadline = time.Now().Add(time.Duration(req.MaxWaitMillis) * time.Millisecond)
 	}
+	// Under a budget, each fill reserves a quarter of it (the response is
+	// cut to that) and keeps what the batches took until the response is
+	// written; nothing is held while the fetch long-polls. The first
+	// batch, always returned whole, may go past the reserve by up to one
+	// batch.
+	reserve := s.budget.fetchReserve()
+	if reserve > 0 {
+		if req.Version < 3 || req.MaxBytes <= 0 || int64(req.MaxBytes) > reserve {
+			req.MaxBytes = int32(min(reserve, 1<<31-1))
+		}
+		for i := range req.Topics {
+			for j := range req.Topics[i].Partitions {
+				if p := &req.Topics[i].Partitions[j]; int64(p.PartitionMaxBytes) > reserve {
+					p.PartitionMaxBytes = req.MaxBytes
+				}
+			}
+		}
+	}
+	var held int64
+	done := func() {
+		bufs.release()
+		s.budget.release(held)
+		held = 0
+	}
 	for {
 		watches := s.fetchWatches(req, deadline)
-		bufs.release()
+		done()
+		if err := s.budget.acquire(ctx, reserve); err != nil {
+			return resp, nil
+		}
+		held = reserve
 		bytes, stop := s.fillFetch(ctx, req, resp, &bufs)
+		if used := int64(bytes); used < held {
+			s.budget.release(held - used)
+			held = used
+		}
 		if stop || bytes >= int(req.MinBytes) || len(watches) == 0 || ctx.Err() != nil {
-			return resp, bufs.release
+			return resp, done
 		}
 		wait := time.Until(deadline)
 		if wait <= 0 {
-			return resp, bufs.release
+			return resp, done
 		}
 		if !waitAny(ctx, watches, wait) {
-			return resp, bufs.release
+			return resp, done
 		}
 	}
 }

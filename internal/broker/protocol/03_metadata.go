@@ -31,7 +31,9 @@ func (s *Server) handleMetadata(c *conn, req *kmsg.MetadataRequest) kmsg.Respons
 	all := req.Topics == nil || (req.Version == 0 && len(req.Topics) == 0)
 	if all {
 		for _, ti := range s.b.Topics() {
-			resp.Topics = append(resp.Topics, metadataTopic(ti))
+			if s.canTopic(c, kmsg.ACLOperationDescribe, ti.Name) {
+				resp.Topics = append(resp.Topics, metadataTopic(ti))
+			}
 		}
 		return resp
 	}
@@ -59,11 +61,18 @@ func (s *Server) handleMetadata(c *conn, req *kmsg.MetadataRequest) kmsg.Respons
 			}
 			name = n
 		}
+		if !s.canTopic(c, kmsg.ACLOperationDescribe, name) {
+			t := kmsg.NewMetadataResponseTopic()
+			t.Topic = &name
+			t.ErrorCode = kerr.TopicAuthorizationFailed.Code
+			resp.Topics = append(resp.Topics, t)
+			continue
+		}
 		ti, err := s.b.Topic(name)
 		if errors.Is(err, broker.ErrUnknownTopicOrPartition) {
 			if verr := broker.ValidateTopicName(name); verr != nil {
 				err = verr
-			} else if autoCreate {
+			} else if autoCreate && (s.canTopic(c, kmsg.ACLOperationCreate, name) || s.can(c, kmsg.ACLOperationCreate, kmsg.ACLResourceTypeCluster, clusterName)) {
 				ti, err = s.b.EnsureTopic(name)
 				if err == nil {
 					s.log.Info("auto-created topic", "topic", name, "partitions", len(ti.Partitions))

@@ -32,6 +32,11 @@ var supportedVersions = map[int16]versionRange{
 	kmsg.DescribeConfigs.Int16():         {0, 4},
 	kmsg.AlterConfigs.Int16():            {0, 2},
 	kmsg.IncrementalAlterConfigs.Int16(): {0, 1},
+	kmsg.SASLHandshake.Int16():           {0, 1},
+	kmsg.SASLAuthenticate.Int16():        {0, 2},
+	kmsg.DescribeACLs.Int16():            {0, 3},
+	kmsg.CreateACLs.Int16():              {0, 3},
+	kmsg.DeleteACLs.Int16():              {0, 3},
 }
 
 func apiVersionKeys() []kmsg.ApiVersionsResponseApiKey {

@@ -3,6 +3,7 @@ package protocol
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -10,6 +11,8 @@ import (
 	"net"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kbin"
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -27,8 +30,35 @@ type conn struct {
 	s          *Server
 	nc         net.Conn
 	clientHost string
-	out        []byte
+	// host is the client's IP address, for ACLs.
+	host string
+	// principal is who the connection acts for in ACL checks: User:<name>
+	// after SASL, User:<common name> of a verified client certificate, or
+	// User:ANONYMOUS.
+	principal string
+	out       []byte
+
+	// authed is set, by the handler, once SASL authentication succeeded
+	// (at once when the server requires none); the reader reads with the
+	// small pre-authentication frame limit until then.
+	authed atomic.Bool
+	// sasl is the handler's authentication state.
+	sasl saslState
+	// rawTokens, the reader's own, counts the SASL tokens that follow a
+	// SaslHandshake v0 unframed (without a Kafka request header).
+	rawTokens int
+	// closeAfterReply ends the connection once the current reply is
+	// written (a failed authentication).
+	closeAfterReply bool
+	// fetching holds a token while a fetch response of this connection is
+	// unwritten: the next fetch waits for it, so a client that stops
+	// reading holds one response's bytes, as Kafka mutes a connection
+	// until its response is sent.
+	fetching chan struct{}
 }
+
+// anonymous is the principal of a connection that proved no identity.
+const anonymous = "User:ANONYMOUS"
 
 // reply is a response waiting its turn. wait, when set, runs first and
 // blocks until the response may be sent (produced batches are durable); it
@@ -37,6 +67,9 @@ type conn struct {
 type reply struct {
 	corr int32
 	resp kmsg.Response
+	// raw, when set, is a SASL token answering a SaslHandshake v0
+	// exchange, sent without a response header.
+	raw  []byte
 	wait func()
 	// release, when set, runs once resp is written or dropped (it recycles
 	// buffers resp refers to).
@@ -53,6 +86,10 @@ type request struct {
 	corr     int32
 	clientID string
 	req      kmsg.Request
+	// token, with raw set, is an unframed SASL token (after SaslHandshake
+	// v0).
+	token []byte
+	raw   bool
 	// resp, when set, is the answer prepared while decoding (ApiVersions
 	// at an unsupported version).
 	resp kmsg.Response
@@ -60,6 +97,9 @@ type request struct {
 	// frame, when set, is the pooled buffer req was decoded from, to go
 	// back to framePool once req is handled.
 	frame *[]byte
+	// held is what the request holds of the server's budget until it is
+	// handled.
+	held int64
 }
 
 // framePool holds *[]byte frames of Produce requests, the only large
@@ -84,9 +124,35 @@ func (s *Server) serveConn(ctx context.Context, nc net.Conn) {
 	defer stop()
 	defer nc.Close()
 
-	c := &conn{s: s, nc: nc}
+	c := &conn{s: s, nc: nc, principal: anonymous, fetching: make(chan struct{}, 1)}
 	if h, _, err := net.SplitHostPort(nc.RemoteAddr().String()); err == nil {
-		c.clientHost = "/" + h
+		c.clientHost, c.host = "/"+h, h
+	}
+	if s.cfg.TLS != nil {
+		tc := tls.Server(nc, s.cfg.TLS)
+		if err := handshake(ctx, tc, s.cfg.HandshakeTimeout); err != nil {
+			if ctx.Err() == nil {
+				s.log.Debug("kafka TLS handshake failed", "remote", nc.RemoteAddr().String(), "err", err)
+			}
+			return
+		}
+		if certs := tc.ConnectionState().VerifiedChains; len(certs) > 0 && len(certs[0]) > 0 && certs[0][0].Subject.CommonName != "" {
+			c.principal = "User:" + certs[0][0].Subject.CommonName
+		}
+		c.nc = tc
+	}
+	if s.users == nil {
+		c.authed.Store(true)
+	} else {
+		// A connection that has not authenticated within the timeout is
+		// closed, however slowly it sends its handshake.
+		t := time.AfterFunc(s.cfg.HandshakeTimeout, func() {
+			if !c.authed.Load() {
+				s.log.Debug("kafka connection did not authenticate in time; closing", "remote", nc.RemoteAddr().String())
+				_ = nc.Close()
+			}
+		})
+		defer t.Stop()
 	}
 	reqs := make(chan request, readAhead)
 	readerDone := make(chan struct{})
@@ -95,7 +161,13 @@ func (s *Server) serveConn(ctx context.Context, nc net.Conn) {
 		defer close(reqs)
 		c.readLoop(ctx, reqs)
 	}()
-	defer func() { <-readerDone }()
+	defer func() {
+		// Requests read ahead but never handled give their bytes back.
+		for r := range reqs {
+			s.budget.release(r.held)
+		}
+		<-readerDone
+	}()
 	defer cancel()
 	replies := make(chan reply, maxPendingReplies)
 	writerDone := make(chan struct{})
@@ -119,14 +191,34 @@ func (s *Server) serveConn(ctx context.Context, nc net.Conn) {
 			}
 			return
 		}
+		if !c.authed.Load() && !r.raw && !preAuthKeys[r.key] {
+			s.budget.release(r.held)
+			s.log.Debug("closing kafka connection: request before SASL authentication", "remote", nc.RemoteAddr().String(), "api", kmsg.NameForKey(r.key))
+			return
+		}
+		if r.raw {
+			s.budget.release(r.held)
+			tok, err := s.saslStep(c, r.token)
+			if err != nil {
+				s.saslFailed(c, err)
+				return
+			}
+			replies <- reply{raw: tok}
+			continue
+		}
 		resp := r.resp
 		var wait, release func()
+		if resp != nil {
+			s.budget.release(r.held)
+		}
 		if resp == nil {
 			var err error
 			resp, wait, release, err = s.handle(ctx, c, r)
 			if r.frame != nil {
 				framePool.Put(r.frame)
 			}
+			s.budget.release(r.held)
+			r.held = 0
 			if err != nil {
 				if ctx.Err() == nil {
 					s.log.Debug("closing kafka connection", "remote", nc.RemoteAddr().String(), "api", kmsg.NameForKey(r.key), "err", err)
@@ -138,7 +230,17 @@ func (s *Server) serveConn(ctx context.Context, nc net.Conn) {
 			continue
 		}
 		replies <- reply{corr: r.corr, resp: resp, wait: wait, release: release}
+		if c.closeAfterReply {
+			return
+		}
 	}
+}
+
+// handshake runs the TLS handshake within timeout.
+func handshake(ctx context.Context, tc *tls.Conn, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	return tc.HandshakeContext(ctx)
 }
 
 // writeLoop writes replies in order until replies is closed. After a write
@@ -148,6 +250,12 @@ func (c *conn) writeLoop(replies <-chan reply, cancel context.CancelFunc) {
 	for r := range replies {
 		if r.wait != nil {
 			r.wait()
+		}
+		if r.raw != nil && !failed {
+			if err := c.writeRaw(r.raw); err != nil {
+				failed = true
+				cancel()
+			}
 		}
 		if r.resp != nil && !failed {
 			if err := c.write(r.corr, r.resp); err != nil {
@@ -171,10 +279,11 @@ func (c *conn) readLoop(ctx context.Context, reqs chan<- request) {
 	}()
 	br := bufio.NewReaderSize(c.nc, 64<<10)
 	for {
-		r := c.readRequest(br)
+		r := c.readRequest(ctx, br)
 		select {
 		case reqs <- r:
 		case <-ctx.Done():
+			c.s.budget.release(r.held)
 			return
 		}
 		if r.err != nil {
@@ -183,15 +292,44 @@ func (c *conn) readLoop(ctx context.Context, reqs chan<- request) {
 	}
 }
 
-func (c *conn) readRequest(br *bufio.Reader) request {
+func (c *conn) readRequest(ctx context.Context, br *bufio.Reader) request {
+	var deadline time.Time
+	if idle := c.s.cfg.IdleTimeout; idle > 0 {
+		deadline = time.Now().Add(idle)
+	}
+	_ = c.nc.SetReadDeadline(deadline)
 	var size [4]byte
 	if _, err := io.ReadFull(br, size[:]); err != nil {
 		return request{err: err}
 	}
 	n := int32(binary.BigEndian.Uint32(size[:]))
-	if n < 8 || int(n) > c.s.cfg.MaxFrameBytes {
-		return request{err: fmt.Errorf("%w: frame of %d bytes (limit %d)", errBadRequest, n, c.s.cfg.MaxFrameBytes)}
+	limit := c.s.cfg.MaxFrameBytes
+	if !c.authed.Load() {
+		limit = min(limit, maxPreAuthFrame)
 	}
+	if c.rawTokens > 0 {
+		c.rawTokens--
+		if n < 0 || int(n) > limit {
+			return request{err: fmt.Errorf("%w: SASL token of %d bytes (limit %d)", errBadRequest, n, limit)}
+		}
+		tok := make([]byte, n)
+		_ = c.nc.SetReadDeadline(time.Now().Add(c.s.cfg.IOTimeout))
+		if _, err := io.ReadFull(br, tok); err != nil {
+			return request{err: err}
+		}
+		return request{raw: true, token: tok}
+	}
+	if n < 8 || int(n) > limit {
+		return request{err: fmt.Errorf("%w: frame of %d bytes (limit %d)", errBadRequest, n, limit)}
+	}
+	// The frame waits for its bytes of the budget before it is read: a
+	// client over budget is slowed (it stops being read) rather than
+	// allowed to grow the heap.
+	if err := c.s.budget.acquire(ctx, int64(n)); err != nil {
+		return request{err: err}
+	}
+	held := int64(n)
+	_ = c.nc.SetReadDeadline(time.Now().Add(c.s.cfg.IOTimeout))
 	var pooled *[]byte
 	var frame []byte
 	if key, err := br.Peek(2); err == nil && int16(binary.BigEndian.Uint16(key)) == kmsg.Produce.Int16() && n <= maxPooledFrame {
@@ -204,13 +342,30 @@ func (c *conn) readRequest(br *bufio.Reader) request {
 		frame = make([]byte, n)
 	}
 	if _, err := io.ReadFull(br, frame); err != nil {
+		c.s.budget.release(held)
 		return request{err: err}
 	}
 	r := decodeRequest(frame)
 	if r.req != nil {
 		r.frame = pooled
 	}
+	if r.err != nil {
+		c.s.budget.release(held)
+	} else {
+		r.held = held
+	}
+	if hs, ok := r.req.(*kmsg.SASLHandshakeRequest); ok && hs.Version == 0 && !c.authed.Load() {
+		c.rawTokens = c.s.rawTokensAfterHandshake(hs.Mechanism)
+	}
 	return r
+}
+
+// writeRaw sends an unframed SASL token: its size, then its bytes.
+func (c *conn) writeRaw(tok []byte) error {
+	buf := binary.BigEndian.AppendUint32(make([]byte, 0, 4+len(tok)), uint32(len(tok)))
+	_ = c.nc.SetWriteDeadline(time.Now().Add(c.s.cfg.IOTimeout))
+	_, err := c.nc.Write(append(buf, tok...))
+	return err
 }
 
 // decodeRequest parses one frame (without its size prefix). It never
@@ -277,6 +432,7 @@ func (c *conn) write(corr int32, resp kmsg.Response) error {
 	}
 	binary.BigEndian.PutUint32(buf[0:4], uint32(size))
 	binary.BigEndian.PutUint32(buf[4:8], uint32(corr))
+	_ = c.nc.SetWriteDeadline(time.Now().Add(c.s.cfg.IOTimeout))
 	var err error
 	if len(pieces) == 0 {
 		_, err = c.nc.Write(buf)
@@ -307,13 +463,38 @@ func (c *conn) write(corr int32, resp kmsg.Response) error {
 func (s *Server) handle(ctx context.Context, c *conn, r request) (resp kmsg.Response, wait, release func(), err error) {
 	switch req := r.req.(type) {
 	case *kmsg.ProduceRequest:
+		fix := s.authorizeProduce(c, req)
 		resp, wait = s.handleProduce(ctx, req)
+		if fix != nil && resp != nil {
+			fix(resp)
+		}
 		return resp, wait, nil, nil
 	case *kmsg.FetchRequest:
-		resp, release = s.handleFetch(ctx, req)
-		return resp, nil, release, nil
+		select {
+		case c.fetching <- struct{}{}:
+		case <-ctx.Done():
+			return nil, nil, nil, ctx.Err()
+		}
+		fix := s.authorizeFetch(c, req)
+		resp, buffers := s.handleFetch(ctx, req)
+		if fix != nil {
+			fix(resp)
+		}
+		return resp, nil, func() {
+			if buffers != nil {
+				buffers()
+			}
+			<-c.fetching
+		}, nil
+	}
+	refused, fix := s.authorizeSync(ctx, c, r)
+	if refused != nil {
+		return refused, nil, nil, nil
 	}
 	resp, err = s.handleSync(ctx, c, r)
+	if fix != nil && err == nil {
+		fix(resp)
+	}
 	return resp, nil, nil, err
 }
 
@@ -354,6 +535,16 @@ func (s *Server) handleSync(ctx context.Context, c *conn, r request) (kmsg.Respo
 		return s.handleAlterConfigs(req), nil
 	case *kmsg.IncrementalAlterConfigsRequest:
 		return s.handleIncrementalAlterConfigs(req), nil
+	case *kmsg.SASLHandshakeRequest:
+		return s.handleSASLHandshake(c, req), nil
+	case *kmsg.SASLAuthenticateRequest:
+		return s.handleSASLAuthenticate(c, req), nil
+	case *kmsg.DescribeACLsRequest:
+		return s.handleDescribeACLs(c, req), nil
+	case *kmsg.CreateACLsRequest:
+		return s.handleCreateACLs(c, req), nil
+	case *kmsg.DeleteACLsRequest:
+		return s.handleDeleteACLs(c, req), nil
 	default:
 		return nil, fmt.Errorf("%w: no handler for api key %d", errBadRequest, r.key)
 	}

@@ -23,15 +23,18 @@
 //	FindCoordinator 0-4  JoinGroup 0-9         Heartbeat 0-4
 //	LeaveGroup 0-5       SyncGroup 0-5         DescribeGroups 0-5
 //	ListGroups 0-4       ApiVersions 0-3       CreateTopics 0-7
-//	InitProducerId 0-4   DescribeConfigs 0-4   AlterConfigs 0-2
-//	IncrementalAlterConfigs 0-1
+//	InitProducerId 0-4   SaslHandshake 0-1     SaslAuthenticate 0-2
+//	DescribeAcls 0-3     CreateAcls 0-3        DeleteAcls 0-3
+//	DescribeConfigs 0-4  AlterConfigs 0-2      IncrementalAlterConfigs 0-1
 //
 // Topic configs (topic_config.go) are those the broker keeps:
 // cleanup.policy, retention.ms, retention.bytes, segment.bytes,
 // segment.ms, delete.retention.ms and max.message.bytes. DescribeConfigs
 // reports one equal to the broker's default with the default source, any
 // other as a topic config; alterations are durable (meta.json) before they
-// answer, and a partition count is never changed by them.
+// answer, and a partition count is never changed by them. Altering the
+// configs of a topic the relay publishes needs an ACL that allows it, as
+// writing to it does (see Authorization).
 //
 // An ApiVersions request above v3 gets UNSUPPORTED_VERSION in the v0
 // format with the supported ranges, so the client retries lower. Any other
@@ -112,4 +115,82 @@
 // otherwise), or UNKNOWN_SERVER_ERROR, which franz-go surfaces by default.
 // A produce while the broker's storage failed answers KAFKA_STORAGE_ERROR,
 // which producers retry until the broker was reopened.
+//
+// # Security: TLS, SASL, ACLs
+//
+// Config.TLS makes the listener TLS-only (a client certificate, when
+// required and verified, names the principal User:<common name>).
+// Config.Users makes SASL mandatory: PLAIN, SCRAM-SHA-256 and
+// SCRAM-SHA-512 (RFC 5802, checked against stored credentials: salt,
+// iterations, StoredKey and ServerKey, never the password; see UsersFile),
+// through SaslHandshake v1 and SaslAuthenticate or v0's unframed tokens.
+// Config.Authorizer checks every request against Kafka-style ACLs (see
+// authz.go for the operation each API needs); the relay's topics are
+// read-only for clients unless an ACL allows writing them, and only super
+// users or an explicit ACL may describe or change the ACLs. The zero
+// Config has none of these and serves every client as before.
+//
+// # Threat model of the listener
+//
+// The listener is the one way into the relay's process that the relay does
+// not control the other end of. What a hostile or buggy client can and
+// cannot do, and the test that shows it:
+//
+//   - Without credentials, with SASL on: send ApiVersions and the SASL
+//     requests only, in frames of at most 512 KiB, and only for
+//     Config.HandshakeTimeout (TLS handshake included); any other request,
+//     a larger frame or a slow handshake closes the connection
+//     (TestSASLRequiredBeforeOtherRequests). It learns nothing from a
+//     failure: every failed authentication gets the same message, whether
+//     the user exists or not, and then the connection closes
+//     (TestSASLOverTLSWithFranzGo, TestSASLOverTLSWithKcat). Passwords and
+//     tokens are never logged; the user name is not logged either (people
+//     type passwords into it) (TestSecuredListenerAndSecrets in
+//     internal/cli greps every output for them).
+//   - With credentials: only what the ACLs allow. It cannot write into
+//     the relay's topics (TOPIC_AUTHORIZATION_FAILED), so every record a
+//     consumer reads there came from the outbox and its relay-event-id
+//     header is the relay's (TestACLsProduceToRelayTopicsRefused); it
+//     cannot join, commit for or list a group an ACL reserves for others
+//     (TestACLsGroupDeniesForeignGroup); it cannot grant itself rights
+//     (TestACLAPIs). InitProducerId is not checked: an id alone writes
+//     nothing.
+//   - Exhaust memory: no. Every request frame waits for its bytes of the
+//     server-wide Config.MaxInFlightBytes before it is read and holds them
+//     until handled; a frame may be half the budget at most; a fetch
+//     response holds what its batches took (at most a quarter of the
+//     budget, plus one batch) until written; a connection has at most one
+//     unwritten fetch response, eight handled requests and eight decoded
+//     ones (TestInFlightBudget; TestListenerFlood in internal/cli floods a
+//     running relay with idle connections, 8 MiB frames and slow readers
+//     and shows the bytes in flight never pass the budget, the process's
+//     peak RSS stays under its soft limit, and the relay keeps relaying).
+//   - Exhaust connections or goroutines: only up to Config.MaxConnections
+//     in all and Config.MaxConnectionsPerAddress from one address; more
+//     are closed as soon as accepted (TestConnectionLimits). Idle
+//     connections are closed after Config.IdleTimeout (TestIdleTimeout).
+//   - Crash the process or corrupt the log: no. Frames that do not decode,
+//     unknown keys and versions close that connection only (fuzz_test.go);
+//     a panic in a handler is recovered and closes that connection; a
+//     client's batches are validated by the broker before they are
+//     appended (internal/broker).
+//   - Slow down other clients: yes, within bounds. The budget is shared
+//     and served first come, first served: a client that trickles a frame
+//     or stops reading its responses holds its share until
+//     Config.IOTimeout (default 30s) closes it, and clients that wait for
+//     the budget behind it wait that long. TestListenerFlood shows this:
+//     its consumer read little while eight slow readers held the budget
+//     and caught up after. The relay's own appends do not go through the
+//     listener and are never slowed by it.
+//   - Read the relay's topics: yes, by default (the default ACL rule is
+//     allow; Config.Authorizer with DenyByDefault changes that).
+//   - Create topics: yes, by default, and with its own configs: a client
+//     that creates a topic before the relay first publishes to it chooses
+//     its retention (a retention.ms of 1 would delete the relay's events
+//     soon after they are written). Where clients are not trusted, deny by
+//     default and allow Create only to the operator's principal.
+//   - Without TLS, everything on the wire (records, PLAIN passwords) can
+//     be read and changed by the network; SCRAM does not send the
+//     password but does not protect the session either. The relay's CLI
+//     refuses PLAIN without TLS.
 package protocol

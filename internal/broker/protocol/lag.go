@@ -55,6 +55,7 @@ func (c collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- retentionDesc
 	ch <- membersDesc
 	storageCollector{c.s.b}.Describe(ch)
+	c.s.describeListener(ch)
 }
 
 func (c collector) Collect(ch chan<- prometheus.Metric) {
@@ -72,4 +73,5 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 	storageCollector{c.s.b}.Collect(ch)
+	c.s.collectListener(ch)
 }

@@ -2,12 +2,15 @@ package protocol
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -53,6 +56,49 @@ type Config struct {
 	// (-1), which franz-go surfaces and Java consumers retry with a
 	// warning.
 	LostDataErrorCode int16
+	// TLS, when set, makes the listener speak TLS only: every connection
+	// completes a handshake with this configuration (its certificate, and
+	// with ClientAuth set, the client certificates it requires and the CAs
+	// it trusts) within HandshakeTimeout, or is closed. A verified client
+	// certificate names the connection's principal, User:<subject common
+	// name>, unless SASL authenticates it.
+	TLS *tls.Config
+	// Users, when set, makes SASL authentication mandatory: a connection
+	// may send only ApiVersions, SaslHandshake and SaslAuthenticate (in
+	// frames of at most 512 KiB) until it authenticated as one of these
+	// users, within HandshakeTimeout, and is closed otherwise. Its
+	// principal is then User:<name>.
+	Users Credentials
+	// SASLMechanisms are the mechanisms offered with Users (default
+	// SCRAM-SHA-256 and SCRAM-SHA-512). PLAIN sends the password itself:
+	// offer it over TLS only.
+	SASLMechanisms []string
+	// Authorizer, when set, checks every request against its ACLs (see
+	// authz.go); without it every client may do everything, as before.
+	Authorizer *Authorizer
+	// HandshakeTimeout bounds a new connection's TLS handshake and SASL
+	// authentication together (default 10s).
+	HandshakeTimeout time.Duration
+	// MaxInFlightBytes is the server-wide budget of bytes held for
+	// requests being read and handled and for fetch responses until they
+	// are written (0: none). A request waits for its bytes before it is
+	// read, so over-budget clients are slowed, not refused; MaxFrameBytes
+	// is lowered to half the budget, and a fetch response is cut to a
+	// quarter of it.
+	MaxInFlightBytes int64
+	// MaxConnections and MaxConnectionsPerAddress bound the open
+	// connections, in all and from one client IP address (0: no limit);
+	// a connection over either is closed as soon as it is accepted.
+	MaxConnections           int
+	MaxConnectionsPerAddress int
+	// IdleTimeout closes a connection that sent no request for this long
+	// (0: never; Kafka's connections.max.idle.ms is 10 minutes).
+	IdleTimeout time.Duration
+	// IOTimeout bounds reading the rest of a request once its size
+	// arrived, and writing one response (default 30s): a client that
+	// trickles a frame or stops reading its responses is closed, and
+	// what it held of the budget freed.
+	IOTimeout time.Duration
 	// Logger receives connection and group events (default slog.Default()).
 	Logger *slog.Logger
 }
@@ -64,6 +110,8 @@ const (
 	DefaultMaxSessionTimeout     = 30 * time.Minute
 	DefaultInitialRebalanceDelay = 3 * time.Second
 	DefaultClusterID             = "relay"
+	DefaultHandshakeTimeout      = 10 * time.Second
+	DefaultIOTimeout             = 30 * time.Second
 )
 
 // nodeID is the broker id of the one node this server is.
@@ -91,6 +139,18 @@ func (c Config) withDefaults() Config {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
+	if c.Users != nil && len(c.SASLMechanisms) == 0 {
+		c.SASLMechanisms = slices.Clone(SCRAMMechanisms)
+	}
+	if c.IOTimeout <= 0 {
+		c.IOTimeout = DefaultIOTimeout
+	}
+	if c.MaxInFlightBytes > 0 && int64(c.MaxFrameBytes) > c.MaxInFlightBytes/2 {
+		c.MaxFrameBytes = int(max(c.MaxInFlightBytes/2, 8))
+	}
+	if c.HandshakeTimeout <= 0 {
+		c.HandshakeTimeout = DefaultHandshakeTimeout
+	}
 	if c.LostDataErrorCode == 0 {
 		c.LostDataErrorCode = kerr.CorruptMessage.Code
 	}
@@ -114,8 +174,22 @@ func (c Config) Validate() error {
 	if c.AdvertisedPort < 0 || c.AdvertisedPort > 65535 {
 		return fmt.Errorf("protocol: advertised port %d out of range", c.AdvertisedPort)
 	}
+	if c.MaxInFlightBytes < 0 || c.MaxConnections < 0 || c.MaxConnectionsPerAddress < 0 || c.IdleTimeout < 0 {
+		return errors.New("protocol: negative limit")
+	}
 	if c.MinSessionTimeout > 0 && c.MaxSessionTimeout > 0 && c.MinSessionTimeout > c.MaxSessionTimeout {
 		return fmt.Errorf("protocol: min session timeout %v above max %v", c.MinSessionTimeout, c.MaxSessionTimeout)
+	}
+	if c.TLS != nil && len(c.TLS.Certificates) == 0 && c.TLS.GetCertificate == nil && c.TLS.GetConfigForClient == nil {
+		return errors.New("protocol: TLS configuration has no server certificate")
+	}
+	for _, m := range c.SASLMechanisms {
+		if m != MechanismPlain && m != MechanismSCRAM256 && m != MechanismSCRAM512 {
+			return fmt.Errorf("protocol: SASL mechanism %q: want %s, %s or %s", m, MechanismPlain, MechanismSCRAM256, MechanismSCRAM512)
+		}
+	}
+	if len(c.SASLMechanisms) > 0 && c.Users == nil {
+		return errors.New("protocol: SASL mechanisms without users")
 	}
 	switch c.LostDataErrorCode {
 	case 0, kerr.CorruptMessage.Code, kerr.UnknownServerError.Code:
@@ -137,9 +211,17 @@ type Server struct {
 	advHost string
 	advPort int32
 
+	users      Credentials
+	authz      *Authorizer
+	budget     *budget
+	mechanisms []string
+	stats      listenerStats
+
 	mu        sync.Mutex
 	closed    bool
 	conns     map[net.Conn]struct{}
+	open      int
+	perHost   map[string]int
 	listeners map[net.Listener]struct{}
 	wg        sync.WaitGroup
 	done      chan struct{}
@@ -163,9 +245,12 @@ func NewServer(b *broker.Broker, cfg Config) (*Server, error) {
 		cfg:       cfg,
 		log:       cfg.Logger,
 		conns:     map[net.Conn]struct{}{},
+		perHost:   map[string]int{},
 		listeners: map[net.Listener]struct{}{},
 		done:      make(chan struct{}),
 	}
+	s.users, s.mechanisms, s.authz = cfg.Users, cfg.SASLMechanisms, cfg.Authorizer
+	s.budget = newBudget(cfg.MaxInFlightBytes)
 	s.advHost, s.advPort = cfg.AdvertisedHost, int32(cfg.AdvertisedPort)
 	if cfg.AdvertisedAddr != "" {
 		host, port, _ := net.SplitHostPort(cfg.AdvertisedAddr)
@@ -235,13 +320,20 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 			return fmt.Errorf("protocol: accept: %w", err)
 		}
 		backoff = 0
+		if !s.admit(nc) {
+			s.log.Debug("kafka connection over the connection limits; closing", "remote", nc.RemoteAddr().String())
+			_ = nc.Close()
+			continue
+		}
 		if !s.track(nc) {
+			s.leave(nc)
 			_ = nc.Close()
 			return ErrServerClosed
 		}
 		conns.Add(1)
 		go func() {
 			defer conns.Done()
+			defer s.leave(nc)
 			defer s.untrack(nc)
 			s.serveConn(ctx, nc)
 		}()
@@ -321,4 +413,11 @@ func (s *Server) advertised(local net.Addr) (string, int32) {
 		}
 	}
 	return host, port
+}
+
+// listenerStats count what the listener refused, for its metrics.
+type listenerStats struct {
+	authFailures      atomic.Int64
+	refusedTotal      atomic.Int64
+	refusedPerAddress atomic.Int64
 }

@@ -1,0 +1,376 @@
+package protocol
+
+import (
+	"context"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// Authorization wraps the handlers: before one runs, requests are checked
+// against Config.Authorizer for the connection's principal and client
+// address. A resource the principal may not use gets the error code Kafka
+// clients expect in its place in the response (TOPIC_AUTHORIZATION_FAILED,
+// GROUP_AUTHORIZATION_FAILED, CLUSTER_AUTHORIZATION_FAILED) and the rest
+// of the request is served. The operations checked are Kafka's:
+//
+//	Produce                 Write on each topic
+//	Fetch, OffsetCommit     Read on each topic (OffsetCommit: and Read on the group)
+//	ListOffsets, Metadata   Describe on each topic (Metadata lists only those)
+//	auto-creating Metadata  Create on the topic
+//	CreateTopics            Create on each topic
+//	OffsetFetch             Describe on the group and on each topic
+//	FindCoordinator         Describe on the group
+//	JoinGroup, SyncGroup,   Read on the group
+//	Heartbeat, LeaveGroup
+//	DescribeGroups          Describe on each group (ListGroups lists only those)
+//	Describe/Create/DeleteAcls  Describe/Alter on the cluster
+//	DescribeConfigs         DescribeConfigs on each topic (the cluster for the broker)
+//	(Incremental)AlterConfigs  AlterConfigs on each topic (the cluster for the broker)
+//
+// ApiVersions, the SASL requests and InitProducerId (an id for an
+// idempotent producer, which then still needs Write on each topic) are
+// not checked.
+
+// can reports whether c may do op on the resource; everything is allowed
+// without an Authorizer.
+func (s *Server) can(c *conn, op kmsg.ACLOperation, rt kmsg.ACLResourceType, name string) bool {
+	return s.authz == nil || s.authz.Allowed(c.principal, c.host, op, rt, name)
+}
+
+func (s *Server) canTopic(c *conn, op kmsg.ACLOperation, topic string) bool {
+	return s.can(c, op, kmsg.ACLResourceTypeTopic, topic)
+}
+
+func (s *Server) canGroup(c *conn, op kmsg.ACLOperation, group string) bool {
+	return s.can(c, op, kmsg.ACLResourceTypeGroup, group)
+}
+
+// canConfigs reports whether c may do op (DescribeConfigs or
+// AlterConfigs) on a config resource: a topic, or the broker (the
+// cluster resource, as Kafka checks it).
+func (s *Server) canConfigs(c *conn, op kmsg.ACLOperation, rt kmsg.ConfigResourceType, name string) bool {
+	if rt == kmsg.ConfigResourceTypeTopic {
+		return s.canTopic(c, op, name)
+	}
+	return s.can(c, op, kmsg.ACLResourceTypeCluster, clusterName)
+}
+
+// configsDenied is the error code of a config resource refused.
+func configsDenied(rt kmsg.ConfigResourceType) int16 {
+	if rt == kmsg.ConfigResourceTypeTopic {
+		return topicDenied
+	}
+	return kerr.ClusterAuthorizationFailed.Code
+}
+
+var topicDenied = kerr.TopicAuthorizationFailed.Code
+var groupDenied = kerr.GroupAuthorizationFailed.Code
+
+// authorizeProduce takes the topics c may not write out of req and
+// returns a function that adds them to the response, refused.
+func (s *Server) authorizeProduce(c *conn, req *kmsg.ProduceRequest) func(kmsg.Response) {
+	if s.authz == nil {
+		return nil
+	}
+	var denied []kmsg.ProduceRequestTopic
+	kept := req.Topics[:0:0]
+	for _, t := range req.Topics {
+		if s.canTopic(c, kmsg.ACLOperationWrite, t.Topic) {
+			kept = append(kept, t)
+		} else {
+			denied = append(denied, t)
+		}
+	}
+	if len(denied) == 0 {
+		return nil
+	}
+	req.Topics = kept
+	return func(r kmsg.Response) {
+		resp := r.(*kmsg.ProduceResponse)
+		for _, rt := range denied {
+			t := kmsg.NewProduceResponseTopic()
+			t.Topic = rt.Topic
+			for _, rp := range rt.Partitions {
+				p := kmsg.NewProduceResponseTopicPartition()
+				p.Partition, p.ErrorCode = rp.Partition, topicDenied
+				p.BaseOffset, p.LogAppendTime, p.LogStartOffset = -1, -1, -1
+				t.Partitions = append(t.Partitions, p)
+			}
+			resp.Topics = append(resp.Topics, t)
+		}
+	}
+}
+
+// authorizeFetch does the same for Fetch; a refused topic answers at once.
+func (s *Server) authorizeFetch(c *conn, req *kmsg.FetchRequest) func(kmsg.Response) {
+	if s.authz == nil {
+		return nil
+	}
+	var denied []kmsg.FetchRequestTopic
+	kept := req.Topics[:0:0]
+	for _, t := range req.Topics {
+		if s.canTopic(c, kmsg.ACLOperationRead, t.Topic) {
+			kept = append(kept, t)
+		} else {
+			denied = append(denied, t)
+		}
+	}
+	if len(denied) == 0 {
+		return nil
+	}
+	req.Topics, req.MaxWaitMillis = kept, 0
+	return func(r kmsg.Response) {
+		resp := r.(*kmsg.FetchResponse)
+		for _, rt := range denied {
+			t := kmsg.NewFetchResponseTopic()
+			t.Topic, t.TopicID = rt.Topic, rt.TopicID
+			for _, rp := range rt.Partitions {
+				p := kmsg.NewFetchResponseTopicPartition()
+				p.Partition, p.ErrorCode = rp.Partition, topicDenied
+				p.HighWatermark, p.LastStableOffset, p.LogStartOffset, p.PreferredReadReplica = -1, -1, -1, -1
+				p.RecordBatches = []byte{}
+				t.Partitions = append(t.Partitions, p)
+			}
+			resp.Topics = append(resp.Topics, t)
+		}
+	}
+}
+
+// authorizeSync checks the requests answered by handleSync: it returns a
+// complete refusal, or a function that fixes the response up, or neither.
+func (s *Server) authorizeSync(ctx context.Context, c *conn, r request) (kmsg.Response, func(kmsg.Response)) {
+	if s.authz == nil {
+		return nil, nil
+	}
+	switch req := r.req.(type) {
+	case *kmsg.JoinGroupRequest:
+		if !s.canGroup(c, kmsg.ACLOperationRead, req.Group) {
+			resp := req.ResponseKind().(*kmsg.JoinGroupResponse)
+			resp.ErrorCode, resp.Generation = groupDenied, -1
+			return resp, nil
+		}
+	case *kmsg.SyncGroupRequest:
+		if !s.canGroup(c, kmsg.ACLOperationRead, req.Group) {
+			resp := req.ResponseKind().(*kmsg.SyncGroupResponse)
+			resp.ErrorCode = groupDenied
+			return resp, nil
+		}
+	case *kmsg.HeartbeatRequest:
+		if !s.canGroup(c, kmsg.ACLOperationRead, req.Group) {
+			resp := req.ResponseKind().(*kmsg.HeartbeatResponse)
+			resp.ErrorCode = groupDenied
+			return resp, nil
+		}
+	case *kmsg.LeaveGroupRequest:
+		if !s.canGroup(c, kmsg.ACLOperationRead, req.Group) {
+			resp := req.ResponseKind().(*kmsg.LeaveGroupResponse)
+			resp.ErrorCode = groupDenied
+			return resp, nil
+		}
+	case *kmsg.FindCoordinatorRequest:
+		return nil, func(r kmsg.Response) {
+			resp := r.(*kmsg.FindCoordinatorResponse)
+			if req.CoordinatorType != coordinatorGroup {
+				return
+			}
+			if req.Version < 4 {
+				if !s.canGroup(c, kmsg.ACLOperationDescribe, req.CoordinatorKey) {
+					resp.ErrorCode, resp.NodeID, resp.Host, resp.Port = groupDenied, -1, "", -1
+				}
+				return
+			}
+			for i := range resp.Coordinators {
+				co := &resp.Coordinators[i]
+				if !s.canGroup(c, kmsg.ACLOperationDescribe, co.Key) {
+					co.ErrorCode, co.NodeID, co.Host, co.Port = groupDenied, -1, "", -1
+				}
+			}
+		}
+	case *kmsg.OffsetCommitRequest:
+		groupOK := s.canGroup(c, kmsg.ACLOperationRead, req.Group)
+		var denied []kmsg.OffsetCommitRequestTopic
+		kept := req.Topics[:0:0]
+		for _, t := range req.Topics {
+			if groupOK && s.canTopic(c, kmsg.ACLOperationRead, t.Topic) {
+				kept = append(kept, t)
+			} else {
+				denied = append(denied, t)
+			}
+		}
+		req.Topics = kept
+		return nil, func(r kmsg.Response) {
+			resp := r.(*kmsg.OffsetCommitResponse)
+			code := topicDenied
+			if !groupOK {
+				code = groupDenied
+			}
+			for _, rt := range denied {
+				t := kmsg.NewOffsetCommitResponseTopic()
+				t.Topic = rt.Topic
+				for _, rp := range rt.Partitions {
+					p := kmsg.NewOffsetCommitResponseTopicPartition()
+					p.Partition, p.ErrorCode = rp.Partition, code
+					t.Partitions = append(t.Partitions, p)
+				}
+				resp.Topics = append(resp.Topics, t)
+			}
+		}
+	case *kmsg.OffsetFetchRequest:
+		return nil, func(r kmsg.Response) {
+			resp := r.(*kmsg.OffsetFetchResponse)
+			if req.Version >= 8 {
+				for i := range resp.Groups {
+					g := &resp.Groups[i]
+					if !s.canGroup(c, kmsg.ACLOperationDescribe, g.Group) {
+						g.ErrorCode, g.Topics = groupDenied, nil
+						continue
+					}
+					for j := range g.Topics {
+						if !s.canTopic(c, kmsg.ACLOperationDescribe, g.Topics[j].Topic) {
+							for k := range g.Topics[j].Partitions {
+								g.Topics[j].Partitions[k].ErrorCode, g.Topics[j].Partitions[k].Offset = topicDenied, -1
+							}
+						}
+					}
+				}
+				return
+			}
+			if !s.canGroup(c, kmsg.ACLOperationDescribe, req.Group) {
+				resp.ErrorCode, resp.Topics = groupDenied, nil
+				return
+			}
+			for j := range resp.Topics {
+				if !s.canTopic(c, kmsg.ACLOperationDescribe, resp.Topics[j].Topic) {
+					for k := range resp.Topics[j].Partitions {
+						resp.Topics[j].Partitions[k].ErrorCode, resp.Topics[j].Partitions[k].Offset = topicDenied, -1
+					}
+				}
+			}
+		}
+	case *kmsg.DescribeGroupsRequest:
+		return nil, func(r kmsg.Response) {
+			resp := r.(*kmsg.DescribeGroupsResponse)
+			for i := range resp.Groups {
+				g := &resp.Groups[i]
+				if !s.canGroup(c, kmsg.ACLOperationDescribe, g.Group) {
+					id := g.Group
+					*g = kmsg.NewDescribeGroupsResponseGroup()
+					g.Group, g.ErrorCode = id, groupDenied
+				}
+			}
+		}
+	case *kmsg.ListGroupsRequest:
+		return nil, func(r kmsg.Response) {
+			resp := r.(*kmsg.ListGroupsResponse)
+			kept := resp.Groups[:0]
+			for _, g := range resp.Groups {
+				if s.canGroup(c, kmsg.ACLOperationDescribe, g.Group) {
+					kept = append(kept, g)
+				}
+			}
+			resp.Groups = kept
+		}
+	case *kmsg.ListOffsetsRequest:
+		var denied []kmsg.ListOffsetsRequestTopic
+		kept := req.Topics[:0:0]
+		for _, t := range req.Topics {
+			if s.canTopic(c, kmsg.ACLOperationDescribe, t.Topic) {
+				kept = append(kept, t)
+			} else {
+				denied = append(denied, t)
+			}
+		}
+		req.Topics = kept
+		return nil, func(r kmsg.Response) {
+			resp := r.(*kmsg.ListOffsetsResponse)
+			for _, rt := range denied {
+				t := kmsg.NewListOffsetsResponseTopic()
+				t.Topic = rt.Topic
+				for _, rp := range rt.Partitions {
+					p := kmsg.NewListOffsetsResponseTopicPartition()
+					p.Partition, p.ErrorCode, p.Offset, p.Timestamp, p.LeaderEpoch = rp.Partition, topicDenied, -1, -1, -1
+					t.Partitions = append(t.Partitions, p)
+				}
+				resp.Topics = append(resp.Topics, t)
+			}
+		}
+	case *kmsg.DescribeConfigsRequest:
+		var denied []kmsg.DescribeConfigsRequestResource
+		kept := req.Resources[:0:0]
+		for _, r := range req.Resources {
+			if s.canConfigs(c, kmsg.ACLOperationDescribeConfigs, r.ResourceType, r.ResourceName) {
+				kept = append(kept, r)
+			} else {
+				denied = append(denied, r)
+			}
+		}
+		req.Resources = kept
+		return nil, func(r kmsg.Response) {
+			resp := r.(*kmsg.DescribeConfigsResponse)
+			for _, d := range denied {
+				rr := kmsg.NewDescribeConfigsResponseResource()
+				rr.ResourceType, rr.ResourceName, rr.ErrorCode = d.ResourceType, d.ResourceName, configsDenied(d.ResourceType)
+				resp.Resources = append(resp.Resources, rr)
+			}
+		}
+	case *kmsg.AlterConfigsRequest:
+		var denied []kmsg.AlterConfigsRequestResource
+		kept := req.Resources[:0:0]
+		for _, r := range req.Resources {
+			if s.canConfigs(c, kmsg.ACLOperationAlterConfigs, r.ResourceType, r.ResourceName) {
+				kept = append(kept, r)
+			} else {
+				denied = append(denied, r)
+			}
+		}
+		req.Resources = kept
+		return nil, func(r kmsg.Response) {
+			resp := r.(*kmsg.AlterConfigsResponse)
+			for _, d := range denied {
+				rr := kmsg.NewAlterConfigsResponseResource()
+				rr.ResourceType, rr.ResourceName, rr.ErrorCode = d.ResourceType, d.ResourceName, configsDenied(d.ResourceType)
+				resp.Resources = append(resp.Resources, rr)
+			}
+		}
+	case *kmsg.IncrementalAlterConfigsRequest:
+		var denied []kmsg.IncrementalAlterConfigsRequestResource
+		kept := req.Resources[:0:0]
+		for _, r := range req.Resources {
+			if s.canConfigs(c, kmsg.ACLOperationAlterConfigs, r.ResourceType, r.ResourceName) {
+				kept = append(kept, r)
+			} else {
+				denied = append(denied, r)
+			}
+		}
+		req.Resources = kept
+		return nil, func(r kmsg.Response) {
+			resp := r.(*kmsg.IncrementalAlterConfigsResponse)
+			for _, d := range denied {
+				rr := kmsg.NewIncrementalAlterConfigsResponseResource()
+				rr.ResourceType, rr.ResourceName, rr.ErrorCode = d.ResourceType, d.ResourceName, configsDenied(d.ResourceType)
+				resp.Resources = append(resp.Resources, rr)
+			}
+		}
+	case *kmsg.CreateTopicsRequest:
+		var denied []string
+		kept := req.Topics[:0:0]
+		for _, t := range req.Topics {
+			if s.canTopic(c, kmsg.ACLOperationCreate, t.Topic) || s.can(c, kmsg.ACLOperationCreate, kmsg.ACLResourceTypeCluster, clusterName) {
+				kept = append(kept, t)
+			} else {
+				denied = append(denied, t.Topic)
+			}
+		}
+		req.Topics = kept
+		return nil, func(r kmsg.Response) {
+			resp := r.(*kmsg.CreateTopicsResponse)
+			for _, name := range denied {
+				t := kmsg.NewCreateTopicsResponseTopic()
+				t.Topic, t.ErrorCode, t.NumPartitions, t.ReplicationFactor = name, topicDenied, -1, -1
+				resp.Topics = append(resp.Topics, t)
+			}
+		}
+	}
+	return nil, nil
+}

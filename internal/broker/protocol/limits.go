@@ -1,0 +1,128 @@
+package protocol
+
+import (
+	"context"
+	"net"
+	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sync/semaphore"
+)
+
+// budget is the server-wide allowance of bytes held for requests and
+// fetch responses in flight. golang.org/x/sync/semaphore's weighted
+// semaphore serves waiters in order, so a large request is not starved by
+// a stream of small ones, and a waiter gives up when its connection ends.
+type budget struct {
+	sem   *semaphore.Weighted
+	total int64
+	used  atomic.Int64
+}
+
+func newBudget(total int64) *budget {
+	if total <= 0 {
+		return nil
+	}
+	return &budget{sem: semaphore.NewWeighted(total), total: total}
+}
+
+// acquire blocks until n bytes are free (nil budget: at once).
+func (b *budget) acquire(ctx context.Context, n int64) error {
+	if b == nil || n <= 0 {
+		return nil
+	}
+	if err := b.sem.Acquire(ctx, n); err != nil {
+		return err
+	}
+	b.used.Add(n)
+	return nil
+}
+
+func (b *budget) release(n int64) {
+	if b != nil && n > 0 {
+		b.used.Add(-n)
+		b.sem.Release(n)
+	}
+}
+
+// fetchReserve is what one fetch response may hold of the budget: a
+// quarter, so that four slow readers cannot starve the producers.
+func (b *budget) fetchReserve() int64 {
+	if b == nil {
+		return 0
+	}
+	return max(b.total/4, 1)
+}
+
+// admit counts nc against the connection limits; false means it must be
+// closed at once. Callers release admitted connections with leave.
+func (s *Server) admit(nc net.Conn) bool {
+	host := remoteHost(nc)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case s.cfg.MaxConnections > 0 && s.open >= s.cfg.MaxConnections:
+		s.stats.refusedTotal.Add(1)
+		return false
+	case s.cfg.MaxConnectionsPerAddress > 0 && s.perHost[host] >= s.cfg.MaxConnectionsPerAddress:
+		s.stats.refusedPerAddress.Add(1)
+		return false
+	}
+	s.open++
+	s.perHost[host]++
+	return true
+}
+
+func (s *Server) leave(nc net.Conn) {
+	host := remoteHost(nc)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.open--
+	if s.perHost[host]--; s.perHost[host] <= 0 {
+		delete(s.perHost, host)
+	}
+}
+
+func remoteHost(nc net.Conn) string {
+	if h, _, err := net.SplitHostPort(nc.RemoteAddr().String()); err == nil {
+		return h
+	}
+	return nc.RemoteAddr().String()
+}
+
+var (
+	connectionsDesc = prometheus.NewDesc("relay_listener_connections",
+		"Open Kafka client connections.", nil, nil)
+	refusedDesc = prometheus.NewDesc("relay_listener_connections_refused_total",
+		"Kafka client connections closed at once because a connection limit was reached.", []string{"limit"}, nil)
+	authFailuresDesc = prometheus.NewDesc("relay_listener_authentication_failures_total",
+		"Failed SASL authentications on the Kafka listener.", nil, nil)
+	budgetDesc = prometheus.NewDesc("relay_listener_inflight_budget_bytes",
+		"Server-wide budget of request and fetch response bytes in flight (0: unlimited).", nil, nil)
+	inflightDesc = prometheus.NewDesc("relay_listener_inflight_bytes",
+		"Request and fetch response bytes in flight, held against the budget.", nil, nil)
+)
+
+func (s *Server) describeListener(ch chan<- *prometheus.Desc) {
+	ch <- connectionsDesc
+	ch <- refusedDesc
+	ch <- authFailuresDesc
+	ch <- budgetDesc
+	ch <- inflightDesc
+}
+
+func (s *Server) collectListener(ch chan<- prometheus.Metric) {
+	s.mu.Lock()
+	open := s.open
+	s.mu.Unlock()
+	ch <- prometheus.MustNewConstMetric(connectionsDesc, prometheus.GaugeValue, float64(open))
+	ch <- prometheus.MustNewConstMetric(refusedDesc, prometheus.CounterValue, float64(s.stats.refusedTotal.Load()), "total")
+	ch <- prometheus.MustNewConstMetric(refusedDesc, prometheus.CounterValue, float64(s.stats.refusedPerAddress.Load()), "per_address")
+	ch <- prometheus.MustNewConstMetric(authFailuresDesc, prometheus.CounterValue, float64(s.stats.authFailures.Load()))
+	var total, used int64
+	if s.budget != nil {
+		total, used = s.budget.total, s.budget.used.Load()
+	}
+	ch <- prometheus.MustNewConstMetric(budgetDesc, prometheus.GaugeValue, float64(total))
+	ch <- prometheus.MustNewConstMetric(inflightDesc, prometheus.GaugeValue, float64(used))
+}
