@@ -23,13 +23,21 @@ import (
 // acknowledgement's snapshot (the WAL reader may deliver a row before it is
 // visible, and delivers every row whole).
 
-// route is Route, for an event with its content or without it.
+// route is Route, for an event with its content or without it, followed
+// by the schema contract's check when there is a Validator.
 func (r *Relay) route(e Event) (Message, error) {
 	if e.TooLarge > 0 {
 		return Message{}, &RouteError{Reason: ReasonTooLarge, Err: fmt.Errorf("%w: %d bytes of key, payload and headers (as JSON text), the limit is %d",
 			ErrTooLarge, e.TooLarge, r.cfg.MaxMessageBytes)}
 	}
-	return Route(e, r.cfg.MaxMessageBytes)
+	msg, err := Route(e, r.cfg.MaxMessageBytes)
+	if err != nil || r.cfg.Validator == nil || msg.Value == nil {
+		return msg, err
+	}
+	if msg.Value, err = r.cfg.Validator.Validate(msg); err != nil {
+		return Message{}, &RouteError{Reason: ReasonSchemaInvalid, Err: err}
+	}
+	return msg, nil
 }
 
 // deadLetterRows copies the rows of the dead letters delivered without

@@ -1,0 +1,108 @@
+package registry
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/outboxrelay/relay/internal/e2e"
+	"github.com/outboxrelay/relay/internal/pgtest"
+)
+
+// payloadSchema is a JSON Schema the e2e writers' payloads match.
+const payloadSchema = `{"$schema":"http://json-schema.org/draft-07/schema#","type":"object",
+"properties":{"id":{"type":"string"},"key":{"type":"string"},"seq":{"type":"integer","minimum":0},"pad":{"type":"string"}},
+"required":["id","key","seq"]}`
+
+// registerOver registers schema under subject through the REST API at addr.
+func registerOver(t *testing.T, addr, subject, typ, schema string) int {
+	t.Helper()
+	body, _ := json.Marshal(map[string]string{"schema": schema, "schemaType": typ})
+	resp, err := http.Post("http://"+addr+"/subjects/"+subject+"/versions", contentType, bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out struct {
+		ID      int    `json:"id"`
+		Message string `json:"message"`
+	}
+	json.NewDecoder(resp.Body).Decode(&out)
+	if resp.StatusCode != http.StatusOK || out.ID == 0 {
+		t.Fatalf("registering %s: %d %s", subject, resp.StatusCode, out.Message)
+	}
+	return out.ID
+}
+
+// TestContractKills: on a topic with a JSON Schema contract, 8 writers
+// commit valid events while another commits events that break the
+// contract, and the relay is SIGKILLed at random moments (every third kill
+// while its acknowledgements are held back). Every valid event must be in
+// the log exactly once in per-key order, every invalid one in the dead
+// letters exactly once with reason schema_invalid, and nothing else
+// anywhere.
+func TestContractKills(t *testing.T) {
+	ctx := context.Background()
+	url, bin := e2e.Migrated(t)
+	dataDir, addr := e2e.DataDir(t), e2e.FreeAddr(t)
+	args := []string{"run", "--database-url", url, "--data-dir", dataDir, "--http-addr", addr, "--kafka-addr", "",
+		"--poll-interval", "100ms", "--leader-lease", "1s", "--schema-registry", "--schema-topics", "orders"}
+	start := func() *e2e.Proc { return e2e.Start(t, bin, nil, args...) }
+	p := start()
+	e2e.WaitRole(t, p, "leader", 30*time.Second)
+	registerOver(t, addr, "orders-value", TypeJSON, payloadSchema)
+
+	ledger := e2e.NewLedger()
+	writeDone := make(chan error, 1)
+	cfg := e2e.CrashLoad(url, 6000, 300)
+	go func() { writeDone <- e2e.Write(ctx, cfg, ledger) }()
+	const bad = 60
+	badDone := make(chan error, 1)
+	go func() {
+		admin := pgtest.Connect(t, url)
+		for i := range bad {
+			payload := fmt.Sprintf(`{"id":"bad-%d","key":"bad-%d","seq":"not a number"}`, i, i%3)
+			if _, err := admin.Exec(ctx, `INSERT INTO outbox.events (topic, key, payload) VALUES ('orders', $1, $2)`, fmt.Sprintf("bad-%d", i%3), []byte(payload)); err != nil {
+				badDone <- err
+				return
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		badDone <- nil
+	}()
+	loop := e2e.KillLoop{Locker: pgtest.Connect(t, url), Rand: rand.New(rand.NewPCG(22, 10)), MinKills: 4,
+		Every: [2]time.Duration{500 * time.Millisecond, 2 * time.Second}, Hold: [2]time.Duration{300 * time.Millisecond, time.Second},
+		Restart: start}
+	p, kills, _ := loop.Run(t, ctx, p, writeDone)
+	if err := <-badDone; err != nil {
+		t.Fatal(err)
+	}
+	e2e.WaitDrained(t, url, "outbox", 2*time.Minute)
+	p.Signal(syscall.SIGTERM)
+	if code := p.Wait(time.Minute); code != 0 {
+		t.Fatalf("relay exited %d after SIGTERM:\n%s", code, p.Output())
+	}
+
+	n := e2e.CheckLog(t, dataDir, ledger)
+	admin := pgtest.Connect(t, url)
+	var total, distinct, invalid int
+	var sample string
+	if err := admin.QueryRow(ctx, `SELECT count(*), count(DISTINCT event_id), count(*) FILTER (WHERE reason = 'schema_invalid'), coalesce(min(error), '')
+FROM outbox.dead_letters`).Scan(&total, &distinct, &invalid, &sample); err != nil {
+		t.Fatal(err)
+	}
+	if total != bad || distinct != bad || invalid != bad {
+		t.Fatalf("dead letters: %d rows, %d distinct events, %d schema_invalid; want %d of each", total, distinct, invalid, bad)
+	}
+	if !strings.Contains(sample, `breaks the contract of "orders-value" version 1`) || !strings.Contains(sample, "seq") {
+		t.Fatalf("a dead letter's error does not say what broke: %s", sample)
+	}
+	t.Logf("%d valid events exactly once in per-key order, %d invalid ones dead-lettered once each, through %d kills", n, bad, kills)
+}
