@@ -71,6 +71,7 @@ func commands(name string, extra []Command) *command {
 			statusCommand(),
 			topicsCommand(),
 			groupsCommand(),
+			schemaCommand(),
 		},
 	}
 	for _, c := range extra {
