@@ -3,6 +3,8 @@ package relay
 import (
 	"context"
 	"fmt"
+	"runtime"
+	"sync"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -38,6 +40,38 @@ func (r *Relay) route(e Event) (Message, error) {
 		return Message{}, &RouteError{Reason: ReasonSchemaInvalid, Err: err}
 	}
 	return msg, nil
+}
+
+type routed struct {
+	msg Message
+	err error
+}
+
+// routeAll routes events, in parallel chunks when a Validator checks
+// them: validation is the costly part of routing and independent per event.
+func (r *Relay) routeAll(events []Event) []routed {
+	out := make([]routed, len(events))
+	workers := min(runtime.GOMAXPROCS(0), len(events)/64)
+	if r.cfg.Validator == nil || workers < 2 {
+		for i, e := range events {
+			out[i].msg, out[i].err = r.route(e)
+		}
+		return out
+	}
+	var wg sync.WaitGroup
+	chunk := (len(events) + workers - 1) / workers
+	for start := 0; start < len(events); start += chunk {
+		end := min(start+chunk, len(events))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := start; i < end; i++ {
+				out[i].msg, out[i].err = r.route(events[i])
+			}
+		}()
+	}
+	wg.Wait()
+	return out
 }
 
 // deadLetterRows copies the rows of the dead letters delivered without

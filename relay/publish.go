@@ -60,8 +60,9 @@ func (r *Relay) publishLoop(ctx, stop context.Context, in <-chan batch, out chan
 			replayHeader = Header{Key: HeaderReplay, Value: []byte(strconv.FormatInt(b.replay.request, 10))}
 		}
 		msgs := make([]Message, 0, len(events))
-		for _, e := range events {
-			msg, err := r.route(e)
+		routes := r.routeAll(events)
+		for i, e := range events {
+			msg, err := routes[i].msg, routes[i].err
 			if b.replay != nil {
 				// An archived event was published once; one that no
 				// longer routes (a lower size limit) is skipped.

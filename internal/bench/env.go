@@ -135,6 +135,12 @@ type relayProc struct {
 }
 
 func (e *env) startRelay(ctx context.Context) (*relayProc, error) {
+	return e.startRelayWith(ctx)
+}
+
+// startRelayWith starts the relay with extra flags after the configured
+// ones.
+func (e *env) startRelayWith(ctx context.Context, extra ...string) (*relayProc, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
@@ -148,7 +154,7 @@ func (e *env) startRelay(ctx context.Context) (*relayProc, error) {
 	}
 	defer logFile.Close()
 	args := append([]string{"run", "--database-url", e.url, "--data-dir", filepath.Join(e.dir, "data"),
-		"--source", e.cfg.Source, "--sink", e.cfg.Sink, "--kafka-addr", "", "--http-addr", addr, "--log-level", "warn"}, e.cfg.RelayArgs...)
+		"--source", e.cfg.Source, "--sink", e.cfg.Sink, "--kafka-addr", "", "--http-addr", addr, "--log-level", "warn"}, append(e.cfg.RelayArgs, extra...)...)
 	cmd := exec.Command(e.cfg.RelayBinary, args...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	// Its own process group: a terminal's SIGINT reaches only the bench,
@@ -281,10 +287,17 @@ func (e *env) published(ctx context.Context) (int, error) {
 // transaction holding up to EventsPerTx events. With rate > 0 the writers
 // pace themselves to rate events/s in all.
 func (e *env) fill(ctx context.Context, n, rate int) (written int, elapsed time.Duration, err error) {
-	cfg := e.cfg
 	insert := `INSERT INTO outbox.events (topic, key, payload)
 SELECT 'bench', 'key-' || ((g + $3) % $2), convert_to(lpad((g + $3)::text, $4, 'x'), 'UTF8')
 FROM generate_series(1, $1) AS g`
+	return e.fillWith(ctx, n, rate, insert, e.cfg.PayloadBytes)
+}
+
+// fillWith is fill with another insert statement: its $1 is the events in
+// the transaction, $2 the number of keys, $3 the writer's offset, and $4
+// on are extra.
+func (e *env) fillWith(ctx context.Context, n, rate int, insert string, extra ...any) (written int, elapsed time.Duration, err error) {
+	cfg := e.cfg
 	var (
 		wg    sync.WaitGroup
 		mu    sync.Mutex
@@ -318,7 +331,7 @@ FROM generate_series(1, $1) AS g`
 					next = next.Add(interval)
 				}
 				k := min(cfg.EventsPerTx, quota-done)
-				if _, err := e.pool.Exec(ctx, insert, k, cfg.Keys, w*perWriter+done, cfg.PayloadBytes); err != nil {
+				if _, err := e.pool.Exec(ctx, insert, append([]any{k, cfg.Keys, w*perWriter + done}, extra...)...); err != nil {
 					if ctx.Err() == nil {
 						mu.Lock()
 						errs = append(errs, err)

@@ -1,4 +1,4 @@
-package registry
+package registry_test
 
 import (
 	"bytes"
@@ -14,6 +14,7 @@ import (
 
 	"github.com/outboxrelay/relay/internal/e2e"
 	"github.com/outboxrelay/relay/internal/pgtest"
+	"github.com/outboxrelay/relay/internal/registry"
 )
 
 // payloadSchema is a JSON Schema the e2e writers' payloads match.
@@ -25,7 +26,7 @@ const payloadSchema = `{"$schema":"http://json-schema.org/draft-07/schema#","typ
 func registerOver(t *testing.T, addr, subject, typ, schema string) int {
 	t.Helper()
 	body, _ := json.Marshal(map[string]string{"schema": schema, "schemaType": typ})
-	resp, err := http.Post("http://"+addr+"/subjects/"+subject+"/versions", contentType, bytes.NewReader(body))
+	resp, err := http.Post("http://"+addr+"/subjects/"+subject+"/versions", "application/vnd.schemaregistry.v1+json", bytes.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,7 +58,7 @@ func TestContractKills(t *testing.T) {
 	start := func() *e2e.Proc { return e2e.Start(t, bin, nil, args...) }
 	p := start()
 	e2e.WaitRole(t, p, "leader", 30*time.Second)
-	registerOver(t, addr, "orders-value", TypeJSON, payloadSchema)
+	registerOver(t, addr, "orders-value", registry.TypeJSON, payloadSchema)
 
 	ledger := e2e.NewLedger()
 	writeDone := make(chan error, 1)
