@@ -107,3 +107,79 @@ FROM outbox.dead_letters`).Scan(&total, &distinct, &invalid, &sample); err != ni
 	}
 	t.Logf("%d valid events exactly once in per-key order, %d invalid ones dead-lettered once each, through %d kills", n, bad, kills)
 }
+
+// TestContractHoldKey: under the hold-key policy an event that breaks the
+// contract holds its key: the key's later events wait, in order, other
+// keys flow; once the dead letter is fixed and retried, the key's events
+// are published in their order.
+func TestContractHoldKey(t *testing.T) {
+	ctx := context.Background()
+	url, bin := e2e.Migrated(t)
+	dataDir, addr := e2e.DataDir(t), e2e.FreeAddr(t)
+	p := e2e.Start(t, bin, nil, "run", "--database-url", url, "--data-dir", dataDir, "--http-addr", addr, "--kafka-addr", "",
+		"--poll-interval", "100ms", "--schema-registry", "--schema-topics", "orders", "--dead-letter-policy-topics", "orders=hold-key")
+	e2e.WaitRole(t, p, "leader", 30*time.Second)
+	registerOver(t, addr, "orders-value", registry.TypeJSON, payloadSchema)
+	admin := pgtest.Connect(t, url)
+	insert := func(key string, seq int, bad bool) {
+		t.Helper()
+		payload := fmt.Sprintf(`{"id":"%s-%d","key":"%s","seq":%d}`, key, seq, key, seq)
+		if bad {
+			payload = fmt.Sprintf(`{"id":"%s-%d","key":"%s","seq":"%d"}`, key, seq, key, seq)
+		}
+		if _, err := admin.Exec(ctx, `INSERT INTO outbox.events (topic, key, payload) VALUES ('orders', $1, $2)`, key, []byte(payload)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for seq := range 6 {
+		insert("held", seq, seq == 2)
+		insert("free", seq, false)
+	}
+	e2e.WaitDrained(t, url, "outbox", time.Minute)
+	var holding, held int
+	if err := admin.QueryRow(ctx, `SELECT count(*) FILTER (WHERE holds AND reason = 'schema_invalid'), count(*) FILTER (WHERE held_by IS NOT NULL)
+FROM outbox.dead_letters WHERE key = 'held'`).Scan(&holding, &held); err != nil {
+		t.Fatal(err)
+	}
+	if holding != 1 || held != 3 {
+		t.Fatalf("%d dead letters hold the key and %d events are held; want 1 and 3", holding, held)
+	}
+	if _, err := admin.Exec(ctx, `UPDATE outbox.dead_letters SET payload = convert_to('{"id":"held-2","key":"held","seq":2}', 'UTF8') WHERE holds`); err != nil {
+		t.Fatal(err)
+	}
+	retry := e2e.Start(t, bin, nil, "dead-letters", "retry", "--database-url", url, "--reason", "schema_invalid")
+	if code := retry.Wait(time.Minute); code != 0 {
+		t.Fatalf("dead-letters retry: exit %d: %s", code, retry.Output())
+	}
+	deadline := time.Now().Add(time.Minute)
+	for {
+		var waiting int
+		if err := admin.QueryRow(ctx, `SELECT count(*) FROM outbox.dead_letters WHERE holds OR (held_by IS NOT NULL AND resolution IS NULL)`).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		if waiting == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d dead letters still hold or are held a minute after the retry", waiting)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	p.Signal(syscall.SIGTERM)
+	if code := p.Wait(time.Minute); code != 0 {
+		t.Fatalf("relay exited %d after SIGTERM:\n%s", code, p.Output())
+	}
+	seqs := map[string][]int{}
+	for _, rec := range e2e.ReadLog(t, dataDir, "orders") {
+		var pl e2e.Payload
+		if err := json.Unmarshal(rec.Value, &pl); err != nil {
+			t.Fatalf("record %s: %v", rec.Value, err)
+		}
+		seqs[pl.Key] = append(seqs[pl.Key], pl.Seq)
+	}
+	for _, key := range []string{"held", "free"} {
+		if fmt.Sprint(seqs[key]) != "[0 1 2 3 4 5]" {
+			t.Fatalf("key %s in the log: %v, want [0 1 2 3 4 5]", key, seqs[key])
+		}
+	}
+}
