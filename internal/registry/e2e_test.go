@@ -86,6 +86,9 @@ func TestContractKills(t *testing.T) {
 		t.Fatal(err)
 	}
 	e2e.WaitDrained(t, url, "outbox", 2*time.Minute)
+	// The last restart may still be starting: SIGTERM before its signal
+	// handler is installed would kill it.
+	e2e.WaitRole(t, p, "leader", 30*time.Second)
 	p.Signal(syscall.SIGTERM)
 	if code := p.Wait(time.Minute); code != 0 {
 		t.Fatalf("relay exited %d after SIGTERM:\n%s", code, p.Output())
