@@ -95,3 +95,31 @@ func TestValidator(t *testing.T) {
 		t.Fatalf("* on an unregistered topic: %q, %v", out, err)
 	}
 }
+
+// TestAvroValidateRejects: payloads that decode only by luck are refused.
+func TestAvroValidateRejects(t *testing.T) {
+	s, err := Parse(TypeAvro, avroRecord(fID, fStateAB, fNote))
+	if err != nil {
+		t.Fatal(err)
+	}
+	good, err := avro.Marshal(avro.MustParse(avroRecord(fID, fStateAB, fNote)), map[string]any{"id": "x", "state": "B", "note": "n"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Validate(good); err != nil {
+		t.Fatalf("a good payload: %v", err)
+	}
+	// id "x" is 0x02 'x'; state is the enum index (zigzag); note the
+	// union index then the string.
+	for name, payload := range map[string][]byte{
+		"enum index out of range":  {0x02, 'x', 0x0a, 0x00},
+		"union index out of range": {0x02, 'x', 0x02, 0x06},
+		"string longer than left":  {0x02, 'x', 0x02, 0x02, 0x20, 'n'},
+		"truncated":                good[:len(good)-1],
+		"empty":                    {},
+	} {
+		if err := s.Validate(payload); err == nil {
+			t.Errorf("%s: %x accepted", name, payload)
+		}
+	}
+}
