@@ -69,8 +69,12 @@ type Config struct {
 	// Negative sends no heartbeat: for sources that do not read the outbox
 	// table.
 	ReadyTimeout time.Duration
-	Logger       *slog.Logger
-	Metrics      *Metrics
+	// Validator, when set, checks payloads against their topic's schema
+	// contract before publication; an event that breaks it goes to the
+	// dead letters (route.go).
+	Validator Validator
+	Logger    *slog.Logger
+	Metrics   *Metrics
 }
 
 // WithDefaults returns c with unset fields filled in.

@@ -18,7 +18,10 @@
 // in SQL, before the row's deletion, so a crash before the commit leaves
 // the row to be read and dead-lettered again, and a commit records it
 // exactly once (oversize.go). Memory is bounded by a byte budget as well as
-// rows (budget.go).
+// rows (budget.go). With a Validator (internal/registry), routing also
+// checks each payload against its topic's schema contract: one that breaks
+// it is a route error like the others (ReasonSchemaInvalid); a validator
+// that cannot read its contracts fails the pipeline instead (route.go).
 //
 // # Waiting for the destination
 //

@@ -3,6 +3,8 @@ package relay
 import (
 	"context"
 	"fmt"
+	"runtime"
+	"sync"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -23,13 +25,53 @@ import (
 // acknowledgement's snapshot (the WAL reader may deliver a row before it is
 // visible, and delivers every row whole).
 
-// route is Route, for an event with its content or without it.
+// route is Route, for an event with its content or without it, followed
+// by the schema contract's check when there is a Validator.
 func (r *Relay) route(e Event) (Message, error) {
 	if e.TooLarge > 0 {
 		return Message{}, &RouteError{Reason: ReasonTooLarge, Err: fmt.Errorf("%w: %d bytes of key, payload and headers (as JSON text), the limit is %d",
 			ErrTooLarge, e.TooLarge, r.cfg.MaxMessageBytes)}
 	}
-	return Route(e, r.cfg.MaxMessageBytes)
+	msg, err := Route(e, r.cfg.MaxMessageBytes)
+	if err != nil || r.cfg.Validator == nil || msg.Value == nil {
+		return msg, err
+	}
+	if msg.Value, err = r.cfg.Validator.Validate(msg); err != nil {
+		return Message{}, &RouteError{Reason: ReasonSchemaInvalid, Err: err}
+	}
+	return msg, nil
+}
+
+type routed struct {
+	msg Message
+	err error
+}
+
+// routeAll routes events, in parallel chunks when a Validator checks
+// them: validation is the costly part of routing and independent per event.
+func (r *Relay) routeAll(events []Event) []routed {
+	out := make([]routed, len(events))
+	workers := min(runtime.GOMAXPROCS(0), len(events)/64)
+	if r.cfg.Validator == nil || workers < 2 {
+		for i, e := range events {
+			out[i].msg, out[i].err = r.route(e)
+		}
+		return out
+	}
+	var wg sync.WaitGroup
+	chunk := (len(events) + workers - 1) / workers
+	for start := 0; start < len(events); start += chunk {
+		end := min(start+chunk, len(events))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := start; i < end; i++ {
+				out[i].msg, out[i].err = r.route(events[i])
+			}
+		}()
+	}
+	wg.Wait()
+	return out
 }
 
 // deadLetterRows copies the rows of the dead letters delivered without

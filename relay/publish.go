@@ -29,6 +29,12 @@ const maxInFlight = 4
 // wait and the loop.
 func (r *Relay) publishLoop(ctx, stop context.Context, in <-chan batch, out chan<- flight) error {
 	for b := range in {
+		if v := r.cfg.Validator; v != nil {
+			if err := v.Refresh(ctx); err != nil {
+				r.m.Errors.WithLabelValues("schema").Inc()
+				return fmt.Errorf("reading the schema contracts: %w", err)
+			}
+		}
 		if b.release != nil {
 			f, msgs := r.routeRelease(b)
 			if stopped, err := r.hand(ctx, stop, f, msgs, out); err != nil || stopped {
@@ -54,8 +60,9 @@ func (r *Relay) publishLoop(ctx, stop context.Context, in <-chan batch, out chan
 			replayHeader = Header{Key: HeaderReplay, Value: []byte(strconv.FormatInt(b.replay.request, 10))}
 		}
 		msgs := make([]Message, 0, len(events))
-		for _, e := range events {
-			msg, err := r.route(e)
+		routes := r.routeAll(events)
+		for i, e := range events {
+			msg, err := routes[i].msg, routes[i].err
 			if b.replay != nil {
 				// An archived event was published once; one that no
 				// longer routes (a lower size limit) is skipped.

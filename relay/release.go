@@ -148,7 +148,7 @@ func (r *Relay) routeRelease(b batch) (flight, []Message) {
 	f := flight{a: ack{through: c.after, byTopic: map[string]int{}, release: c}}
 	var msgs []Message
 	for i, e := range b.events {
-		msg, err := Route(e, r.cfg.MaxMessageBytes)
+		msg, err := r.route(e)
 		if err != nil {
 			var re *RouteError
 			errors.As(err, &re)

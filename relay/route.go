@@ -1,6 +1,7 @@
 package relay
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -18,6 +19,7 @@ const (
 	ReasonInvalidHeaders = "invalid_headers"
 	ReasonTooLarge       = "too_large"
 	ReasonSinkRejected   = "sink_rejected"
+	ReasonSchemaInvalid  = "schema_invalid"
 )
 
 // RouteError is why an event cannot become a message.
@@ -35,6 +37,22 @@ var (
 	ErrInvalidHeaders = errors.New("invalid headers")
 	ErrTooLarge       = errors.New("event too large")
 )
+
+// A Validator checks each message on a topic with a schema contract
+// before it is published (internal/registry implements it). The core calls
+// Refresh before routing each batch and Validate for each routed message
+// with a payload.
+type Validator interface {
+	// Refresh brings the contracts up to date. An error fails the
+	// pipeline, which restarts: events are never judged by contracts that
+	// could not be read.
+	Refresh(ctx context.Context) error
+	// Validate returns the value to publish (the payload, or the payload
+	// framed for its schema), or why the payload breaks its topic's
+	// contract: the event then goes to the dead letters with
+	// ReasonSchemaInvalid. It must not block.
+	Validate(msg Message) ([]byte, error)
+}
 
 // ValidTopic checks Kafka's topic rules: 1 to 249 characters from
 // [a-zA-Z0-9._-], and neither "." nor "..".

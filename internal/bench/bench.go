@@ -57,6 +57,9 @@ type Config struct {
 	LongTx bool
 	// Baseline runs the baseline after the relay (default true).
 	Baseline bool
+	// Schema, with Backlog, drains backlogs of JSON and Avro payloads
+	// with schema validation off and on instead (schema.go).
+	Schema bool
 	// RelayBinary is the relay executable to run as a child.
 	RelayBinary string
 	// RelayArgs are extra `relay run` flags.
@@ -119,6 +122,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("--long-tx applies to live runs, not --backlog")
 	case c.Backlog && c.Rate > 0:
 		return fmt.Errorf("--rate applies to live runs, not --backlog")
+	case c.Schema && !c.Backlog:
+		return fmt.Errorf("--schema-validation measures drains: it needs --backlog")
 	case c.RelayBinary == "":
 		return fmt.Errorf("the relay binary is unknown")
 	}
@@ -154,6 +159,7 @@ type Result struct {
 	ArrivalP99  time.Duration `json:"arrival_p99_ns,omitempty"`
 	ArrivalMax  time.Duration `json:"arrival_max_ns,omitempty"`
 	Baseline    *Baseline     `json:"baseline,omitempty"`
+	Schema      *SchemaBench  `json:"schema_validation,omitempty"`
 	// Interrupted is set when SIGINT stopped the run early.
 	Interrupted bool `json:"interrupted"`
 }
@@ -184,7 +190,9 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 			cfg.Logger.Info("next run", "run", i+1, "of", cfg.Runs)
 		}
 		var res Result
-		if cfg.Backlog {
+		if cfg.Backlog && cfg.Schema {
+			res, err = env.schemaBacklog(ctx)
+		} else if cfg.Backlog {
 			res, err = env.backlog(ctx)
 		} else {
 			res, err = env.live(ctx)

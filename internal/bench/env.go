@@ -164,6 +164,12 @@ type relayProc struct {
 }
 
 func (e *env) startRelay(ctx context.Context) (*relayProc, error) {
+	return e.startRelayWith(ctx)
+}
+
+// startRelayWith starts the relay with extra flags after the configured
+// ones.
+func (e *env) startRelayWith(ctx context.Context, extra ...string) (*relayProc, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
@@ -177,7 +183,7 @@ func (e *env) startRelay(ctx context.Context) (*relayProc, error) {
 	}
 	defer logFile.Close()
 	args := append([]string{"run", "--database-url", e.url, "--data-dir", filepath.Join(e.dir, "data"),
-		"--source", e.cfg.Source, "--sink", e.cfg.Sink, "--kafka-addr", "", "--http-addr", addr, "--log-level", "warn"}, e.cfg.RelayArgs...)
+		"--source", e.cfg.Source, "--sink", e.cfg.Sink, "--kafka-addr", "", "--http-addr", addr, "--log-level", "warn"}, append(e.cfg.RelayArgs, extra...)...)
 	cmd := exec.Command(e.cfg.RelayBinary, args...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	// Its own process group: a terminal's SIGINT reaches only the bench,
@@ -311,10 +317,17 @@ func (e *env) published(ctx context.Context) (int, error) {
 // pace themselves to rate events/s in all. With xids set, it notes each
 // event's transaction id by its number (the payload's digits).
 func (e *env) fill(ctx context.Context, n, rate int, xids map[int]string) (written int, elapsed time.Duration, err error) {
-	cfg := e.cfg
 	insert := `INSERT INTO outbox.events (topic, key, payload)
 SELECT 'bench', 'key-' || ((g + $3) % $2), convert_to(lpad((g + $3)::text, $4, 'x'), 'UTF8')
 FROM generate_series(1, $1) AS g`
+	return e.fillWith(ctx, n, rate, insert, xids, e.cfg.PayloadBytes)
+}
+
+// fillWith is fill with another insert statement: its $1 is the events in
+// the transaction, $2 the number of keys, $3 the writer's offset, and $4
+// on are extra.
+func (e *env) fillWith(ctx context.Context, n, rate int, insert string, xids map[int]string, extra ...any) (written int, elapsed time.Duration, err error) {
+	cfg := e.cfg
 	if xids != nil {
 		insert = `WITH ins AS (` + insert + ` RETURNING 1) SELECT pg_current_xact_id()::text FROM ins LIMIT 1`
 	}
@@ -351,12 +364,13 @@ FROM generate_series(1, $1) AS g`
 					next = next.Add(interval)
 				}
 				k := min(cfg.EventsPerTx, quota-done)
+				args := append([]any{k, cfg.Keys, w*perWriter + done}, extra...)
 				var err error
 				if xids == nil {
-					_, err = e.pool.Exec(ctx, insert, k, cfg.Keys, w*perWriter+done, cfg.PayloadBytes)
+					_, err = e.pool.Exec(ctx, insert, args...)
 				} else {
 					var xid string
-					if err = e.pool.QueryRow(ctx, insert, k, cfg.Keys, w*perWriter+done, cfg.PayloadBytes).Scan(&xid); err == nil {
+					if err = e.pool.QueryRow(ctx, insert, args...).Scan(&xid); err == nil {
 						mu.Lock()
 						for g := 1; g <= k; g++ {
 							xids[w*perWriter+done+g] = xid

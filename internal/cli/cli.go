@@ -77,6 +77,7 @@ func commands(name string, extra []Command) *command {
 			topicsCommand(),
 			groupsCommand(),
 			listenerUsersCommand(),
+			schemaCommand(),
 		},
 	}
 	for _, c := range extra {

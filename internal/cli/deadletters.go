@@ -42,7 +42,7 @@ func (f *deadLetterFlags) register(fs *flag.FlagSet, action string) {
 	f.db.register(fs)
 	fs.StringVar(&f.topic, "topic", "", "only this topic")
 	fs.StringVar(&f.key, "key", "", "only this key")
-	fs.StringVar(&f.reason, "reason", "", "only this reason: invalid_topic, invalid_headers, too_large, sink_rejected, held")
+	fs.StringVar(&f.reason, "reason", "", "only this reason: invalid_topic, invalid_headers, too_large, sink_rejected, schema_invalid, held")
 	fs.StringVar(&f.since, "since", "", "only those that failed at or after this time (RFC 3339, or a duration ago such as 2h)")
 	fs.StringVar(&f.until, "until", "", "only those that failed before this time (RFC 3339, or a duration ago)")
 	fs.BoolVar(&f.asJSON, "json", false, "print JSON")

@@ -62,6 +62,7 @@ type runFlags struct {
 	topicPolicies   string
 	readyTimeout    time.Duration
 	createTopics    bool
+	schemaRun       schemaRunFlags
 }
 
 func (f *runFlags) register(fs *flag.FlagSet) {
@@ -97,6 +98,7 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.deadPolicy, "dead-letter-policy", relay.PolicySkip, "what a dead letter does to its key's later events: skip (they are published) or hold-key (they wait, in order, until it is retried or discarded)")
 	fs.StringVar(&f.topicPolicies, "dead-letter-policy-topics", "", "per-topic dead-letter policies overriding --dead-letter-policy, as topic=policy[,topic=policy]")
 	fs.DurationVar(&f.readyTimeout, "ready-timeout", 30*time.Second, "/readyz fails when no heartbeat went through the whole path (read, published, acknowledged) for this long; the leader sends one every sixth of it")
+	f.schemaRun.register(fs)
 	fs.StringVar(&f.cpuProfile, "cpu-profile", "", "write a CPU profile of the whole run to this file (for go tool pprof)")
 }
 
@@ -136,6 +138,9 @@ func (f *runFlags) validate() error {
 		return usagef("--log-format %q: must be text or json", f.logFormat)
 	case f.httpAddr == "" && f.httpTLS != (serverTLSFlags{}):
 		return usagef("--http-tls-* need --http-addr")
+	}
+	if err := f.schemaRun.validate(f.httpAddr); err != nil {
+		return err
 	}
 	if err := relay.ValidPolicy(f.deadPolicy); err != nil {
 		return usagef("--dead-letter-policy: %v", err)
@@ -290,6 +295,11 @@ func (f *runFlags) serve(ctx context.Context, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	contracts, err := f.schemaRun.open(ctx, f.db)
+	if err != nil {
+		return err
+	}
+	defer contracts.close()
 	r, err := relay.New(relay.Config{
 		DatabaseURL:      f.db.url,
 		Schema:           f.db.schema,
@@ -305,6 +315,7 @@ func (f *runFlags) serve(ctx context.Context, log *slog.Logger) error {
 		DeadLetterPolicy: f.deadPolicy,
 		TopicPolicies:    topicPolicies,
 		ReadyTimeout:     f.readyTimeout,
+		Validator:        contracts.relayValidator(),
 		Logger:           log,
 		Metrics:          metrics,
 	}, source, sink)
@@ -316,7 +327,7 @@ func (f *runFlags) serve(ctx context.Context, log *slog.Logger) error {
 		if err != nil {
 			return err
 		}
-		stop, _, err := serveHTTP(f.httpAddr, httpHandler(r.Handler(), f.httpPprof), httpTLS, log)
+		stop, _, err := serveHTTP(f.httpAddr, httpHandler(contracts.handler(&f.schemaRun, r.Handler(), log), f.httpPprof), httpTLS, log)
 		if err != nil {
 			return err
 		}

@@ -30,6 +30,7 @@ func runBench(ctx context.Context, stdio cli.IO, args []string) error {
 	fs.IntVar(&cfg.EventsPerTx, "events-per-tx", 0, "events per writer transaction (default 1 live, 1000 with --backlog)")
 	fs.BoolVar(&cfg.Backlog, "backlog", false, "write everything first, then start the relay (replay after an outage)")
 	fs.BoolVar(&cfg.LongTx, "long-tx", false, "live: hold a writing transaction open in another database of the cluster for the whole run, and report the latencies during it")
+	fs.BoolVar(&cfg.Schema, "schema-validation", false, "with --backlog: drain backlogs of JSON and of Avro payloads with schema validation off and on (a contract and the wire format), and report on/off per format")
 	baseline := fs.Bool("baseline", true, "with --backlog, also run the baseline on the same data")
 	relayArgs := fs.String("relay-args", "", "extra `relay run` flags, space-separated")
 	fs.IntVar(&cfg.Runs, "runs", 1, "repeat the measurement this many times in the same environment and report each and the median")
@@ -92,6 +93,26 @@ func printBench(w io.Writer, results []bench.Result) {
 		tw.Flush()
 	}
 	var ratios []float64
+	schemaRatios := map[string][]float64{}
+	var formats []string
+	for _, r := range results {
+		if s := r.Schema; s != nil {
+			for _, f := range s.Formats {
+				fmt.Fprintf(w, "schema validation, %s (%d-byte payloads): off %.0f events/s, on %.0f events/s; on/off = %.2f (relay CPU per event: off %.1f us, on %.1f us)\n",
+					f.Format, f.PayloadBytes, f.OffRate, f.OnRate, f.Ratio, f.OffCPU, f.OnCPU)
+				if schemaRatios[f.Format] == nil {
+					formats = append(formats, f.Format)
+				}
+				schemaRatios[f.Format] = append(schemaRatios[f.Format], f.Ratio)
+			}
+		}
+	}
+	for _, f := range formats {
+		if rs := schemaRatios[f]; len(rs) > 1 {
+			slices.Sort(rs)
+			fmt.Fprintf(w, "schema validation, %s, on/off over %d runs: median %.2f, min %.2f, max %.2f\n", f, len(rs), median(rs), rs[0], rs[len(rs)-1])
+		}
+	}
 	for _, r := range results {
 		if b := r.Baseline; b != nil {
 			fmt.Fprintf(w, "baseline: %s: %.0f events/s; relay/baseline = %.2f\n", b.Name, b.Rate, b.Ratio)

@@ -69,3 +69,25 @@ func checkBenchResult(t *testing.T, name string, base bool, res bench.Result) {
 		t.Fatalf("%s: no latency measured: %+v", name, res)
 	}
 }
+
+// TestBenchSchemaValidation keeps `relay-dev bench --schema-validation`
+// from rotting: both formats drained with validation off and on.
+func TestBenchSchemaValidation(t *testing.T) {
+	admin := pgtest.Cluster(t).URL()
+	r, err := testbin.Run(context.Background(), testbin.RelayDev(t), nil, "bench", "--json", "--database-url", admin, "--backlog", "--schema-validation", "--events", "2000")
+	if err != nil || r.Code != 0 {
+		t.Fatalf("%v, exit %d: %s", err, r.Code, r.Stderr)
+	}
+	var res bench.Result
+	if err := json.Unmarshal([]byte(r.Stdout), &res); err != nil {
+		t.Fatalf("output is not JSON: %v\n%s", err, r.Stdout)
+	}
+	if res.Schema == nil || len(res.Schema.Formats) != 2 || res.Published != 4*2*2000 {
+		t.Fatalf("want JSON and Avro, each drained twice off and twice on, 2000 events each: %+v", res)
+	}
+	for _, f := range res.Schema.Formats {
+		if f.OffRate <= 0 || f.OnRate <= 0 || f.Ratio <= 0 || f.OnCPU <= 0 {
+			t.Fatalf("%s: not measured: %+v", f.Format, f)
+		}
+	}
+}
