@@ -56,6 +56,20 @@ func (s *Server) canConfigs(c *conn, op kmsg.ACLOperation, rt kmsg.ConfigResourc
 	return s.can(c, op, kmsg.ACLResourceTypeCluster, clusterName)
 }
 
+// splitConfigs splits the config resources of a request into those c may
+// do op on and those it may not.
+func splitConfigs[R any](s *Server, c *conn, op kmsg.ACLOperation, rs []R, id func(R) (kmsg.ConfigResourceType, string)) (kept, denied []R) {
+	kept = rs[:0:0]
+	for _, r := range rs {
+		if rt, name := id(r); s.canConfigs(c, op, rt, name) {
+			kept = append(kept, r)
+		} else {
+			denied = append(denied, r)
+		}
+	}
+	return kept, denied
+}
+
 // configsDenied is the error code of a config resource refused.
 func configsDenied(rt kmsg.ConfigResourceType) int16 {
 	if rt == kmsg.ConfigResourceTypeTopic {
@@ -297,15 +311,10 @@ func (s *Server) authorizeSync(ctx context.Context, c *conn, r request) (kmsg.Re
 		}
 	case *kmsg.DescribeConfigsRequest:
 		var denied []kmsg.DescribeConfigsRequestResource
-		kept := req.Resources[:0:0]
-		for _, r := range req.Resources {
-			if s.canConfigs(c, kmsg.ACLOperationDescribeConfigs, r.ResourceType, r.ResourceName) {
-				kept = append(kept, r)
-			} else {
-				denied = append(denied, r)
-			}
-		}
-		req.Resources = kept
+		req.Resources, denied = splitConfigs(s, c, kmsg.ACLOperationDescribeConfigs, req.Resources,
+			func(r kmsg.DescribeConfigsRequestResource) (kmsg.ConfigResourceType, string) {
+				return r.ResourceType, r.ResourceName
+			})
 		return nil, func(r kmsg.Response) {
 			resp := r.(*kmsg.DescribeConfigsResponse)
 			for _, d := range denied {
@@ -316,15 +325,10 @@ func (s *Server) authorizeSync(ctx context.Context, c *conn, r request) (kmsg.Re
 		}
 	case *kmsg.AlterConfigsRequest:
 		var denied []kmsg.AlterConfigsRequestResource
-		kept := req.Resources[:0:0]
-		for _, r := range req.Resources {
-			if s.canConfigs(c, kmsg.ACLOperationAlterConfigs, r.ResourceType, r.ResourceName) {
-				kept = append(kept, r)
-			} else {
-				denied = append(denied, r)
-			}
-		}
-		req.Resources = kept
+		req.Resources, denied = splitConfigs(s, c, kmsg.ACLOperationAlterConfigs, req.Resources,
+			func(r kmsg.AlterConfigsRequestResource) (kmsg.ConfigResourceType, string) {
+				return r.ResourceType, r.ResourceName
+			})
 		return nil, func(r kmsg.Response) {
 			resp := r.(*kmsg.AlterConfigsResponse)
 			for _, d := range denied {
@@ -335,15 +339,10 @@ func (s *Server) authorizeSync(ctx context.Context, c *conn, r request) (kmsg.Re
 		}
 	case *kmsg.IncrementalAlterConfigsRequest:
 		var denied []kmsg.IncrementalAlterConfigsRequestResource
-		kept := req.Resources[:0:0]
-		for _, r := range req.Resources {
-			if s.canConfigs(c, kmsg.ACLOperationAlterConfigs, r.ResourceType, r.ResourceName) {
-				kept = append(kept, r)
-			} else {
-				denied = append(denied, r)
-			}
-		}
-		req.Resources = kept
+		req.Resources, denied = splitConfigs(s, c, kmsg.ACLOperationAlterConfigs, req.Resources,
+			func(r kmsg.IncrementalAlterConfigsRequestResource) (kmsg.ConfigResourceType, string) {
+				return r.ResourceType, r.ResourceName
+			})
 		return nil, func(r kmsg.Response) {
 			resp := r.(*kmsg.IncrementalAlterConfigsResponse)
 			for _, d := range denied {
