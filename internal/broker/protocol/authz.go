@@ -56,15 +56,15 @@ func (s *Server) canConfigs(c *conn, op kmsg.ACLOperation, rt kmsg.ConfigResourc
 	return s.can(c, op, kmsg.ACLResourceTypeCluster, clusterName)
 }
 
-// splitConfigs splits the config resources of a request into those c may
-// do op on and those it may not.
-func splitConfigs[R any](s *Server, c *conn, op kmsg.ACLOperation, rs []R, id func(R) (kmsg.ConfigResourceType, string)) (kept, denied []R) {
-	kept = rs[:0:0]
-	for _, r := range rs {
-		if rt, name := id(r); s.canConfigs(c, op, rt, name) {
-			kept = append(kept, r)
+// split splits the entries of a request into those allowed and the rest,
+// into new slices (the request's own is left as it was).
+func split[T any](entries []T, allowed func(T) bool) (kept, denied []T) {
+	kept = entries[:0:0]
+	for _, e := range entries {
+		if allowed(e) {
+			kept = append(kept, e)
 		} else {
-			denied = append(denied, r)
+			denied = append(denied, e)
 		}
 	}
 	return kept, denied
@@ -87,15 +87,7 @@ func (s *Server) authorizeProduce(c *conn, req *kmsg.ProduceRequest) func(kmsg.R
 	if s.authz == nil {
 		return nil
 	}
-	var denied []kmsg.ProduceRequestTopic
-	kept := req.Topics[:0:0]
-	for _, t := range req.Topics {
-		if s.canTopic(c, kmsg.ACLOperationWrite, t.Topic) {
-			kept = append(kept, t)
-		} else {
-			denied = append(denied, t)
-		}
-	}
+	kept, denied := split(req.Topics, func(t kmsg.ProduceRequestTopic) bool { return s.canTopic(c, kmsg.ACLOperationWrite, t.Topic) })
 	if len(denied) == 0 {
 		return nil
 	}
@@ -121,15 +113,7 @@ func (s *Server) authorizeFetch(c *conn, req *kmsg.FetchRequest) func(kmsg.Respo
 	if s.authz == nil {
 		return nil
 	}
-	var denied []kmsg.FetchRequestTopic
-	kept := req.Topics[:0:0]
-	for _, t := range req.Topics {
-		if s.canTopic(c, kmsg.ACLOperationRead, t.Topic) {
-			kept = append(kept, t)
-		} else {
-			denied = append(denied, t)
-		}
-	}
+	kept, denied := split(req.Topics, func(t kmsg.FetchRequestTopic) bool { return s.canTopic(c, kmsg.ACLOperationRead, t.Topic) })
 	if len(denied) == 0 {
 		return nil
 	}
@@ -203,15 +187,9 @@ func (s *Server) authorizeSync(ctx context.Context, c *conn, r request) (kmsg.Re
 		}
 	case *kmsg.OffsetCommitRequest:
 		groupOK := s.canGroup(c, kmsg.ACLOperationRead, req.Group)
-		var denied []kmsg.OffsetCommitRequestTopic
-		kept := req.Topics[:0:0]
-		for _, t := range req.Topics {
-			if groupOK && s.canTopic(c, kmsg.ACLOperationRead, t.Topic) {
-				kept = append(kept, t)
-			} else {
-				denied = append(denied, t)
-			}
-		}
+		kept, denied := split(req.Topics, func(t kmsg.OffsetCommitRequestTopic) bool {
+			return groupOK && s.canTopic(c, kmsg.ACLOperationRead, t.Topic)
+		})
 		req.Topics = kept
 		return nil, func(r kmsg.Response) {
 			resp := r.(*kmsg.OffsetCommitResponse)
@@ -286,15 +264,7 @@ func (s *Server) authorizeSync(ctx context.Context, c *conn, r request) (kmsg.Re
 			resp.Groups = kept
 		}
 	case *kmsg.ListOffsetsRequest:
-		var denied []kmsg.ListOffsetsRequestTopic
-		kept := req.Topics[:0:0]
-		for _, t := range req.Topics {
-			if s.canTopic(c, kmsg.ACLOperationDescribe, t.Topic) {
-				kept = append(kept, t)
-			} else {
-				denied = append(denied, t)
-			}
-		}
+		kept, denied := split(req.Topics, func(t kmsg.ListOffsetsRequestTopic) bool { return s.canTopic(c, kmsg.ACLOperationDescribe, t.Topic) })
 		req.Topics = kept
 		return nil, func(r kmsg.Response) {
 			resp := r.(*kmsg.ListOffsetsResponse)
@@ -310,11 +280,10 @@ func (s *Server) authorizeSync(ctx context.Context, c *conn, r request) (kmsg.Re
 			}
 		}
 	case *kmsg.DescribeConfigsRequest:
-		var denied []kmsg.DescribeConfigsRequestResource
-		req.Resources, denied = splitConfigs(s, c, kmsg.ACLOperationDescribeConfigs, req.Resources,
-			func(r kmsg.DescribeConfigsRequestResource) (kmsg.ConfigResourceType, string) {
-				return r.ResourceType, r.ResourceName
-			})
+		kept, denied := split(req.Resources, func(r kmsg.DescribeConfigsRequestResource) bool {
+			return s.canConfigs(c, kmsg.ACLOperationDescribeConfigs, r.ResourceType, r.ResourceName)
+		})
+		req.Resources = kept
 		return nil, func(r kmsg.Response) {
 			resp := r.(*kmsg.DescribeConfigsResponse)
 			for _, d := range denied {
@@ -324,11 +293,10 @@ func (s *Server) authorizeSync(ctx context.Context, c *conn, r request) (kmsg.Re
 			}
 		}
 	case *kmsg.AlterConfigsRequest:
-		var denied []kmsg.AlterConfigsRequestResource
-		req.Resources, denied = splitConfigs(s, c, kmsg.ACLOperationAlterConfigs, req.Resources,
-			func(r kmsg.AlterConfigsRequestResource) (kmsg.ConfigResourceType, string) {
-				return r.ResourceType, r.ResourceName
-			})
+		kept, denied := split(req.Resources, func(r kmsg.AlterConfigsRequestResource) bool {
+			return s.canConfigs(c, kmsg.ACLOperationAlterConfigs, r.ResourceType, r.ResourceName)
+		})
+		req.Resources = kept
 		return nil, func(r kmsg.Response) {
 			resp := r.(*kmsg.AlterConfigsResponse)
 			for _, d := range denied {
@@ -338,11 +306,10 @@ func (s *Server) authorizeSync(ctx context.Context, c *conn, r request) (kmsg.Re
 			}
 		}
 	case *kmsg.IncrementalAlterConfigsRequest:
-		var denied []kmsg.IncrementalAlterConfigsRequestResource
-		req.Resources, denied = splitConfigs(s, c, kmsg.ACLOperationAlterConfigs, req.Resources,
-			func(r kmsg.IncrementalAlterConfigsRequestResource) (kmsg.ConfigResourceType, string) {
-				return r.ResourceType, r.ResourceName
-			})
+		kept, denied := split(req.Resources, func(r kmsg.IncrementalAlterConfigsRequestResource) bool {
+			return s.canConfigs(c, kmsg.ACLOperationAlterConfigs, r.ResourceType, r.ResourceName)
+		})
+		req.Resources = kept
 		return nil, func(r kmsg.Response) {
 			resp := r.(*kmsg.IncrementalAlterConfigsResponse)
 			for _, d := range denied {
