@@ -18,7 +18,7 @@ const (
 	// broken changes qty's type and adds a field without a default.
 	orderBroken = `{"type":"record","name":"Order","namespace":"shop","fields":[{"name":"id","type":"string"},{"name":"qty","type":"string"},
   {"name":"currency","type":"string"}]}`
-	paymentV1 = `{"type":"object","properties":{"id":{"type":"string"},"amount":{"type":"integer"}},"required":["id"]}`
+	paymentV1      = `{"type":"object","properties":{"id":{"type":"string"},"amount":{"type":"integer"}},"required":["id"]}`
 	shipmentV1     = "syntax = \"proto3\";\npackage shop;\nmessage Shipment {\n  string id = 1;\n  int32 qty = 2;\n}\n"
 	shipmentBroken = "syntax = \"proto3\";\npackage shop;\nmessage Shipment {\n  string id = 1;\n  string qty = 2;\n}\n"
 	// paymentBroken makes amount required and a string.
