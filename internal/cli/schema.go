@@ -33,7 +33,7 @@ type schemaFlags struct {
 func (f *schemaFlags) parse(name string, stdio IO, args []string, check bool) error {
 	fs := flagSet("relay schema "+name, stdio)
 	f.db.register(fs)
-	fs.StringVar(&f.dir, "dir", "schemas", "directory of schema files: <subject>.avsc (Avro) or <subject>.json (JSON Schema), e.g. orders-value.avsc for topic orders")
+	fs.StringVar(&f.dir, "dir", "schemas", "directory of schema files: <subject>.avsc (Avro), <subject>.json (JSON Schema) or <subject>.proto (Protobuf), e.g. orders-value.avsc for topic orders")
 	if check {
 		fs.StringVar(&f.against, "against", "registry", "what to compare with: registry (the versions registered in the database) or git:REV (the files' versions in the commits up to REV)")
 		fs.StringVar(&f.level, "compatibility", "", "compatibility level to check under (default: each subject's level in the registry; with git:REV, "+registry.DefaultCompatibility+")")

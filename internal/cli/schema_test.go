@@ -18,7 +18,9 @@ const (
 	// broken changes qty's type and adds a field without a default.
 	orderBroken = `{"type":"record","name":"Order","namespace":"shop","fields":[{"name":"id","type":"string"},{"name":"qty","type":"string"},
   {"name":"currency","type":"string"}]}`
-	paymentV1 = `{"type":"object","properties":{"id":{"type":"string"},"amount":{"type":"integer"}},"required":["id"]}`
+	paymentV1      = `{"type":"object","properties":{"id":{"type":"string"},"amount":{"type":"integer"}},"required":["id"]}`
+	shipmentV1     = "syntax = \"proto3\";\npackage shop;\nmessage Shipment {\n  string id = 1;\n  int32 qty = 2;\n}\n"
+	shipmentBroken = "syntax = \"proto3\";\npackage shop;\nmessage Shipment {\n  string id = 1;\n  string qty = 2;\n}\n"
 	// paymentBroken makes amount required and a string.
 	paymentBroken = `{"type":"object","properties":{"id":{"type":"string"},"amount":{"type":"string"}},"required":["id","amount"]}`
 )
@@ -66,6 +68,7 @@ func TestSchemaCheckGit(t *testing.T) {
 	repo := newSchemaRepo(t)
 	repo.write("orders-value.avsc", orderV1)
 	repo.write("payments-value.json", paymentV1)
+	repo.write("shipments-value.proto", shipmentV1)
 	repo.commit("v1")
 	repo.git("checkout", "-q", "-b", "change")
 	check := func() (int, string) {
@@ -82,13 +85,15 @@ func TestSchemaCheckGit(t *testing.T) {
 	repo.commit("v2")
 	repo.write("orders-value.avsc", orderBroken)
 	repo.write("payments-value.json", paymentBroken)
+	repo.write("shipments-value.proto", shipmentBroken)
 	code, out := check()
 	for _, want := range []string{
+		"qty: field 2 changed type from int32 to string",
 		"qty: type changed from int to string",
 		"currency: field was added without a default",
 		"amount: type changed from integer to string",
 		"amount: property became required",
-		"2 of 2 schema(s) break their contract",
+		"3 of 3 schema(s) break their contract",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q", want)

@@ -46,7 +46,8 @@ type Checked struct {
 }
 
 // Check lists why next may not follow earlier (oldest first) under level.
-// Each violation's message names the version it breaks with.
+// Each violation's message says with which version and in which direction
+// it breaks; one that breaks both ways is listed once.
 func Check(level string, next Schema, earlier []Checked) []Violation {
 	if level == None || len(earlier) == 0 {
 		return nil
@@ -57,30 +58,43 @@ func Check(level string, next Schema, earlier []Checked) []Violation {
 	}
 	backward := strings.HasPrefix(level, "BACKWARD") || strings.HasPrefix(level, "FULL")
 	forward := strings.HasPrefix(level, "FORWARD") || strings.HasPrefix(level, "FULL")
-	var out []Violation
-	seen := map[string]bool{}
+	type key struct {
+		v       Violation
+		version int
+	}
+	var order []key
+	dirs := map[key]int{}
+	note := func(vs []Violation, version, dir int) {
+		for _, v := range vs {
+			k := key{v, version}
+			if dirs[k] == 0 {
+				order = append(order, k)
+			}
+			dirs[k] |= dir
+		}
+	}
 	// Newest first: the latest version's complaints matter most.
 	for i := len(against) - 1; i >= 0; i-- {
 		old := against[i]
-		var vs []Violation
 		if backward {
-			for _, v := range readerCompatible(next, old.Schema, true) {
-				v.Message += fmt.Sprintf(" (consumers on the new schema cannot read data written with version %d)", old.Version)
-				vs = append(vs, v)
-			}
+			note(readerCompatible(next, old.Schema, true), old.Version, 1)
 		}
 		if forward {
-			for _, v := range readerCompatible(old.Schema, next, false) {
-				v.Message += fmt.Sprintf(" (consumers on version %d cannot read data written with the new schema)", old.Version)
-				vs = append(vs, v)
-			}
+			note(readerCompatible(old.Schema, next, false), old.Version, 2)
 		}
-		for _, v := range vs {
-			if k := v.String(); !seen[k] {
-				seen[k] = true
-				out = append(out, v)
-			}
+	}
+	out := make([]Violation, 0, len(order))
+	for _, k := range order {
+		v := k.v
+		switch dirs[k] {
+		case 1:
+			v.Message += fmt.Sprintf(" (consumers on the new schema cannot read data written with version %d)", k.version)
+		case 2:
+			v.Message += fmt.Sprintf(" (consumers on version %d cannot read data written with the new schema)", k.version)
+		default:
+			v.Message += fmt.Sprintf(" (consumers on version %d and on the new schema cannot read each other's data)", k.version)
 		}
+		out = append(out, v)
 	}
 	return out
 }

@@ -120,6 +120,52 @@ var jsonCases = []compatCase{
 		ok: []string{Backward, BackwardTransitive, Forward, Full, None}, want: "qty: property was removed, but the old schema requires it (consumers on version 1"},
 }
 
+func protoMsg(fields ...string) string {
+	return "syntax = \"proto3\";\npackage shop;\nmessage Shipment {\n" + strings.Join(fields, "\n") + "\n}\n"
+}
+
+func proto2Msg(fields ...string) string {
+	return "syntax = \"proto2\";\npackage shop;\nmessage Shipment {\n" + strings.Join(fields, "\n") + "\n}\n"
+}
+
+const (
+	pbID       = `string id = 1;`
+	pbQty      = `int32 qty = 2;`
+	pbQty64    = `int64 qty = 2;`
+	pbQtyStr   = `string qty = 2;`
+	pbQtyRep   = `repeated int32 qty = 2;`
+	pbNote     = `string note = 3;`
+	pbNoteNum  = `int32 note = 3;`
+	pb2ID      = `optional string id = 1;`
+	pb2QtyReq  = `required int32 qty = 2;`
+	pb2QtyOpt  = `optional int32 qty = 2;`
+	pbAddress  = `message Address { string zip = 1; }`
+	pbAddrF    = `Address address = 4;`
+	pbAddressI = `message Address { int64 zip = 1; }`
+)
+
+var protoCases = []compatCase{
+	{name: "field added", history: []string{protoMsg(pbID)}, next: protoMsg(pbID, pbQty), ok: everyLevel},
+	{name: "field removed", history: []string{protoMsg(pbID, pbQty)}, next: protoMsg(pbID), ok: everyLevel},
+	{name: "int32 widened to int64 (both varints)", history: []string{protoMsg(pbID, pbQty)}, next: protoMsg(pbID, pbQty64), ok: everyLevel},
+	{name: "type changed", history: []string{protoMsg(pbID, pbQty)}, next: protoMsg(pbID, pbQtyStr),
+		ok: []string{None}, want: "qty: field 2 changed type from int32 to string"},
+	{name: "singular made repeated", history: []string{protoMsg(pbID, pbQty)}, next: protoMsg(pbID, pbQtyRep),
+		ok: []string{None}, want: "qty: field 2 changed from singular to repeated"},
+	{name: "nested message field type changed", history: []string{protoMsg(pbID, pbAddress, pbAddrF)}, next: protoMsg(pbID, pbAddressI, pbAddrF),
+		ok: []string{None}, want: "address.zip: field 1 changed type from string to int64"},
+	{name: "required field added (proto2)", history: []string{proto2Msg(pb2ID)}, next: proto2Msg(pb2ID, pb2QtyReq),
+		ok: []string{Forward, ForwardTransitive, None}, want: "qty: required field 2 was added"},
+	{name: "required field made optional (proto2)", history: []string{proto2Msg(pb2ID, pb2QtyReq)}, next: proto2Msg(pb2ID, pb2QtyOpt),
+		ok: []string{Backward, BackwardTransitive, None}, want: "qty: field 2 is no longer required"},
+	// v2 dropped field 3, v3 reused its number with another type.
+	{name: "transitive: a removed field's number reused with another type",
+		history: []string{protoMsg(pbID, pbNote), protoMsg(pbID)}, next: protoMsg(pbID, pbNoteNum),
+		ok: []string{Backward, Forward, Full, None}, want: "note: field 3 changed type from string to int32 (consumers"},
+}
+
+func TestCompatibilityProtobuf(t *testing.T) { runCompatCases(t, TypeProtobuf, protoCases, nil) }
+
 func runCompatCases(t *testing.T, typ string, cases []compatCase, oracle func(t *testing.T, level string, next Schema, history []Checked) bool) {
 	for _, tc := range cases {
 		next, err := Parse(typ, tc.next)

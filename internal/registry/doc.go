@@ -7,12 +7,16 @@
 // event on a topic with a contract before publishing it (validator.go).
 //
 // Formats: Avro through github.com/hamba/avro/v2 (parsing, canonical form,
-// binary decoding) and JSON Schema through
+// binary decoding), JSON Schema through
 // github.com/santhosh-tekuri/jsonschema/v6 (drafts 4 to 2020-12, passes
-// the JSON-Schema-Test-Suite). Compatibility is this package's own walk
-// over the parsed schemas, so that it can name every violation in plain
-// words; for Avro its verdicts are tested against hamba/avro's own
-// schema-resolution check. Protobuf is refused with a clear error.
+// the JSON-Schema-Test-Suite; a fast path for common schemas, jsonfast.go)
+// and Protobuf through github.com/bufbuild/protocompile (the compiler
+// behind buf, producing protobuf-go descriptors; payloads decoded with
+// dynamicpb). Compatibility is this package's own walk over the parsed
+// schemas, so that it can name every violation in plain words; for Avro
+// its verdicts are tested against hamba/avro's own schema-resolution
+// check. Schema references (imports other than Protobuf's well-known
+// types) are refused with a clear error.
 //
 // # Faults
 //

@@ -9,8 +9,9 @@ import (
 	"strings"
 )
 
-// File is a schema file: <subject>.avsc (Avro) or <subject>.json (JSON
-// Schema), as `relay schema check` and `register` read them.
+// File is a schema file: <subject>.avsc (Avro), <subject>.json (JSON
+// Schema) or <subject>.proto (Protobuf), as `relay schema check` and
+// `register` read them.
 type File struct {
 	Subject string
 	Path    string
@@ -27,13 +28,14 @@ func FileType(name string) (typ string, ok bool) {
 		return TypeAvro, true
 	case ".json":
 		return TypeJSON, true
+	case ".proto":
+		return TypeProtobuf, true
 	}
 	return "", false
 }
 
 // LoadDir reads and parses every schema file directly in dir, sorted by
-// subject. A file that does not parse is an error naming it; a .proto
-// file is refused (Protobuf is not supported).
+// subject. A file that does not parse is an error naming it.
 func LoadDir(dir string) ([]File, error) {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
@@ -46,9 +48,6 @@ func LoadDir(dir string) ([]File, error) {
 			continue
 		}
 		name := e.Name()
-		if strings.EqualFold(filepath.Ext(name), ".proto") {
-			return nil, fmt.Errorf("%s: Protobuf schemas are not supported (use .avsc or .json)", filepath.Join(dir, name))
-		}
 		typ, ok := FileType(name)
 		if !ok {
 			continue

@@ -9,19 +9,20 @@ import (
 // Schema types, as the Confluent API names them (an empty schemaType is
 // Avro).
 const (
-	TypeAvro = "AVRO"
-	TypeJSON = "JSON"
+	TypeAvro     = "AVRO"
+	TypeJSON     = "JSON"
+	TypeProtobuf = "PROTOBUF"
 )
 
 // Schema is a parsed schema of one of the supported types.
 type Schema interface {
-	// Type is TypeAvro or TypeJSON.
+	// Type is TypeAvro, TypeJSON or TypeProtobuf.
 	Type() string
 	// Fingerprint identifies the schema's canonical form: two texts with
 	// the same fingerprint get the same id.
 	Fingerprint() [32]byte
-	// Validate reports why payload is not a value of the schema (Avro:
-	// its binary encoding; JSON Schema: a JSON document).
+	// Validate reports why payload is not a value of the schema (Avro
+	// and Protobuf: their binary encodings; JSON Schema: a JSON document).
 	Validate(payload []byte) error
 }
 
@@ -48,10 +49,10 @@ func NormalizeType(t string) (string, error) {
 		return TypeAvro, nil
 	case TypeJSON:
 		return TypeJSON, nil
-	case "PROTOBUF":
-		return "", fmt.Errorf("schema type PROTOBUF is not supported by this registry (AVRO and JSON are)")
+	case TypeProtobuf:
+		return TypeProtobuf, nil
 	default:
-		return "", fmt.Errorf("unknown schema type %q (AVRO and JSON are supported)", t)
+		return "", fmt.Errorf("unknown schema type %q (AVRO, JSON and PROTOBUF are supported)", t)
 	}
 }
 
@@ -62,6 +63,8 @@ func Parse(t, text string) (Schema, error) {
 		return parseAvro(text)
 	case TypeJSON:
 		return parseJSONSchema(text)
+	case TypeProtobuf:
+		return parseProtobuf(text)
 	}
 	return nil, fmt.Errorf("unknown schema type %q", t)
 }
@@ -82,6 +85,8 @@ func readerCompatible(reader, writer Schema, newIsReader bool) []Violation {
 		return avroCompatible(r, writer.(*avroSchema), newIsReader)
 	case *jsonSchema:
 		return jsonCompatible(r, writer.(*jsonSchema), newIsReader)
+	case *protoSchema:
+		return protoCompatible(r, writer.(*protoSchema), newIsReader)
 	}
 	return nil
 }

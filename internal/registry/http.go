@@ -24,7 +24,9 @@ func Routes(mux *http.ServeMux, store *Store, log *slog.Logger) {
 	mux.HandleFunc("DELETE /subjects/{subject}/versions/{version}", a.deleteVersion)
 	mux.HandleFunc("GET /schemas/ids/{id}", a.schemaByID)
 	mux.HandleFunc("GET /schemas/ids/{id}/schema", a.schemaByIDRaw)
-	mux.HandleFunc("GET /schemas/types", func(w http.ResponseWriter, _ *http.Request) { reply(w, http.StatusOK, []string{TypeAvro, TypeJSON}) })
+	mux.HandleFunc("GET /schemas/types", func(w http.ResponseWriter, _ *http.Request) {
+		reply(w, http.StatusOK, []string{TypeAvro, TypeJSON, TypeProtobuf})
+	})
 	mux.HandleFunc("POST /compatibility/subjects/{subject}/versions/{version}", a.compatibility)
 	mux.HandleFunc("POST /compatibility/subjects/{subject}/versions", a.compatibility)
 	mux.HandleFunc("GET /config", a.getConfig)

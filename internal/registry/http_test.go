@@ -106,7 +106,9 @@ func TestRESTAPI(t *testing.T) {
 		{method: "POST", path: "/subjects/orders-value/versions", body: schemaBody(t, "AVRO", v2), status: 200, want: `{"id":2}`},
 		{method: "POST", path: "/subjects/orders-value/versions", body: schemaBody(t, "AVRO", bad), status: 409, want: `qty: type changed from int to string`},
 		{method: "POST", path: "/subjects/orders-value/versions", body: schemaBody(t, "AVRO", `{"type":"record"`), status: 422, want: `42201`},
-		{method: "POST", path: "/subjects/orders-value/versions", body: schemaBody(t, "PROTOBUF", `syntax = "proto3";`), status: 422, want: `PROTOBUF is not supported`},
+		{method: "POST", path: "/subjects/orders-value/versions", body: schemaBody(t, "PROTOBUF", `syntax = "proto3";`), status: 422, want: `it defines no message`},
+		{method: "POST", path: "/subjects/orders-value/versions", body: schemaBody(t, "PROTOBUF", `syntax = "proto3"; import "other.proto"; message A {}`), status: 422, want: `schema references`},
+		{method: "POST", path: "/subjects/orders-value/versions", body: schemaBody(t, "XML", `<a/>`), status: 422, want: `unknown schema type`},
 		{method: "POST", path: "/subjects/orders-value/versions", body: `{"schema":"\"string\"","references":[{"name":"x","subject":"y","version":1}]}`, status: 422, want: `references are not supported`},
 		{method: "POST", path: "/subjects/orders-value", body: schemaBody(t, "", v1), status: 200, want: `"version":1`},
 		{method: "POST", path: "/subjects/orders-value", body: schemaBody(t, "", avroRecord(fID, fNote)), status: 404, want: `40403`},
@@ -145,7 +147,12 @@ func TestRESTAPI(t *testing.T) {
 		{method: "GET", path: "/config/orders-value", status: 404, want: `40408`},
 		{method: "PUT", path: "/config", body: `{"compatibility":"NONE"}`, status: 200, want: `NONE`},
 		{method: "GET", path: "/config/orders-value?defaultToGlobal=true", status: 200, want: `NONE`},
-		{method: "GET", path: "/schemas/types", status: 200, want: `["AVRO","JSON"]`},
+		{method: "GET", path: "/schemas/types", status: 200, want: `["AVRO","JSON","PROTOBUF"]`},
+		// Protobuf: registered, checked, and found again by its text.
+		{method: "POST", path: "/subjects/shipments-value/versions", body: schemaBody(t, "PROTOBUF", protoMsg(pbID, pbQty)), status: 200, want: `"id"`},
+		{method: "PUT", path: "/config/shipments-value", body: `{"compatibility":"FULL_TRANSITIVE"}`, status: 200, want: `FULL_TRANSITIVE`},
+		{method: "POST", path: "/subjects/shipments-value/versions", body: schemaBody(t, "PROTOBUF", protoMsg(pbID, pbQtyStr)), status: 409, want: `qty: field 2 changed type from int32 to string`},
+		{method: "POST", path: "/subjects/shipments-value", body: schemaBody(t, "PROTOBUF", "// a comment\n"+protoMsg(pbID, pbQty)), status: 200, want: `"schemaType":"PROTOBUF"`},
 	} {
 		do(t, srv, c)
 	}

@@ -29,7 +29,8 @@ type ValidatorConfig struct {
 	// contract, and lets the others through.
 	Topics []string
 	// Frame publishes values in the Confluent wire format: a zero byte,
-	// the schema id (4 bytes, big-endian), then the payload.
+	// the schema id (4 bytes, big-endian), for Protobuf the index of the
+	// message in the file (a zero byte: the first), then the payload.
 	Frame bool
 }
 
@@ -150,8 +151,12 @@ func (v *Validator) Validate(msg relay.Message) ([]byte, error) {
 	if !v.frame {
 		return msg.Value, nil
 	}
-	framed := make([]byte, 5+len(msg.Value))
+	head := 5
+	if c.schema.Type() == TypeProtobuf {
+		head = 6
+	}
+	framed := make([]byte, head+len(msg.Value))
 	binary.BigEndian.PutUint32(framed[1:5], uint32(c.id))
-	copy(framed[5:], msg.Value)
+	copy(framed[head:], msg.Value)
 	return framed, nil
 }

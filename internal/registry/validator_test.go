@@ -7,6 +7,9 @@ import (
 	"testing"
 
 	"github.com/hamba/avro/v2"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/types/dynamicpb"
 
 	"github.com/outboxrelay/relay/relay"
 )
@@ -121,5 +124,43 @@ func TestAvroValidateRejects(t *testing.T) {
 		if err := s.Validate(payload); err == nil {
 			t.Errorf("%s: %x accepted", name, payload)
 		}
+	}
+}
+
+// TestValidatorProtobuf: a Protobuf contract, framed with the message
+// index as the Confluent wire format has it.
+func TestValidatorProtobuf(t *testing.T) {
+	ctx := context.Background()
+	s, _, _ := newStore(t)
+	v, err := s.Register(ctx, "shipments-value", TypeProtobuf, protoMsg(pbID, pbQty))
+	if err != nil {
+		t.Fatal(err)
+	}
+	val := NewValidator(ValidatorConfig{Store: s, Topics: []string{"shipments"}, Frame: true})
+	if err := val.Refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	sch, _ := Parse(TypeProtobuf, protoMsg(pbID, pbQty))
+	md := sch.(*protoSchema).md
+	m := dynamicpb.NewMessage(md)
+	m.Set(md.Fields().ByName("id"), protoreflect.ValueOfString("s-1"))
+	m.Set(md.Fields().ByName("qty"), protoreflect.ValueOfInt32(3))
+	payload, err := proto.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := val.Validate(relay.Message{Topic: "shipments", Value: payload})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out[0] != 0 || int(binary.BigEndian.Uint32(out[1:5])) != v.ID || out[5] != 0 || string(out[6:]) != string(payload) {
+		t.Fatalf("framed value %x, want 00, id %d, message index 0, payload", out, v.ID)
+	}
+	// Field 2 as a string (wire type 2) where an int32 (varint) belongs.
+	if _, err := val.Validate(relay.Message{Topic: "shipments", Value: []byte{0x12, 0x01, 'x'}}); err == nil || !strings.Contains(err.Error(), "not a Protobuf encoding of shop.Shipment") {
+		t.Fatalf("a wrong wire type: %v", err)
+	}
+	if _, err := val.Validate(relay.Message{Topic: "shipments", Value: []byte{0x0a, 0x05, 'x'}}); err == nil {
+		t.Fatal("a truncated payload was accepted")
 	}
 }
