@@ -37,7 +37,7 @@ func kafkaFrame(corr int32, req kmsg.Request) []byte {
 }
 
 // TestListenerFlood: while the Kafka listener is flooded over loopback
-// (150 idle connections, senders of 8 MiB frames back to back, and slow
+// (150 idle connections, senders of 4 MiB frames back to back, and slow
 // readers that ask for 50 MiB fetches and never read), the relay's
 // in-flight bytes stay within --listener-max-inflight-bytes, its peak RSS
 // within the process's 192 MiB soft memory limit, and it keeps relaying
@@ -149,10 +149,10 @@ func TestListenerFlood(t *testing.T) {
 		dial()
 	}
 	var framesSent atomic.Int64
-	frame := binary.BigEndian.AppendUint32(nil, 8<<20)
+	frame := binary.BigEndian.AppendUint32(nil, 4<<20)
 	frame = binary.BigEndian.AppendUint16(frame, uint16(kmsg.Produce))
 	frame = binary.BigEndian.AppendUint16(frame, 99) // read whole, then refused
-	frame = append(frame, make([]byte, 8<<20-4)...)
+	frame = append(frame, make([]byte, 4<<20-4)...)
 	for range 6 {
 		flood.Go(func() {
 			for floodCtx.Err() == nil {
@@ -226,7 +226,7 @@ func TestListenerFlood(t *testing.T) {
 	phase("before the flood (4s)", counts{}, before)
 	phase("during the flood (10s)", before, during)
 	phase("after the flood (4s)", during, after)
-	t.Logf("flood: %d frames of 8 MiB sent; peak in-flight %.0f bytes of a %d budget; peak RSS %d MiB before the flood, %d MiB after it",
+	t.Logf("flood: %d frames of 4 MiB sent; peak in-flight %.0f bytes of a %d budget; peak RSS %d MiB before the flood, %d MiB after it",
 		framesSent.Load(), peakInflight, budget, rssBefore>>20, rssPeak>>20)
 	if framesSent.Load() < 4 {
 		t.Errorf("only %d large frames went out: the flood did not happen", framesSent.Load())
