@@ -1,6 +1,7 @@
 package protocol
 
 import (
+	"bytes"
 	"encoding/binary"
 	"net"
 	"sync"
@@ -79,8 +80,8 @@ func TestInFlightBudget(t *testing.T) {
 	frame := func(n int) []byte {
 		b := binary.BigEndian.AppendUint32(nil, uint32(n))
 		b = binary.BigEndian.AppendUint16(b, uint16(kmsg.Produce))
-		b = binary.BigEndian.AppendUint16(b, 99) // no such version: read whole, then refused
-		return append(b, make([]byte, n-4)...)
+		b = binary.BigEndian.AppendUint16(b, 9)
+		return append(b, bytes.Repeat([]byte{0xff}, n-4)...) // read whole, then fails to decode
 	}
 	// Trickling senders: each announces a 1.5 MiB frame and sends a part.
 	var trickle []*rawConn
