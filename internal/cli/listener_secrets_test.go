@@ -209,6 +209,9 @@ func TestSecuredListenerAndSecrets(t *testing.T) {
 		t.Errorf("/metrics lacks the listener's metrics")
 	}
 	shown = append(shown, string(metrics))
+	if _, out := run("status", "--database-url", dbURL, "--http-addr", httpAddr, "--http-tls-ca-file", httpCerts.CAFile, "--json"); !strings.Contains(out, `"role": "leader"`) {
+		t.Errorf("relay status over HTTPS does not show the leader:\n%s", out)
+	}
 	run("status", "--database-url", dbURL, "--http-addr", httpAddr)
 	run("status", "--database-url", dbURL, "--json", "--http-addr", "")
 	bad := *u

@@ -4,10 +4,13 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -108,13 +111,21 @@ func status(ctx context.Context, stdio IO, args []string) error {
 	fs := db.flagSet("relay status", stdio)
 	httpAddr := fs.String("http-addr", "127.0.0.1:9464", "the daemon's HTTP address, asked for its role and drain estimate (empty skips)")
 	asJSON := fs.Bool("json", false, "print JSON")
+	caFile := fs.String("http-tls-ca-file", "", "PEM CAs of the daemon's HTTPS certificate (when it runs with --http-tls-cert-file)")
 	return db.run(ctx, stdio, fs, args, func(conn *pgx.Conn, _ *migrations.Migrator) error {
 		rep, err := collectStatus(ctx, conn, db.schema)
 		if err != nil {
 			return err
 		}
 		if *httpAddr != "" {
-			rep.Daemon = askDaemon(ctx, *httpAddr)
+			client, base, err := daemonClient(*httpAddr, *caFile)
+			if err != nil {
+				return err
+			}
+			rep.Daemon = askDaemon(ctx, base, client)
+			if rep.Daemon != nil {
+				rep.Daemon.Addr = *httpAddr
+			}
 		}
 		if *asJSON {
 			return writeJSON(stdio.Stdout, rep)
@@ -195,15 +206,32 @@ FROM pg_replication_slots AS s JOIN `+id("cdc_slots")+` AS c ON c.slot_name = s.
 
 // askDaemon reads the role from /readyz and the drain estimate from
 // /metrics; nil when the daemon does not answer.
-func askDaemon(ctx context.Context, addr string) *daemonStatus {
+// daemonClient is the client and base URL for the daemon at addr: HTTPS
+// trusting caFile's CAs when one is named.
+func daemonClient(addr, caFile string) (*http.Client, string, error) {
+	if caFile == "" {
+		return http.DefaultClient, "http://" + addr, nil
+	}
+	pem, err := os.ReadFile(caFile)
+	if err != nil {
+		return nil, "", fmt.Errorf("--http-tls-ca-file: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, "", fmt.Errorf("--http-tls-ca-file %s: no PEM certificate in it", caFile)
+	}
+	return &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}}, "https://" + addr, nil
+}
+
+func askDaemon(ctx context.Context, base string, client *http.Client) *daemonStatus {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	get := func(path string) (*http.Response, error) {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+path, nil)
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+path, nil)
 		if err != nil {
 			return nil, err
 		}
-		return http.DefaultClient.Do(req)
+		return client.Do(req)
 	}
 	resp, err := get("/readyz")
 	if err != nil {
@@ -219,7 +247,7 @@ func askDaemon(ctx context.Context, addr string) *daemonStatus {
 	if err != nil {
 		return nil
 	}
-	d := &daemonStatus{Addr: addr, Role: ready.Role, Ready: ready.Ready, Reason: ready.Reason}
+	d := &daemonStatus{Role: ready.Role, Ready: ready.Ready, Reason: ready.Reason}
 	if resp, err := get("/metrics"); err == nil {
 		body, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()

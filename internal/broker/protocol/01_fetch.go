@@ -40,12 +40,14 @@ func (s *Server) handleFetch(ctx context.Context, req *kmsg.FetchRequest) (_ kms
 	if req.MaxWaitMillis > 0 {
 		deadline = time.Now().Add(time.Duration(req.MaxWaitMillis) * time.Millisecond)
 	}
-	// Under a budget, each fill reserves a quarter of it (the response is
-	// cut to that) and keeps what the batches took until the response is
-	// written; nothing is held while the fetch long-polls. The first
-	// batch, always returned whole, may go past the reserve by up to one
-	// batch.
-	reserve := s.budget.fetchReserve()
+	// Under a budget, each fill reserves half of the fetch responses'
+	// share (the response is cut to that) and keeps what the batches took
+	// until the response is written; nothing is held while the fetch
+	// long-polls. The first batch, always returned whole, may go past the
+	// reserve by up to one batch. Responses have their own share so that
+	// a connection's read-ahead requests, which hold the requests' share
+	// until this one is handled, can never keep it from being answered.
+	reserve := s.fetchBudget.fetchReserve()
 	if reserve > 0 {
 		if req.Version < 3 || req.MaxBytes <= 0 || int64(req.MaxBytes) > reserve {
 			req.MaxBytes = int32(min(reserve, 1<<31-1))
@@ -61,19 +63,19 @@ func (s *Server) handleFetch(ctx context.Context, req *kmsg.FetchRequest) (_ kms
 	var held int64
 	done := func() {
 		bufs.release()
-		s.budget.release(held)
+		s.fetchBudget.release(held)
 		held = 0
 	}
 	for {
 		watches := s.fetchWatches(req, deadline)
 		done()
-		if err := s.budget.acquire(ctx, reserve); err != nil {
+		if err := s.fetchBudget.acquire(ctx, reserve); err != nil {
 			return resp, nil
 		}
 		held = reserve
 		bytes, stop := s.fillFetch(ctx, req, resp, &bufs)
 		if used := int64(bytes); used < held {
-			s.budget.release(held - used)
+			s.fetchBudget.release(held - used)
 			held = used
 		}
 		if stop || bytes >= int(req.MinBytes) || len(watches) == 0 || ctx.Err() != nil {

@@ -322,6 +322,17 @@ func (c *conn) readRequest(ctx context.Context, br *bufio.Reader) request {
 	if n < 8 || int(n) > limit {
 		return request{err: fmt.Errorf("%w: frame of %d bytes (limit %d)", errBadRequest, n, limit)}
 	}
+	// A key or version this server does not answer is refused from the
+	// header, before the body is waited for or allocated.
+	_ = c.nc.SetReadDeadline(time.Now().Add(c.s.cfg.IOTimeout))
+	hdr, err := br.Peek(4)
+	if err != nil {
+		return request{err: err}
+	}
+	key, version := int16(binary.BigEndian.Uint16(hdr)), int16(binary.BigEndian.Uint16(hdr[2:]))
+	if vr, ok := supportedVersions[key]; key != kmsg.ApiVersions.Int16() && (!ok || version < vr.min || version > vr.max) {
+		return request{key: key, version: version, err: fmt.Errorf("%w: api key %d version %d is not supported", errBadRequest, key, version)}
+	}
 	// The frame waits for its bytes of the budget before it is read: a
 	// client over budget is slowed (it stops being read) rather than
 	// allowed to grow the heap.
@@ -351,6 +362,9 @@ func (c *conn) readRequest(ctx context.Context, br *bufio.Reader) request {
 	}
 	if r.err != nil {
 		c.s.budget.release(held)
+		if pooled != nil {
+			framePool.Put(pooled)
+		}
 	} else {
 		r.held = held
 	}

@@ -156,13 +156,15 @@
 //     (TestACLAPIs). InitProducerId is not checked: an id alone writes
 //     nothing.
 //   - Exhaust memory: no. Every request frame waits for its bytes of the
-//     server-wide Config.MaxInFlightBytes before it is read and holds them
-//     until handled; a frame may be half the budget at most; a fetch
-//     response holds what its batches took (at most a quarter of the
-//     budget, plus one batch) until written; a connection has at most one
-//     unwritten fetch response, eight handled requests and eight decoded
-//     ones (TestInFlightBudget; TestListenerFlood in internal/cli floods a
-//     running relay with idle connections, 8 MiB frames and slow readers
+//     requests' half of Config.MaxInFlightBytes before it is read and
+//     holds them until handled; a frame may be a quarter of the budget at
+//     most; a fetch response holds what its batches took (at most a
+//     quarter of the budget, plus one batch) of the responses' half until
+//     written; a connection has at most one unwritten fetch response,
+//     eight handled requests and eight decoded ones (TestInFlightBudget,
+//     TestFetchAnsweredWhileRequestsHoldBudget; TestListenerFlood in
+//     internal/cli floods a running relay with idle connections, 4 MiB
+//     frames and slow readers
 //     and shows the bytes in flight never pass the budget, the process's
 //     peak RSS stays under its soft limit, and the relay keeps relaying).
 //   - Exhaust connections or goroutines: only up to Config.MaxConnections
@@ -174,11 +176,14 @@
 //     a panic in a handler is recovered and closes that connection; a
 //     client's batches are validated by the broker before they are
 //     appended (internal/broker).
-//   - Slow down other clients: yes, within bounds. The budget is shared
-//     and served first come, first served: a client that trickles a frame
-//     or stops reading its responses holds its share until
-//     Config.IOTimeout (default 30s) closes it, and clients that wait for
-//     the budget behind it wait that long. TestListenerFlood shows this:
+//   - Slow down other clients: yes, within bounds. The budget is shared:
+//     a client that trickles a frame (it needs only announce the size) or
+//     stops reading its responses holds its share until Config.IOTimeout
+//     (default 30s) closes it, and a few such connections can hold all of
+//     the requests' or the responses' half, so that other clients wait
+//     that long. A waiting large frame does not hold up smaller requests
+//     that fit, and requests never keep fetch responses from their bytes
+//     or the other way round. TestListenerFlood shows this:
 //     its consumer read little while eight slow readers held the budget
 //     and caught up after. The relay's own appends do not go through the
 //     listener and are never slowed by it.

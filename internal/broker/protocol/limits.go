@@ -3,55 +3,79 @@ package protocol
 import (
 	"context"
 	"net"
+	"sync"
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"golang.org/x/sync/semaphore"
 )
 
-// budget is the server-wide allowance of bytes held for requests and
-// fetch responses in flight. golang.org/x/sync/semaphore's weighted
-// semaphore serves waiters in order, so a large request is not starved by
-// a stream of small ones, and a waiter gives up when its connection ends.
+// budget is a server-wide allowance of bytes held: one for requests being
+// read and handled, one for fetch responses until they are written, each
+// half of Config.MaxInFlightBytes. A waiter takes its bytes as soon as
+// they are free, not in arrival order: a large frame waiting for room
+// does not hold up the small requests behind it (a strict queue would
+// stall every client behind one large frame while another client trickles
+// its own); under a steady stream of small requests a large one may wait
+// longer.
 type budget struct {
-	sem   *semaphore.Weighted
 	total int64
 	used  atomic.Int64
+
+	mu      sync.Mutex
+	held    int64
+	changed chan struct{}
 }
 
 func newBudget(total int64) *budget {
 	if total <= 0 {
 		return nil
 	}
-	return &budget{sem: semaphore.NewWeighted(total), total: total}
+	return &budget{total: total, changed: make(chan struct{})}
 }
 
-// acquire blocks until n bytes are free (nil budget: at once).
+// acquire blocks until n bytes are free or ctx ends (nil budget: at
+// once).
 func (b *budget) acquire(ctx context.Context, n int64) error {
 	if b == nil || n <= 0 {
 		return nil
 	}
-	if err := b.sem.Acquire(ctx, n); err != nil {
-		return err
+	for {
+		b.mu.Lock()
+		if b.held+n <= b.total {
+			b.held += n
+			b.used.Store(b.held)
+			b.mu.Unlock()
+			return nil
+		}
+		ch := b.changed
+		b.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
-	b.used.Add(n)
-	return nil
 }
 
 func (b *budget) release(n int64) {
-	if b != nil && n > 0 {
-		b.used.Add(-n)
-		b.sem.Release(n)
+	if b == nil || n <= 0 {
+		return
 	}
+	b.mu.Lock()
+	b.held -= n
+	b.used.Store(b.held)
+	close(b.changed)
+	b.changed = make(chan struct{})
+	b.mu.Unlock()
 }
 
-// fetchReserve is what one fetch response may hold of the budget: a
-// quarter, so that four slow readers cannot starve the producers.
+// fetchReserve is what one fetch response may hold of the responses'
+// budget: half of it.
 func (b *budget) fetchReserve() int64 {
 	if b == nil {
 		return 0
 	}
-	return max(b.total/4, 1)
+	return max(b.total/2, 1)
 }
 
 // admit counts nc against the connection limits; false means it must be
@@ -120,8 +144,10 @@ func (s *Server) collectListener(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(refusedDesc, prometheus.CounterValue, float64(s.stats.refusedPerAddress.Load()), "per_address")
 	ch <- prometheus.MustNewConstMetric(authFailuresDesc, prometheus.CounterValue, float64(s.stats.authFailures.Load()))
 	var total, used int64
-	if s.budget != nil {
-		total, used = s.budget.total, s.budget.used.Load()
+	for _, b := range []*budget{s.budget, s.fetchBudget} {
+		if b != nil {
+			total, used = total+b.total, used+b.used.Load()
+		}
 	}
 	ch <- prometheus.MustNewConstMetric(budgetDesc, prometheus.GaugeValue, float64(total))
 	ch <- prometheus.MustNewConstMetric(inflightDesc, prometheus.GaugeValue, float64(used))

@@ -1,12 +1,14 @@
 package protocol
 
 import (
+	"bytes"
 	"encoding/binary"
 	"net"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/outboxrelay/relay/internal/broker"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
@@ -72,20 +74,20 @@ func TestInFlightBudget(t *testing.T) {
 	t.Parallel()
 	const budgetBytes = 8 << 20
 	f := setup(t, func(c *Config) { c.MaxInFlightBytes, c.IOTimeout = budgetBytes, time.Second })
-	if f.srv.cfg.MaxFrameBytes != budgetBytes/2 {
-		t.Fatalf("frame limit %d, want half the budget", f.srv.cfg.MaxFrameBytes)
+	if f.srv.cfg.MaxFrameBytes != budgetBytes/4 {
+		t.Fatalf("frame limit %d, want a quarter of the budget", f.srv.cfg.MaxFrameBytes)
 	}
 	frame := func(n int) []byte {
 		b := binary.BigEndian.AppendUint32(nil, uint32(n))
 		b = binary.BigEndian.AppendUint16(b, uint16(kmsg.Produce))
-		b = binary.BigEndian.AppendUint16(b, 99) // no such version: read whole, then refused
-		return append(b, make([]byte, n-4)...)
+		b = binary.BigEndian.AppendUint16(b, 9)
+		return append(b, bytes.Repeat([]byte{0xff}, n-4)...) // read whole, then fails to decode
 	}
-	// Trickling senders: each announces a 3 MiB frame and sends a part.
+	// Trickling senders: each announces a 1.5 MiB frame and sends a part.
 	var trickle []*rawConn
 	for range 6 {
 		rc := dialRaw(t, f.addr)
-		rc.writeRaw(frame(3 << 20)[:1<<20])
+		rc.writeRaw(frame(3 << 19)[:1<<19])
 		trickle = append(trickle, rc)
 	}
 	var peak int64
@@ -102,15 +104,15 @@ func TestInFlightBudget(t *testing.T) {
 		}
 	})
 	time.Sleep(300 * time.Millisecond)
-	if used := f.srv.budget.used.Load(); used != 6<<20 {
-		t.Errorf("with six 3 MiB frames announced, %d bytes held, want two frames' (6 MiB): the rest wait", used)
+	if used := f.srv.budget.used.Load(); used != 3<<20 {
+		t.Errorf("with six 1.5 MiB frames announced, %d bytes held, want two frames' (3 MiB of the requests' 4 MiB): the rest wait", used)
 	}
 	// Whole large frames from more connections are read one budget's
 	// worth at a time once the tricklers time out.
 	for range 8 {
 		wg.Go(func() {
 			rc := dialRaw(t, f.addr)
-			rc.writeRaw(frame(4 << 20))
+			rc.writeRaw(frame(2 << 20))
 			rc.expectClosed() // it does not decode
 		})
 	}
@@ -119,8 +121,8 @@ func TestInFlightBudget(t *testing.T) {
 	}
 	close(stop)
 	wg.Wait()
-	if peak > budgetBytes {
-		t.Errorf("peak %d bytes held, over the %d budget", peak, budgetBytes)
+	if peak > budgetBytes/2 {
+		t.Errorf("peak %d bytes held for requests, over their half of the %d budget", peak, budgetBytes)
 	}
 	if used := f.srv.budget.used.Load(); used != 0 {
 		t.Errorf("%d bytes still held after every connection closed", used)
@@ -131,4 +133,52 @@ func TestInFlightBudget(t *testing.T) {
 	defer cl.Close()
 	produceKeyed(t, ctx, cl, "after-flood", 10)
 	consumeAll(t, ctx, cl, 10)
+}
+
+// TestFetchAnsweredWhileRequestsHoldBudget: while clients that trickle
+// large frames hold most of the bytes requests may have and a large frame
+// waits for the rest, a small fetch request still gets in (a waiter does
+// not block those behind it that fit) and is answered: responses draw on
+// their own half of the budget, so requests waiting to be handled (a
+// connection's read-ahead behind its own fetch, or other clients' frames)
+// cannot keep a fetch from its bytes.
+func TestFetchAnsweredWhileRequestsHoldBudget(t *testing.T) {
+	t.Parallel()
+	const budgetBytes = 8 << 20
+	f := setup(t, func(c *Config) { c.MaxInFlightBytes, c.IOTimeout = budgetBytes, time.Minute })
+	ctx := testContext(t, 30*time.Second)
+	f.createTopic(t, "poll", 1)
+	if _, err := f.b.Append(ctx, "poll", 0, broker.EncodeBatch(-1, -1, -1, []broker.Record{{Value: []byte("v"), Timestamp: time.Now()}})); err != nil {
+		t.Fatal(err)
+	}
+	// Frames whose rest never comes hold 3.5 of the requests' 4 MiB, and
+	// a frame of the largest size (2 MiB) waits for room.
+	announce := func(n int) {
+		b := binary.BigEndian.AppendUint32(nil, uint32(n))
+		b = binary.BigEndian.AppendUint16(b, uint16(kmsg.Metadata))
+		dialRaw(t, f.addr).writeRaw(binary.BigEndian.AppendUint16(b, 9))
+	}
+	announce(budgetBytes / 4)
+	announce(3 << 19)
+	waitFor(t, ctx, "trickled frames to hold 3.5 MiB", func() bool { return f.srv.budget.used.Load() == 7<<19 })
+	announce(budgetBytes / 4)
+	time.Sleep(100 * time.Millisecond)
+
+	rc := dialRaw(t, f.addr)
+	req := kmsg.NewPtrFetchRequest()
+	req.Version, req.ReplicaID, req.MaxBytes = 11, -1, 50<<20
+	rt := kmsg.NewFetchRequestTopic()
+	rt.Topic = "poll"
+	rp := kmsg.NewFetchRequestTopicPartition()
+	rp.PartitionMaxBytes, rp.LogStartOffset = 50<<20, -1
+	rt.Partitions = append(rt.Partitions, rp)
+	req.Topics = append(req.Topics, rt)
+	corr := rc.send(req)
+	resp := req.ResponseKind().(*kmsg.FetchResponse)
+	if got := rc.recv(resp); got != corr || len(resp.Topics[0].Partitions[0].RecordBatches) == 0 {
+		t.Fatalf("fetch: corr %d (want %d), %d bytes of batches", got, corr, len(resp.Topics[0].Partitions[0].RecordBatches))
+	}
+	if used := f.srv.budget.used.Load(); used != 7<<19 {
+		t.Errorf("the fetch was answered only after the trickled frames let go (%d bytes held)", used)
+	}
 }

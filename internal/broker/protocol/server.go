@@ -80,11 +80,12 @@ type Config struct {
 	// authentication together (default 10s).
 	HandshakeTimeout time.Duration
 	// MaxInFlightBytes is the server-wide budget of bytes held for
-	// requests being read and handled and for fetch responses until they
-	// are written (0: none). A request waits for its bytes before it is
-	// read, so over-budget clients are slowed, not refused; MaxFrameBytes
-	// is lowered to half the budget, and a fetch response is cut to a
-	// quarter of it.
+	// requests being read and handled (half) and for fetch responses until
+	// they are written (the other half); 0: none. A request waits for its
+	// bytes before it is read, so over-budget clients are slowed, not
+	// refused; MaxFrameBytes is lowered to a quarter of the budget (half
+	// the requests' share, so one frame never holds all of it), and a
+	// fetch response is cut to a quarter too.
 	MaxInFlightBytes int64
 	// MaxConnections and MaxConnectionsPerAddress bound the open
 	// connections, in all and from one client IP address (0: no limit);
@@ -145,8 +146,8 @@ func (c Config) withDefaults() Config {
 	if c.IOTimeout <= 0 {
 		c.IOTimeout = DefaultIOTimeout
 	}
-	if c.MaxInFlightBytes > 0 && int64(c.MaxFrameBytes) > c.MaxInFlightBytes/2 {
-		c.MaxFrameBytes = int(max(c.MaxInFlightBytes/2, 8))
+	if c.MaxInFlightBytes > 0 && int64(c.MaxFrameBytes) > c.MaxInFlightBytes/4 {
+		c.MaxFrameBytes = int(max(c.MaxInFlightBytes/4, 8))
 	}
 	if c.HandshakeTimeout <= 0 {
 		c.HandshakeTimeout = DefaultHandshakeTimeout
@@ -211,11 +212,12 @@ type Server struct {
 	advHost string
 	advPort int32
 
-	users      Credentials
-	authz      *Authorizer
-	budget     *budget
-	mechanisms []string
-	stats      listenerStats
+	users       Credentials
+	authz       *Authorizer
+	budget      *budget
+	fetchBudget *budget
+	mechanisms  []string
+	stats       listenerStats
 
 	mu        sync.Mutex
 	closed    bool
@@ -250,7 +252,7 @@ func NewServer(b *broker.Broker, cfg Config) (*Server, error) {
 		done:      make(chan struct{}),
 	}
 	s.users, s.mechanisms, s.authz = cfg.Users, cfg.SASLMechanisms, cfg.Authorizer
-	s.budget = newBudget(cfg.MaxInFlightBytes)
+	s.budget, s.fetchBudget = newBudget(cfg.MaxInFlightBytes/2), newBudget(cfg.MaxInFlightBytes-cfg.MaxInFlightBytes/2)
 	s.advHost, s.advPort = cfg.AdvertisedHost, int32(cfg.AdvertisedPort)
 	if cfg.AdvertisedAddr != "" {
 		host, port, _ := net.SplitHostPort(cfg.AdvertisedAddr)
