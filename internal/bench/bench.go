@@ -21,6 +21,16 @@
 //     cluster stays open for the whole run (mode "live+long-tx"): the
 //     latencies are those during it.
 //
+// With --sink kafka the relay publishes into the cluster its --relay-args
+// name, or, without --kafka-brokers, into an in-memory Kafka-protocol
+// cluster the bench runs in its own process (franz-go's kfake). A live
+// run into Kafka also measures the latency to arrival in the cluster: a
+// consumer in the bench reads the bench topic from its end as the writers
+// start and notes when each event arrived, from its transaction's commit
+// (cdc, when PostgreSQL keeps commit timestamps: the throwaway server
+// does) or its created_at (poll). RelayBinary may be another build, so
+// that one bench compares two relays.
+//
 // The relay's peak RSS and CPU seconds come from /proc. The first SIGINT
 // stops the run and prints what was measured so far.
 package bench

@@ -31,6 +31,7 @@ func TestBenchRuns(t *testing.T) {
 		{"poll live", []string{"--source", "poll", "--events", "1000", "--rate", "2000", "--writers", "2"}, false},
 		{"kafka sink live", []string{"--sink", "kafka", "--relay-args", "--kafka-brokers " + kafkaCluster.Addrs()[0] + " --kafka-create-topics",
 			"--events", "1000", "--rate", "2000", "--writers", "2"}, false},
+		{"kafka sink live, in-process cluster", []string{"--sink", "kafka", "--source", "cdc", "--events", "1000", "--rate", "2000", "--writers", "2"}, false},
 	} {
 		r, err := testbin.Run(context.Background(), testbin.RelayDev(t), nil, append([]string{"bench", "--json", "--database-url", admin}, tc.args...)...)
 		if err != nil || r.Code != 0 {
@@ -67,6 +68,9 @@ func checkBenchResult(t *testing.T, name string, base bool, res bench.Result) {
 	}
 	if !base && res.LatencyP99 <= 0 {
 		t.Fatalf("%s: no latency measured: %+v", name, res)
+	}
+	if res.Sink == "kafka" && !base && (res.Arrived != res.Events || res.ArrivalP99 <= 0 || res.ArrivalFrom == "") {
+		t.Fatalf("%s: arrival in the cluster not measured for every event: %+v", name, res)
 	}
 }
 
