@@ -115,13 +115,19 @@ func (k *kafkaBroker) produce(topic string, p int32, batch []byte) int16 {
 // epoch, and asks for an epoch bump of that id. The produces are refused
 // with INVALID_PRODUCER_ID_MAPPING, the bump does not hand out the relay's
 // id, and the relay keeps publishing every event, before and after a
-// restart.
+// restart. The topic is writable for clients (--listener-writable-topics):
+// the check under test is the one behind the listener's ACLs.
 func TestProduceUnderTheRelaysProducerID(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
 	ledger := e2e.NewLedger()
 	kafkaAddr := e2e.FreeAddr(t)
-	r := e.newNode("relay", "--kafka-addr", kafkaAddr, "--partitions", "4").start()
+	// By default the listener refuses a client's produce to the relay's
+	// topics before any producer check (TOPIC_AUTHORIZATION_FAILED, see
+	// TestACLsProduceToRelayTopicsRefused). Here the topic is made
+	// writable, so that the forged produces reach the producer-id check
+	// behind it: the defence that holds when an operator lets clients in.
+	r := e.newNode("relay", "--kafka-addr", kafkaAddr, "--partitions", "4", "--listener-writable-topics", "orders").start()
 	e2e.WaitReady(t, r.proc, true, 30*time.Second)
 	if err := e2e.Write(ctx, e.writers(3000), ledger); err != nil {
 		t.Fatal(err)
