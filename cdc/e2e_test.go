@@ -89,10 +89,11 @@ func TestE2ECrashLoopExactlyOnce(t *testing.T) {
 	skips := 0
 	relay, kills, held := e2e.KillLoop{
 		Locker: locker, Rand: rand.New(rand.NewPCG(3, 4)), MinKills: 10,
-		Every:   [2]time.Duration{100 * time.Millisecond, 700 * time.Millisecond},
-		Hold:    [2]time.Duration{100 * time.Millisecond, 400 * time.Millisecond},
-		Restart: func() *e2e.Proc { return env.start() },
-		Killed:  func(p *e2e.Proc) { skips += strings.Count(p.Output(), "skipped re-delivered events") },
+		Every:     [2]time.Duration{100 * time.Millisecond, 700 * time.Millisecond},
+		Hold:      [2]time.Duration{100 * time.Millisecond, 400 * time.Millisecond},
+		Restart:   func() *e2e.Proc { return env.start() },
+		Killed:    func(p *e2e.Proc) { skips += strings.Count(p.Output(), "skipped re-delivered events") },
+		Published: e2e.LogRecords(env.dataDir),
 	}.Run(t, ctx, relay, writeDone)
 	e2e.WaitDrained(t, env.url, "outbox", 2*time.Minute)
 	env.stop(relay)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/outboxrelay/relay/internal/broker"
 )
 
 // KillLoop SIGKILLs a relay at random moments while writers run.
@@ -26,6 +27,11 @@ type KillLoop struct {
 	Restart func() *Proc
 	// Killed, when set, sees each killed relay (to count its log lines).
 	Killed func(*Proc)
+	// Published, when set, counts the records in the destination: a kill
+	// with acknowledgements held back then waits until the count grew
+	// during the hold, so that it surely lands between the sink's
+	// acknowledgement and Postgres's (see waitPublished).
+	Published func() int64
 }
 
 func (k KillLoop) between(r [2]time.Duration) time.Duration {
@@ -48,12 +54,11 @@ func (k KillLoop) Run(t testing.TB, ctx context.Context, p *Proc, writeDone <-ch
 		case <-time.After(k.between(k.Every)):
 		}
 		if kills%3 == 0 {
-			// A relay still starting publishes nothing while the
-			// acknowledgements are held, and the kill would not land
-			// between the sink's acknowledgement and Postgres's: wait
-			// until it reads and publishes (ready) first.
-			k.waitPublishing(ctx, p)
-			HoldAcks(t, ctx, k.Locker, k.between(k.Hold), p.Kill)
+			var before int64
+			holdAcks(t, ctx, k.Locker, k.between(k.Hold), func() { before = k.published() }, func() {
+				k.waitPublished(ctx, before)
+				p.Kill()
+			})
 			held++
 		}
 		p.Kill()
@@ -66,18 +71,51 @@ func (k KillLoop) Run(t testing.TB, ctx context.Context, p *Proc, writeDone <-ch
 	return p, kills, held
 }
 
-// waitPublishing waits, at most 30 s, until p answers ready: its pipeline
-// runs and its heartbeats reach the log. A relay without an HTTP address
-// is not waited for.
-func (k KillLoop) waitPublishing(ctx context.Context, p *Proc) {
-	if p.HTTPAddr == "" {
+// published is the destination's record count, 0 without Published.
+func (k KillLoop) published() int64 {
+	if k.Published == nil {
+		return 0
+	}
+	return k.Published()
+}
+
+// waitPublished, with Published set, waits (at most 5 s) until the
+// destination holds more records than before, its count once the hold
+// took its lock: the kill then lands after the sink acknowledged records whose
+// Postgres acknowledgement the hold keeps back. Without writers there is
+// nothing to publish and the kill comes after the wait.
+func (k KillLoop) waitPublished(ctx context.Context, before int64) {
+	if k.Published == nil {
 		return
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for ctx.Err() == nil && time.Now().Before(deadline) {
-		if ready, _ := p.Ready(); ready {
+	for deadline := time.Now().Add(5 * time.Second); ctx.Err() == nil && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if k.Published() > before {
+			// A transactional sink's records count before their
+			// commit (a cluster may report its high watermark for
+			// committed offsets): give the commit that follows them
+			// time to land before the kill.
+			time.Sleep(300 * time.Millisecond)
 			return
 		}
-		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// LogRecords returns a counter of the records in the embedded broker's
+// data directory, read from its files (safe while the relay runs): the sum
+// of every partition's end offset, or -1 when the files cannot be read.
+// It serves KillLoop.Published for a relay without a Kafka listener.
+func LogRecords(dataDir string) func() int64 {
+	return func() int64 {
+		ins, err := broker.Inspect(context.Background(), dataDir)
+		if err != nil {
+			return -1
+		}
+		var n int64
+		for _, t := range ins.Topics {
+			for _, p := range t.Partitions {
+				n += p.LogEndOffset
+			}
+		}
+		return n
 	}
 }

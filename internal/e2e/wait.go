@@ -29,6 +29,12 @@ func Migrated(t testing.TB) (url, bin string) {
 // lands between the sink's acknowledgement and Postgres's.
 func HoldAcks(t testing.TB, ctx context.Context, conn *pgx.Conn, d time.Duration, then func()) {
 	t.Helper()
+	holdAcks(t, ctx, conn, d, nil, then)
+}
+
+// holdAcks is HoldAcks calling locked, when set, once the lock is held.
+func holdAcks(t testing.TB, ctx context.Context, conn *pgx.Conn, d time.Duration, locked, then func()) {
+	t.Helper()
 	tx, err := conn.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -36,6 +42,9 @@ func HoldAcks(t testing.TB, ctx context.Context, conn *pgx.Conn, d time.Duration
 	defer tx.Rollback(ctx)
 	if _, err := tx.Exec(ctx, "LOCK TABLE outbox.checkpoints IN ACCESS EXCLUSIVE MODE"); err != nil {
 		t.Fatal(err)
+	}
+	if locked != nil {
+		locked()
 	}
 	time.Sleep(d)
 	then()

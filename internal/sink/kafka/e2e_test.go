@@ -240,6 +240,9 @@ func crashLoop(t *testing.T, source string, txn bool) {
 		Hold:    [2]time.Duration{100 * time.Millisecond, 500 * time.Millisecond},
 		Restart: k.start,
 		Killed:  count,
+		// Each kill with acknowledgements held back waits until Kafka
+		// holds more of the batches the hold keeps unacknowledged.
+		Published: k.cluster.Records(t, "orders", txn),
 	}.Run(t, ctx, proc, writeDone)
 	written := time.Since(began)
 	e2e.WaitDrained(t, k.url, "outbox", 2*time.Minute)

@@ -53,6 +53,39 @@ func Start(t testing.TB, opts ...kfake.Opt) *Cluster {
 // Addrs are the brokers' addresses; they stay the same across restarts.
 func (c *Cluster) Addrs() []string { return []string{c.addr} }
 
+// Records returns a counter of the records of topic in the cluster: the
+// sum of its partitions' end offsets, or of their last stable offsets
+// (committed data only) when committed. It returns -1 when the cluster
+// does not answer.
+func (c *Cluster) Records(t testing.TB, topic string, committed bool) func() int64 {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.Addrs()...))
+	if err != nil {
+		t.Fatalf("kafkatest: %v", err)
+	}
+	t.Cleanup(cl.Close)
+	adm := kadm.NewClient(cl)
+	return func() int64 {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		list := adm.ListEndOffsets
+		if committed {
+			list = adm.ListCommittedOffsets
+		}
+		offsets, err := list(ctx, topic)
+		if err != nil {
+			return -1
+		}
+		var n int64
+		offsets.Each(func(o kadm.ListedOffset) {
+			if o.Err == nil {
+				n += o.Offset
+			}
+		})
+		return n
+	}
+}
+
 // Kfake returns the running kfake cluster, nil while stopped.
 func (c *Cluster) Kfake() *kfake.Cluster {
 	c.mu.Lock()
