@@ -45,13 +45,18 @@ import (
 // Config is one bench run.
 type Config struct {
 	// DatabaseURL is a server to use; empty starts a throwaway one.
-	DatabaseURL  string
-	Source       string // poll or cdc
-	Sink         string // embedded or kafka
-	Events       int
-	Writers      int
-	Keys         int
-	PayloadBytes int
+	DatabaseURL string
+	Source      string // poll or cdc
+	Sink        string // embedded or kafka
+	// CommitTimestamps runs the throwaway PostgreSQL with
+	// track_commit_timestamp on, which the poll reader then orders by;
+	// always on with the cdc reader (the arrival consumer measures from
+	// each commit).
+	CommitTimestamps bool
+	Events           int
+	Writers          int
+	Keys             int
+	PayloadBytes     int
 	// Rate is events per second across all writers (open loop); 0 writes
 	// as fast as possible.
 	Rate int

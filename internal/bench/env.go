@@ -69,8 +69,12 @@ func newEnv(ctx context.Context, cfg Config) (*env, error) {
 	if cfg.DatabaseURL == "" {
 		cfg.Logger.Info("starting a throwaway PostgreSQL")
 		// Commit timestamps let the arrival consumer measure from each
-		// transaction's commit, as the WAL reader does.
-		opts := pgcluster.Options{Durable: true, Settings: map[string]string{"track_commit_timestamp": "on"}}
+		// transaction's commit, as the WAL reader does; the poll reader
+		// orders by them when they are on, so they are its own case.
+		opts := pgcluster.Options{Durable: true}
+		if cfg.Source == "cdc" || cfg.CommitTimestamps {
+			opts.Settings = map[string]string{"track_commit_timestamp": "on"}
+		}
 		if e.cluster, err = pgcluster.Start(ctx, opts); err != nil {
 			return nil, err
 		}

@@ -29,6 +29,7 @@ func runBench(ctx context.Context, stdio cli.IO, args []string) error {
 	fs.IntVar(&cfg.Rate, "rate", 0, "open-loop write rate in events/s across all writers (0: as fast as possible)")
 	fs.IntVar(&cfg.EventsPerTx, "events-per-tx", 0, "events per writer transaction (default 1 live, 1000 with --backlog)")
 	fs.BoolVar(&cfg.Backlog, "backlog", false, "write everything first, then start the relay (replay after an outage)")
+	fs.BoolVar(&cfg.CommitTimestamps, "commit-timestamps", false, "run the throwaway PostgreSQL with track_commit_timestamp on (always with --source cdc): the poll reader then orders by commit timestamp")
 	fs.BoolVar(&cfg.LongTx, "long-tx", false, "live: hold a writing transaction open in another database of the cluster for the whole run, and report the latencies during it")
 	fs.BoolVar(&cfg.Schema, "schema-validation", false, "with --backlog: drain backlogs of JSON and of Avro payloads with schema validation off and on (a contract and the wire format), and report on/off per format")
 	baseline := fs.Bool("baseline", true, "with --backlog, also run the baseline on the same data")
