@@ -442,12 +442,27 @@ func lockDir(dir string) (*os.File, error) {
 	if err != nil {
 		return nil, storageErr("open lock file", err)
 	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-		_ = f.Close()
-		return nil, fmt.Errorf("broker: data dir %s is in use by another process: %w", dir, err)
+	// A lock just released can still be held for a moment by a child
+	// process forked from this one between its fork and its exec (the
+	// lock belongs to the open file, which the child shares until exec
+	// closes it): a refusal is retried for lockRetry before it is final.
+	deadline := time.Now().Add(lockRetry)
+	for {
+		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		if err == nil {
+			return f, nil
+		}
+		if !errors.Is(err, syscall.EWOULDBLOCK) || time.Now().After(deadline) {
+			_ = f.Close()
+			return nil, fmt.Errorf("broker: data dir %s is in use by another process: %w", dir, err)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
-	return f, nil
 }
+
+// lockRetry is how long a data directory's lock is tried again before
+// the directory counts as in use.
+const lockRetry = 2 * time.Second
 
 func (b *Broker) load(ctx context.Context, h *health) error {
 	m := metadata{Version: 1, NextProducerID: 1, Producers: map[string]stableProducer{}, Topics: map[string]TopicConfig{}}
