@@ -46,6 +46,17 @@ func readAll(t *testing.T, dir string) map[string]int {
 	return counts
 }
 
+// wantEachOnce checks that events event-0 to event-(n-1) are each in counts
+// once.
+func wantEachOnce(t *testing.T, counts map[string]int, n int) {
+	t.Helper()
+	for i := range n {
+		if got := counts[fmt.Sprintf("event-%d", i)]; got != 1 {
+			t.Errorf("event-%d is in the log %d times", i, got)
+		}
+	}
+}
+
 // TestRepublishAfterLostAcknowledgement publishes batches whose
 // acknowledgement is then lost (the saved state stays at an earlier
 // point), restarts the sink from that state and publishes the same
@@ -84,12 +95,7 @@ func TestRepublishAfterLostAcknowledgement(t *testing.T) {
 	}
 	s.Close(ctx)
 
-	counts := readAll(t, dir)
-	for i := 0; i < 40; i++ {
-		if got := counts[fmt.Sprintf("event-%d", i)]; got != 1 {
-			t.Errorf("event-%d is in the log %d times", i, got)
-		}
-	}
+	wantEachOnce(t, readAll(t, dir), 40)
 }
 
 func TestSinkConformance(t *testing.T) {
@@ -174,12 +180,7 @@ func TestRedeliveryInAnotherOrderAndSet(t *testing.T) {
 	publishOK(t, s, all[34:])
 	s.Close(ctx)
 
-	counts := readAll(t, dir)
-	for i := 0; i < 40; i++ {
-		if got := counts[fmt.Sprintf("event-%d", i)]; got != 1 {
-			t.Errorf("event-%d is in the log %d times", i, got)
-		}
-	}
+	wantEachOnce(t, readAll(t, dir), 40)
 }
 
 // TestReplayIsNotItsOriginal: a republished event carries its original
@@ -258,12 +259,7 @@ func TestSequenceWrapPoints(t *testing.T) {
 				publishOK(t, s, all[i:i+6])
 			}
 			s.Close(ctx)
-			counts := readAll(t, dir)
-			for i := 0; i < 60; i++ {
-				if got := counts[fmt.Sprintf("event-%d", i)]; got != 1 {
-					t.Errorf("event-%d is in the log %d times", i, got)
-				}
-			}
+			wantEachOnce(t, readAll(t, dir), 60)
 		})
 	}
 }
@@ -314,11 +310,7 @@ func TestClientsCannotProduceAsTheRelay(t *testing.T) {
 	publishOK(t, s, messages(9, 9))
 	s.Close(ctx)
 	counts := readAll(t, dir)
-	for i := 0; i < 18; i++ {
-		if got := counts[fmt.Sprintf("event-%d", i)]; got != 1 {
-			t.Errorf("event-%d is in the log %d times", i, got)
-		}
-	}
+	wantEachOnce(t, counts, 18)
 	if counts["forged"] != 0 {
 		t.Errorf("a forged record is in the log")
 	}
@@ -381,12 +373,7 @@ func TestMissingTopicWaits(t *testing.T) {
 		t.Fatalf("Publish once the topic exists: %v, failed %v", err, res.Failed)
 	}
 	s.Close(ctx)
-	counts := readAll(t, dir)
-	for i := range 15 {
-		if got := counts[fmt.Sprintf("event-%d", i)]; got != 1 {
-			t.Errorf("event-%d is in the log %d times", i, got)
-		}
-	}
+	wantEachOnce(t, readAll(t, dir), 15)
 	if n := len(e2e.ReadLog(t, dir, "payments")); n != 5 {
 		t.Errorf("payments holds %d records, want 5", n)
 	}
