@@ -29,6 +29,18 @@ func crashBatch(pid int64, epoch int16, part int32, seq int32) []byte {
 
 const crashPartitions = 4
 
+// crashDir is a closed data directory holding the topic the crash child
+// appends to, with segments of segmentBytes.
+func crashDir(t *testing.T, segmentBytes int64) string {
+	t.Helper()
+	dir := t.TempDir()
+	b := openWithTopic(t, dir, nil, "crash", TopicConfig{Partitions: crashPartitions, SegmentBytes: segmentBytes})
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
 // TestCrashChild is the child side of TestKillDuringAppend; it only runs
 // when re-executed with RELAY_BROKER_CRASH_DIR set.
 func TestCrashChild(t *testing.T) {
@@ -162,11 +174,7 @@ func checkCrashAcks(t *testing.T, b *Broker, acks []crashAck) {
 
 func TestKillDuringAppend(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	b := openWithTopic(t, dir, nil, "crash", TopicConfig{Partitions: crashPartitions, SegmentBytes: 16 << 10})
-	if err := b.Close(); err != nil {
-		t.Fatal(err)
-	}
+	dir := crashDir(t, 16<<10)
 	var acks []crashAck
 	for round := 0; round < 2; round++ {
 		acks = append(acks, runCrashChild(t, dir, 300+round*97)...)
