@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -293,18 +294,21 @@ func TestIndexRebuild(t *testing.T) {
 	}
 }
 
-// faultFS fails writes or fsyncs of segment files on demand, like a full
-// disk.
+// faultFS fails, on demand, writes (half written, then ENOSPC, like a
+// full disk), fsyncs and truncates (EIO) of the files whose names end in
+// one of suffixes.
 type faultFS struct {
 	OSFS
-	failWrite atomic.Bool
-	failSync  atomic.Bool
+	suffixes     []string
+	failWrite    atomic.Bool
+	failSync     atomic.Bool
+	failTruncate atomic.Bool
 }
 
 type faultFile struct {
 	File
-	fs  *faultFS
-	log bool
+	fs      *faultFS
+	watched bool
 }
 
 func (f *faultFS) OpenFile(name string, flag int, perm os.FileMode) (File, error) {
@@ -312,11 +316,12 @@ func (f *faultFS) OpenFile(name string, flag int, perm os.FileMode) (File, error
 	if err != nil {
 		return nil, err
 	}
-	return &faultFile{File: file, fs: f, log: strings.HasSuffix(name, logSuffix) || strings.HasSuffix(name, journalSuffix)}, nil
+	watched := slices.ContainsFunc(f.suffixes, func(suffix string) bool { return strings.HasSuffix(name, suffix) })
+	return &faultFile{File: file, fs: f, watched: watched}, nil
 }
 
 func (f *faultFile) Write(p []byte) (int, error) {
-	if f.log && f.fs.failWrite.Load() {
+	if f.watched && f.fs.failWrite.Load() {
 		n, _ := f.File.Write(p[:len(p)/2])
 		return n, syscall.ENOSPC
 	}
@@ -324,16 +329,23 @@ func (f *faultFile) Write(p []byte) (int, error) {
 }
 
 func (f *faultFile) Sync() error {
-	if f.log && f.fs.failSync.Load() {
+	if f.watched && f.fs.failSync.Load() {
 		return syscall.EIO
 	}
 	return f.File.Sync()
 }
 
+func (f *faultFile) Truncate(size int64) error {
+	if f.watched && f.fs.failTruncate.Load() {
+		return syscall.EIO
+	}
+	return f.File.Truncate(size)
+}
+
 func TestDiskFaults(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	ffs := &faultFS{}
+	ffs := &faultFS{suffixes: []string{logSuffix, journalSuffix}}
 	b := openWithTopic(t, dir, func(o *Options) { o.FS = ffs }, "f", TopicConfig{})
 	mustAppend(t, b, "f", 0, EncodeBatch(9, 0, 0, recs("a", 2)))
 
