@@ -37,6 +37,16 @@ func newSink(t *testing.T, dir string) *embedded.Sink {
 	return s
 }
 
+// startedSink is newSink started with a fresh session.
+func startedSink(t *testing.T, dir string) *embedded.Sink {
+	t.Helper()
+	s := newSink(t, dir)
+	if err := s.Start(context.Background(), relay.Session{}); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
 func readAll(t *testing.T, dir string) map[string]int {
 	t.Helper()
 	counts := map[string]int{}
@@ -65,10 +75,7 @@ func wantEachOnce(t *testing.T, counts map[string]int, n int) {
 func TestRepublishAfterLostAcknowledgement(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	s := newSink(t, dir)
-	if err := s.Start(ctx, relay.Session{}); err != nil {
-		t.Fatal(err)
-	}
+	s := startedSink(t, dir)
 	res, err := s.Publish(ctx, messages(0, 10))
 	if err != nil {
 		t.Fatal(err)
@@ -150,10 +157,7 @@ func TestRedeliveryInAnotherOrderAndSet(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	all := messages(0, 40)
-	s := newSink(t, dir)
-	if err := s.Start(ctx, relay.Session{}); err != nil {
-		t.Fatal(err)
-	}
+	s := startedSink(t, dir)
 	saved := publishOK(t, s, all[:10]).State
 	// Published, never acknowledged.
 	publishOK(t, s, all[10:20])
@@ -196,10 +200,7 @@ func TestReplayIsNotItsOriginal(t *testing.T) {
 		replayed[i].Headers = append(replayed[i].Headers, relay.Header{Key: relay.HeaderReplay, Value: []byte("7")})
 		replayed[i].Value = fmt.Appendf(nil, "replay-%d", i)
 	}
-	s := newSink(t, dir)
-	if err := s.Start(ctx, relay.Session{}); err != nil {
-		t.Fatal(err)
-	}
+	s := startedSink(t, dir)
 	saved := publishOK(t, s, messages(100, 1)).State
 	publishOK(t, s, orig)
 	s.Close(ctx)
@@ -270,10 +271,7 @@ func TestSequenceWrapPoints(t *testing.T) {
 func TestClientsCannotProduceAsTheRelay(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	s := newSink(t, dir)
-	if err := s.Start(ctx, relay.Session{}); err != nil {
-		t.Fatal(err)
-	}
+	s := startedSink(t, dir)
 	defer s.Close(ctx)
 	publishOK(t, s, messages(0, 9))
 	b := s.Broker()
@@ -325,10 +323,7 @@ func TestClientsCannotProduceAsTheRelay(t *testing.T) {
 func TestMissingTopicWaits(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	s := newSink(t, dir)
-	if err := s.Start(ctx, relay.Session{}); err != nil {
-		t.Fatal(err)
-	}
+	s := startedSink(t, dir)
 	res, err := s.Publish(ctx, messages(0, 5))
 	if err != nil {
 		t.Fatal(err)
