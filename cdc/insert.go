@@ -123,6 +123,14 @@ func (r *relation) split(msg []byte, cols *[numFields]rawColumn) error {
 	return nil
 }
 
+// parseColumn parses c with the parser for its format, text or binary.
+func parseColumn[T any](c *rawColumn, text, binary func([]byte) (T, error)) (T, error) {
+	if c.kind == kindText {
+		return text(c.data)
+	}
+	return binary(c.data)
+}
+
 // fastEvent decodes the columns split found. The event's strings and
 // slices share one allocation: its event id and topic as strings, and its
 // key, payload and headers as slices capped at their ends, so an append to
@@ -138,22 +146,10 @@ func (r *relation) fastEvent(cols *[numFields]rawColumn) (relay.Event, error) {
 		}
 	}
 	var err error
-	id := &cols[fieldID]
-	if id.kind == kindText {
-		e.ID, err = parseInt8Text(id.data)
-	} else {
-		e.ID, err = parseInt8Binary(id.data)
-	}
-	if err != nil {
+	if e.ID, err = parseColumn(&cols[fieldID], parseInt8Text, parseInt8Binary); err != nil {
 		return e, r.fieldError(fieldID, err)
 	}
-	created := &cols[fieldCreatedAt]
-	if created.kind == kindText {
-		e.CreatedAt, err = parseTimestamptzText(created.data)
-	} else {
-		e.CreatedAt, err = parseTimestamptzBinary(created.data)
-	}
-	if err != nil {
+	if e.CreatedAt, err = parseColumn(&cols[fieldCreatedAt], parseTimestamptzText, parseTimestamptzBinary); err != nil {
 		return e, r.fieldError(fieldCreatedAt, err)
 	}
 

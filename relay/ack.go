@@ -12,6 +12,34 @@ import (
 // maxMerge is the most batches one acknowledgement transaction covers.
 const maxMerge = 64
 
+// mergeMore appends to merged the acknowledgements that arrive on in, up
+// to maxMerge in all, until in is closed or deadline fires; with a nil
+// deadline it takes only those already waiting.
+func mergeMore(in <-chan ack, merged []ack, deadline <-chan time.Time) []ack {
+	for len(merged) < maxMerge {
+		var next ack
+		var ok bool
+		if deadline == nil {
+			select {
+			case next, ok = <-in:
+			default:
+				return merged
+			}
+		} else {
+			select {
+			case next, ok = <-in:
+			case <-deadline:
+				return merged
+			}
+		}
+		if !ok {
+			return merged
+		}
+		merged = append(merged, next)
+	}
+	return merged
+}
+
 // ackLoop commits acknowledgements in order, merging those that arrive
 // within AckInterval of the previous commit.
 func (r *Relay) ackLoop(ctx context.Context, in <-chan ack, tracker *ackTracker, l *lease) error {
@@ -20,32 +48,10 @@ func (r *Relay) ackLoop(ctx context.Context, in <-chan ack, tracker *ackTracker,
 		merged := []ack{a}
 		if wait := time.Until(lastCommit.Add(r.cfg.AckInterval)); wait > 0 {
 			timer := time.NewTimer(wait)
-		collect:
-			for len(merged) < maxMerge {
-				select {
-				case next, ok := <-in:
-					if !ok {
-						break collect
-					}
-					merged = append(merged, next)
-				case <-timer.C:
-					break collect
-				}
-			}
+			merged = mergeMore(in, merged, timer.C)
 			timer.Stop()
 		}
-	more:
-		for len(merged) < maxMerge {
-			select {
-			case next, ok := <-in:
-				if !ok {
-					break more
-				}
-				merged = append(merged, next)
-			default:
-				break more
-			}
-		}
+		merged = mergeMore(in, merged, nil)
 		if err := r.commitAcks(ctx, merged, l); err != nil {
 			r.m.Errors.WithLabelValues("ack").Inc()
 			return err

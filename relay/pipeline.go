@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"golang.org/x/sync/errgroup"
 )
 
@@ -157,6 +158,37 @@ type liveBatch struct {
 	err    error
 }
 
+// stepEnds says whether the read loop ends after a release or replay step
+// that returned err, and with what: nil once ctx is cancelled, err (counted
+// under stage) when the step failed.
+func (r *Relay) stepEnds(ctx context.Context, stage string, err error) (bool, error) {
+	if ctx.Err() != nil {
+		return true, nil
+	}
+	if err != nil {
+		r.m.Errors.WithLabelValues(stage).Inc()
+		return true, err
+	}
+	return false, nil
+}
+
+// pickWork reads the id of the next held key to release or replay request
+// with query and, when there is one, waits until nothing live is in
+// flight. ok is false when there is none or on error.
+func (r *Relay) pickWork(ctx context.Context, query, what string, tracker *ackTracker) (id int64, ok bool, err error) {
+	err = r.pool.QueryRow(ctx, query).Scan(&id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, fmt.Errorf("looking for %s: %w", what, err)
+	}
+	if err := tracker.waitIdle(ctx); err != nil {
+		return 0, false, err
+	}
+	return id, true, nil
+}
+
 // readLoop hands the publisher live batches from the source and, between
 // them, chunks of running replays (see replayer.go).
 func (r *Relay) readLoop(ctx context.Context, out chan<- batch, after Position, tracker *ackTracker, l *lease, budget *byteBudget) error {
@@ -198,22 +230,14 @@ func (r *Relay) readLoop(ctx context.Context, out chan<- batch, after Position, 
 		var lb liveBatch
 		if !time.Now().Before(nextReplay) {
 			released, err := rl.step(ctx, out, last)
-			if ctx.Err() != nil {
-				return nil
-			}
-			if err != nil {
-				r.m.Errors.WithLabelValues("release").Inc()
+			if stop, err := r.stepEnds(ctx, "release", err); stop {
 				return err
 			}
 			if released {
 				continue
 			}
 			did, err := rp.step(ctx, out, last)
-			if ctx.Err() != nil {
-				return nil
-			}
-			if err != nil {
-				r.m.Errors.WithLabelValues("replay").Inc()
+			if stop, err := r.stepEnds(ctx, "replay", err); stop {
 				return err
 			}
 			if !did {

@@ -74,15 +74,8 @@ type releaser struct {
 // one, and reports whether there was.
 func (rl *releaser) step(ctx context.Context, out chan<- batch, after Position) (bool, error) {
 	r := rl.r
-	var id int64
-	err := r.pool.QueryRow(ctx, r.holds.sql.pick).Scan(&id)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return false, nil
-	}
-	if err != nil {
-		return false, fmt.Errorf("looking for held keys to release: %w", err)
-	}
-	if err := rl.tracker.waitIdle(ctx); err != nil {
+	id, ok, err := r.pickWork(ctx, r.holds.sql.pick, "held keys to release", rl.tracker)
+	if !ok {
 		return false, err
 	}
 	for {

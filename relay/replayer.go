@@ -195,16 +195,9 @@ func (p *replayer) step(ctx context.Context, out chan<- batch, after Position) (
 		}
 		p.chunkSent = false
 	}
-	var id int64
-	err := r.pool.QueryRow(ctx, r.replay.pick).Scan(&id)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return false, nil
-	}
-	if err != nil {
-		return false, fmt.Errorf("looking for replay requests: %w", err)
-	}
 	// Step 1: nothing live may be in flight when a chunk is recorded.
-	if err := p.tracker.waitIdle(ctx); err != nil {
+	id, ok, err := r.pickWork(ctx, r.replay.pick, "replay requests", p.tracker)
+	if !ok {
 		return false, err
 	}
 	var chunk *batch

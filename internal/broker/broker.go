@@ -764,12 +764,7 @@ func (b *Broker) Topic(name string) (TopicInfo, error) {
 
 // Topics lists all topics sorted by name.
 func (b *Broker) Topics() []TopicInfo {
-	b.mu.RLock()
-	ts := make([]*topic, 0, len(b.topics))
-	for _, t := range b.topics {
-		ts = append(ts, t)
-	}
-	b.mu.RUnlock()
+	ts := b.topicList()
 	sort.Slice(ts, func(i, j int) bool { return ts[i].name < ts[j].name })
 	out := make([]TopicInfo, 0, len(ts))
 	for _, t := range ts {

@@ -428,11 +428,7 @@ func TestFlippedByteInActiveSegmentAfterCleanStop(t *testing.T) {
 // acknowledged record is there.
 func TestFlippedByteInActiveSegmentAfterKill(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	b := openWithTopic(t, dir, nil, "crash", TopicConfig{Partitions: crashPartitions, SegmentBytes: 1 << 20})
-	if err := b.Close(); err != nil {
-		t.Fatal(err)
-	}
+	dir := crashDir(t, 1<<20)
 	acks := runCrashChild(t, dir, 300)
 	path := segmentName(partitionDir(dir, "crash", 0), 0, logSuffix)
 	batches := segmentBatches(t, path)

@@ -5,7 +5,9 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
+	"slices"
 	"time"
 )
 
@@ -45,11 +47,7 @@ func everyTick(stop <-chan struct{}, interval time.Duration, fn func(ctx context
 func (b *Broker) topicList() []*topic {
 	b.mu.RLock()
 	defer b.mu.RUnlock()
-	ts := make([]*topic, 0, len(b.topics))
-	for _, t := range b.topics {
-		ts = append(ts, t)
-	}
-	return ts
+	return slices.Collect(maps.Values(b.topics))
 }
 
 // EnforceRetention deletes whole inactive segments of delete-policy topics

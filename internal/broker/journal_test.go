@@ -9,8 +9,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -178,48 +176,14 @@ func TestJournalCheckpoint(t *testing.T) {
 	}
 }
 
-// journalFaultFS fails writes and truncates of journal files on demand.
-type journalFaultFS struct {
-	OSFS
-	fail atomic.Bool
-}
-
-type journalFaultFile struct {
-	File
-	fs      *journalFaultFS
-	journal bool
-}
-
-func (f *journalFaultFS) OpenFile(name string, flag int, perm os.FileMode) (File, error) {
-	file, err := f.OSFS.OpenFile(name, flag, perm)
-	if err != nil {
-		return nil, err
-	}
-	return &journalFaultFile{File: file, fs: f, journal: strings.HasSuffix(name, journalSuffix)}, nil
-}
-
-func (f *journalFaultFile) Write(p []byte) (int, error) {
-	if f.journal && f.fs.fail.Load() {
-		n, _ := f.File.Write(p[:len(p)/2])
-		return n, syscall.ENOSPC
-	}
-	return f.File.Write(p)
-}
-
-func (f *journalFaultFile) Truncate(size int64) error {
-	if f.journal && f.fs.fail.Load() {
-		return syscall.EIO
-	}
-	return f.File.Truncate(size)
-}
-
 // A journal write that fails and cannot be cut back leaves a torn record;
 // batches written before it and not yet fsynced must survive, the failed
 // one must not, and appends continue in a new journal file.
 func TestJournalTornWriteKeepsEarlierBatches(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	jfs := &journalFaultFS{}
+	// Journal writes fail and cannot be cut back.
+	jfs := &faultFS{suffixes: []string{journalSuffix}}
 	b := openWithTopic(t, dir, func(o *Options) { o.FS = jfs }, "t", TopicConfig{Partitions: 2})
 	ctx := context.Background()
 	mustAppend(t, b, "t", 0, EncodeBatch(1, 0, 0, recs("a", 2)))
@@ -227,11 +191,13 @@ func TestJournalTornWriteKeepsEarlierBatches(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	jfs.fail.Store(true)
+	jfs.failWrite.Store(true)
+	jfs.failTruncate.Store(true)
 	if _, _, err := b.AppendAsync(ctx, "t", 0, EncodeBatch(1, 0, 2, recs("d", 2))); err == nil {
 		t.Fatal("append accepted despite a failed journal write")
 	}
-	jfs.fail.Store(false)
+	jfs.failWrite.Store(false)
+	jfs.failTruncate.Store(false)
 	_, waitE, err := b.AppendAsync(ctx, "t", 0, EncodeBatch(1, 0, 2, recs("e", 2)))
 	if err != nil {
 		t.Fatalf("append after the fault: %v", err)

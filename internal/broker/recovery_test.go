@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -28,6 +29,18 @@ func crashBatch(pid int64, epoch int16, part int32, seq int32) []byte {
 }
 
 const crashPartitions = 4
+
+// crashDir is a closed data directory holding the topic the crash child
+// appends to, with segments of segmentBytes.
+func crashDir(t *testing.T, segmentBytes int64) string {
+	t.Helper()
+	dir := t.TempDir()
+	b := openWithTopic(t, dir, nil, "crash", TopicConfig{Partitions: crashPartitions, SegmentBytes: segmentBytes})
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
 
 // TestCrashChild is the child side of TestKillDuringAppend; it only runs
 // when re-executed with RELAY_BROKER_CRASH_DIR set.
@@ -162,11 +175,7 @@ func checkCrashAcks(t *testing.T, b *Broker, acks []crashAck) {
 
 func TestKillDuringAppend(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	b := openWithTopic(t, dir, nil, "crash", TopicConfig{Partitions: crashPartitions, SegmentBytes: 16 << 10})
-	if err := b.Close(); err != nil {
-		t.Fatal(err)
-	}
+	dir := crashDir(t, 16<<10)
 	var acks []crashAck
 	for round := 0; round < 2; round++ {
 		acks = append(acks, runCrashChild(t, dir, 300+round*97)...)
@@ -285,18 +294,21 @@ func TestIndexRebuild(t *testing.T) {
 	}
 }
 
-// faultFS fails writes or fsyncs of segment files on demand, like a full
-// disk.
+// faultFS fails, on demand, writes (half written, then ENOSPC, like a
+// full disk), fsyncs and truncates (EIO) of the files whose names end in
+// one of suffixes.
 type faultFS struct {
 	OSFS
-	failWrite atomic.Bool
-	failSync  atomic.Bool
+	suffixes     []string
+	failWrite    atomic.Bool
+	failSync     atomic.Bool
+	failTruncate atomic.Bool
 }
 
 type faultFile struct {
 	File
-	fs  *faultFS
-	log bool
+	fs      *faultFS
+	watched bool
 }
 
 func (f *faultFS) OpenFile(name string, flag int, perm os.FileMode) (File, error) {
@@ -304,11 +316,12 @@ func (f *faultFS) OpenFile(name string, flag int, perm os.FileMode) (File, error
 	if err != nil {
 		return nil, err
 	}
-	return &faultFile{File: file, fs: f, log: strings.HasSuffix(name, logSuffix) || strings.HasSuffix(name, journalSuffix)}, nil
+	watched := slices.ContainsFunc(f.suffixes, func(suffix string) bool { return strings.HasSuffix(name, suffix) })
+	return &faultFile{File: file, fs: f, watched: watched}, nil
 }
 
 func (f *faultFile) Write(p []byte) (int, error) {
-	if f.log && f.fs.failWrite.Load() {
+	if f.watched && f.fs.failWrite.Load() {
 		n, _ := f.File.Write(p[:len(p)/2])
 		return n, syscall.ENOSPC
 	}
@@ -316,16 +329,23 @@ func (f *faultFile) Write(p []byte) (int, error) {
 }
 
 func (f *faultFile) Sync() error {
-	if f.log && f.fs.failSync.Load() {
+	if f.watched && f.fs.failSync.Load() {
 		return syscall.EIO
 	}
 	return f.File.Sync()
 }
 
+func (f *faultFile) Truncate(size int64) error {
+	if f.watched && f.fs.failTruncate.Load() {
+		return syscall.EIO
+	}
+	return f.File.Truncate(size)
+}
+
 func TestDiskFaults(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	ffs := &faultFS{}
+	ffs := &faultFS{suffixes: []string{logSuffix, journalSuffix}}
 	b := openWithTopic(t, dir, func(o *Options) { o.FS = ffs }, "f", TopicConfig{})
 	mustAppend(t, b, "f", 0, EncodeBatch(9, 0, 0, recs("a", 2)))
 

@@ -107,13 +107,7 @@ func TestLeaseSessionKilledKafkaSink(t *testing.T) {
 			"--kafka-topic-partitions", "8", "--data-dir", e2e.DataDir(t), "--kafka-dial-timeout", "3s"}
 	}
 	a, b := e.newNode("a", kafkaArgs()...), e.newNode("b", kafkaArgs()...)
-	startPair(a, b)
-	firstEpoch := e.epoch()
-
-	stopWriters := e.steady(250, 100*time.Millisecond, ledger)
-	e2e.WaitPublished(t, e.url, 2000, time.Minute)
-	killLeaderSessionsSixTimes(t, e, a, b)
-	stopWriters()
+	firstEpoch := killLeaderSessionsUnderLoad(t, e, ledger, 250, 100*time.Millisecond, a, b)
 	began := time.Now()
 	e2e.WaitDrained(t, e.url, "outbox", 2*time.Minute)
 	drained := time.Since(began)

@@ -53,14 +53,22 @@ func killLeaderSessions(t *testing.T, e *env, round int, nodes ...*node) *node {
 	return leader
 }
 
-// killLeaderSessionsSixTimes runs the six rounds of killLeaderSessions
-// (each kind twice), 1.5 s apart.
-func killLeaderSessionsSixTimes(t *testing.T, e *env, nodes ...*node) {
+// killLeaderSessionsUnderLoad starts a and b as leader and standby, runs
+// writers (events each, pause apart) until 2,000 events are published and
+// through the six rounds of killLeaderSessions (each kind twice, 1.5 s
+// apart), and stops the writers. It returns the epoch before the rounds.
+func killLeaderSessionsUnderLoad(t *testing.T, e *env, ledger *e2e.Ledger, events int, pause time.Duration, a, b *node) (firstEpoch int64) {
 	t.Helper()
+	startPair(a, b)
+	firstEpoch = e.epoch()
+	stopWriters := e.steady(events, pause, ledger)
+	e2e.WaitPublished(t, e.url, 2000, time.Minute)
 	for round := 0; round < 6; round++ {
-		killLeaderSessions(t, e, round, nodes...)
+		killLeaderSessions(t, e, round, a, b)
 		time.Sleep(1500 * time.Millisecond)
 	}
+	stopWriters()
+	return firstEpoch
 }
 
 // TestLeaseSessionKilledWithStandby: two relays on one outbox and one data
@@ -74,13 +82,7 @@ func TestLeaseSessionKilledWithStandby(t *testing.T) {
 	e := newEnv(t)
 	ledger := e2e.NewLedger()
 	a, b := e.newNode("a"), e.newNode("b")
-	startPair(a, b)
-	firstEpoch := e.epoch()
-
-	stopWriters := e.steady(1000, 50*time.Millisecond, ledger)
-	e2e.WaitPublished(t, e.url, 2000, time.Minute)
-	killLeaderSessionsSixTimes(t, e, a, b)
-	stopWriters()
+	firstEpoch := killLeaderSessionsUnderLoad(t, e, ledger, 1000, 50*time.Millisecond, a, b)
 	e2e.WaitDrained(t, e.url, "outbox", 2*time.Minute)
 	takeovers := e.epoch() - firstEpoch
 	a.stop()

@@ -216,6 +216,33 @@ func testLateCommit(t *testing.T, newSource NewSource) {
 	}
 }
 
+// read takes n events with calls of Next(max) within timeout, checking
+// that no call returns more than max and that positions increase; unlike
+// collect it acknowledges nothing.
+func (e *sourceEnv) read(n, max int, timeout time.Duration) []relay.Event {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	var all []relay.Event
+	for len(all) < n {
+		events, err := e.src.Next(ctx, max)
+		if err != nil {
+			e.t.Fatalf("Next: %v (after %d events)", err, len(all))
+		}
+		if len(events) > max {
+			e.t.Fatalf("Next(max=%d) returned %d events", max, len(events))
+		}
+		for _, ev := range events {
+			if !e.last.Less(ev.Position) {
+				e.t.Fatalf("position %v does not increase after %v", ev.Position, e.last)
+			}
+			e.last = ev.Position
+			all = append(all, ev)
+		}
+	}
+	return all
+}
+
 // collectUpTo is collect that returns what arrived when the timeout passes.
 func (e *sourceEnv) collectUpTo(n int, timeout time.Duration) []relay.Event {
 	e.t.Helper()
@@ -304,25 +331,7 @@ func testMax(t *testing.T, newSource NewSource) {
 		kv = append(kv, fmt.Sprintf("k%d", i), fmt.Sprintf("v%d", i))
 	}
 	e.commit("orders", kv...)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	var all []relay.Event
-	for len(all) < 25 {
-		events, err := e.src.Next(ctx, 10)
-		if err != nil {
-			t.Fatalf("Next: %v (after %d events)", err, len(all))
-		}
-		if len(events) > 10 {
-			t.Fatalf("Next(max=10) returned %d events", len(events))
-		}
-		for _, ev := range events {
-			if !e.last.Less(ev.Position) {
-				t.Fatalf("position %v does not increase after %v", ev.Position, e.last)
-			}
-			e.last = ev.Position
-			all = append(all, ev)
-		}
-	}
+	all := e.read(25, 10, 30*time.Second)
 	for i, ev := range all {
 		if string(ev.Payload) != fmt.Sprintf("v%d", i) {
 			t.Fatalf("event %d = %q: insert order within a transaction not kept", i, ev.Payload)
@@ -339,19 +348,10 @@ func testResume(t *testing.T, newSource NewSource) {
 	}
 	// Acknowledge the first 4 only, as a core that crashed after them
 	// would have; the source restarts at that position.
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	var seen []relay.Event
-	for len(seen) < 10 {
-		events, err := e.src.Next(ctx, 1000)
-		if err != nil {
-			t.Fatal(err)
-		}
-		seen = append(seen, events...)
-	}
+	seen := e.read(10, 1000, 30*time.Second)
 	e.ack(seen[:4])
 	acked := seen[3].Position
-	e.src.Close(ctx)
+	e.src.Close(context.Background())
 
 	e.src = newSource(t, e.url)
 	e.start(acked)

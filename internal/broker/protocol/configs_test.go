@@ -46,6 +46,15 @@ func wantConfig(t *testing.T, cfgs map[string]kadm.Config, name, value string, s
 	}
 }
 
+// wantAltered fails the test unless err is nil and the one topic's
+// configs were altered (or, validate-only, would have been).
+func wantAltered(t *testing.T, what string, resps kadm.AlterConfigsResponses, err error) {
+	t.Helper()
+	if err != nil || resps[0].Err != nil {
+		t.Fatalf("%s: %+v, %v", what, resps, err)
+	}
+}
+
 // retentionMargin gathers the server's metrics and returns group's
 // margin against retention on topic/0.
 func retentionMargin(t *testing.T, srv *Server, group string) (float64, bool) {
@@ -133,9 +142,7 @@ func TestTopicConfigsThroughKadm(t *testing.T) {
 		}
 	}
 	resps, err := adm.ValidateAlterTopicConfigs(ctx, []kadm.AlterConfig{{Name: "retention.bytes", Value: kadm.StringPtr("4096")}}, topic)
-	if err != nil || resps[0].Err != nil {
-		t.Fatalf("validate-only: %+v, %v", resps, err)
-	}
+	wantAltered(t, "validate-only", resps, err)
 	brokerReq := kmsg.NewPtrIncrementalAlterConfigsRequest()
 	br := kmsg.NewIncrementalAlterConfigsRequestResource()
 	br.ResourceType, br.ResourceName = kmsg.ConfigResourceTypeBroker, "0"
@@ -148,9 +155,7 @@ func TestTopicConfigsThroughKadm(t *testing.T) {
 	}
 
 	resps, err = adm.AlterTopicConfigs(ctx, []kadm.AlterConfig{{Name: "retention.bytes", Value: kadm.StringPtr("4096")}}, topic)
-	if err != nil || resps[0].Err != nil {
-		t.Fatalf("setting retention.bytes: %+v, %v", resps, err)
-	}
+	wantAltered(t, "setting retention.bytes", resps, err)
 	cfgs = describeConfigs(t, adm, topic)
 	wantConfig(t, cfgs, "retention.bytes", "4096", kmsg.ConfigSourceDynamicTopicConfig)
 	wantConfig(t, cfgs, "retention.ms", "-1", kmsg.ConfigSourceDynamicTopicConfig)
@@ -171,9 +176,7 @@ func TestTopicConfigsThroughKadm(t *testing.T) {
 
 	// The legacy, non-incremental form replaces every config.
 	resps, err = adm.AlterTopicConfigsState(ctx, []kadm.AlterConfig{{Name: "segment.ms", Value: kadm.StringPtr("3600000")}}, topic)
-	if err != nil || resps[0].Err != nil {
-		t.Fatalf("AlterConfigs: %+v, %v", resps, err)
-	}
+	wantAltered(t, "AlterConfigs", resps, err)
 	cfgs = describeConfigs(t, adm, topic)
 	wantConfig(t, cfgs, "segment.ms", "3600000", kmsg.ConfigSourceDynamicTopicConfig)
 	wantConfig(t, cfgs, "retention.bytes", "-1", kmsg.ConfigSourceDefaultConfig)

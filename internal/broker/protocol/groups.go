@@ -3,6 +3,7 @@ package protocol
 import (
 	"bytes"
 	"crypto/rand"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -88,11 +89,7 @@ func (c *coordinator) lockGroup(id string, create bool) *group {
 func (c *coordinator) snapshot() []*group {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	gs := make([]*group, 0, len(c.groups))
-	for _, g := range c.groups {
-		gs = append(gs, g)
-	}
-	return gs
+	return slices.Collect(maps.Values(c.groups))
 }
 
 // close fails every waiting member and stops all timers.

@@ -37,6 +37,16 @@ func newSink(t *testing.T, dir string) *embedded.Sink {
 	return s
 }
 
+// startedSink is newSink started with a fresh session.
+func startedSink(t *testing.T, dir string) *embedded.Sink {
+	t.Helper()
+	s := newSink(t, dir)
+	if err := s.Start(context.Background(), relay.Session{}); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
 func readAll(t *testing.T, dir string) map[string]int {
 	t.Helper()
 	counts := map[string]int{}
@@ -44,6 +54,17 @@ func readAll(t *testing.T, dir string) map[string]int {
 		counts[string(r.Value)]++
 	}
 	return counts
+}
+
+// wantEachOnce checks that events event-0 to event-(n-1) are each in counts
+// once.
+func wantEachOnce(t *testing.T, counts map[string]int, n int) {
+	t.Helper()
+	for i := range n {
+		if got := counts[fmt.Sprintf("event-%d", i)]; got != 1 {
+			t.Errorf("event-%d is in the log %d times", i, got)
+		}
+	}
 }
 
 // TestRepublishAfterLostAcknowledgement publishes batches whose
@@ -54,10 +75,7 @@ func readAll(t *testing.T, dir string) map[string]int {
 func TestRepublishAfterLostAcknowledgement(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	s := newSink(t, dir)
-	if err := s.Start(ctx, relay.Session{}); err != nil {
-		t.Fatal(err)
-	}
+	s := startedSink(t, dir)
 	res, err := s.Publish(ctx, messages(0, 10))
 	if err != nil {
 		t.Fatal(err)
@@ -84,12 +102,7 @@ func TestRepublishAfterLostAcknowledgement(t *testing.T) {
 	}
 	s.Close(ctx)
 
-	counts := readAll(t, dir)
-	for i := 0; i < 40; i++ {
-		if got := counts[fmt.Sprintf("event-%d", i)]; got != 1 {
-			t.Errorf("event-%d is in the log %d times", i, got)
-		}
-	}
+	wantEachOnce(t, readAll(t, dir), 40)
 }
 
 func TestSinkConformance(t *testing.T) {
@@ -144,10 +157,7 @@ func TestRedeliveryInAnotherOrderAndSet(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	all := messages(0, 40)
-	s := newSink(t, dir)
-	if err := s.Start(ctx, relay.Session{}); err != nil {
-		t.Fatal(err)
-	}
+	s := startedSink(t, dir)
 	saved := publishOK(t, s, all[:10]).State
 	// Published, never acknowledged.
 	publishOK(t, s, all[10:20])
@@ -174,12 +184,7 @@ func TestRedeliveryInAnotherOrderAndSet(t *testing.T) {
 	publishOK(t, s, all[34:])
 	s.Close(ctx)
 
-	counts := readAll(t, dir)
-	for i := 0; i < 40; i++ {
-		if got := counts[fmt.Sprintf("event-%d", i)]; got != 1 {
-			t.Errorf("event-%d is in the log %d times", i, got)
-		}
-	}
+	wantEachOnce(t, readAll(t, dir), 40)
 }
 
 // TestReplayIsNotItsOriginal: a republished event carries its original
@@ -195,10 +200,7 @@ func TestReplayIsNotItsOriginal(t *testing.T) {
 		replayed[i].Headers = append(replayed[i].Headers, relay.Header{Key: relay.HeaderReplay, Value: []byte("7")})
 		replayed[i].Value = fmt.Appendf(nil, "replay-%d", i)
 	}
-	s := newSink(t, dir)
-	if err := s.Start(ctx, relay.Session{}); err != nil {
-		t.Fatal(err)
-	}
+	s := startedSink(t, dir)
 	saved := publishOK(t, s, messages(100, 1)).State
 	publishOK(t, s, orig)
 	s.Close(ctx)
@@ -258,12 +260,7 @@ func TestSequenceWrapPoints(t *testing.T) {
 				publishOK(t, s, all[i:i+6])
 			}
 			s.Close(ctx)
-			counts := readAll(t, dir)
-			for i := 0; i < 60; i++ {
-				if got := counts[fmt.Sprintf("event-%d", i)]; got != 1 {
-					t.Errorf("event-%d is in the log %d times", i, got)
-				}
-			}
+			wantEachOnce(t, readAll(t, dir), 60)
 		})
 	}
 }
@@ -274,10 +271,7 @@ func TestSequenceWrapPoints(t *testing.T) {
 func TestClientsCannotProduceAsTheRelay(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	s := newSink(t, dir)
-	if err := s.Start(ctx, relay.Session{}); err != nil {
-		t.Fatal(err)
-	}
+	s := startedSink(t, dir)
 	defer s.Close(ctx)
 	publishOK(t, s, messages(0, 9))
 	b := s.Broker()
@@ -314,11 +308,7 @@ func TestClientsCannotProduceAsTheRelay(t *testing.T) {
 	publishOK(t, s, messages(9, 9))
 	s.Close(ctx)
 	counts := readAll(t, dir)
-	for i := 0; i < 18; i++ {
-		if got := counts[fmt.Sprintf("event-%d", i)]; got != 1 {
-			t.Errorf("event-%d is in the log %d times", i, got)
-		}
-	}
+	wantEachOnce(t, counts, 18)
 	if counts["forged"] != 0 {
 		t.Errorf("a forged record is in the log")
 	}
@@ -333,10 +323,7 @@ func TestClientsCannotProduceAsTheRelay(t *testing.T) {
 func TestMissingTopicWaits(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	s := newSink(t, dir)
-	if err := s.Start(ctx, relay.Session{}); err != nil {
-		t.Fatal(err)
-	}
+	s := startedSink(t, dir)
 	res, err := s.Publish(ctx, messages(0, 5))
 	if err != nil {
 		t.Fatal(err)
@@ -381,12 +368,7 @@ func TestMissingTopicWaits(t *testing.T) {
 		t.Fatalf("Publish once the topic exists: %v, failed %v", err, res.Failed)
 	}
 	s.Close(ctx)
-	counts := readAll(t, dir)
-	for i := range 15 {
-		if got := counts[fmt.Sprintf("event-%d", i)]; got != 1 {
-			t.Errorf("event-%d is in the log %d times", i, got)
-		}
-	}
+	wantEachOnce(t, readAll(t, dir), 15)
 	if n := len(e2e.ReadLog(t, dir, "payments")); n != 5 {
 		t.Errorf("payments holds %d records, want 5", n)
 	}
