@@ -54,6 +54,9 @@ func (k KillLoop) Run(t testing.TB, ctx context.Context, p *Proc, writeDone <-ch
 		case <-time.After(k.between(k.Every)):
 		}
 		if kills%3 == 0 {
+			// A relay still starting reads its checkpoint, which the
+			// hold locks: wait until it publishes before holding.
+			k.waitGrowth(ctx, k.published())
 			var before int64
 			holdAcks(t, ctx, k.Locker, k.between(k.Hold), func() { before = k.published() }, func() {
 				k.waitPublished(ctx, before)
@@ -81,23 +84,30 @@ func (k KillLoop) published() int64 {
 
 // waitPublished, with Published set, waits (at most 5 s) until the
 // destination holds more records than before, its count once the hold
-// took its lock: the kill then lands after the sink acknowledged records whose
-// Postgres acknowledgement the hold keeps back. Without writers there is
-// nothing to publish and the kill comes after the wait.
+// took its lock, then 300 ms more: the kill then lands after the sink
+// acknowledged records whose Postgres acknowledgement the hold keeps back
+// (a transactional sink's records count before their commit, which a
+// cluster may report as committed offsets: the commit that follows gets
+// time to land). Without writers there is nothing to publish and the
+// kill comes after the wait.
 func (k KillLoop) waitPublished(ctx context.Context, before int64) {
+	if k.waitGrowth(ctx, before) {
+		time.Sleep(300 * time.Millisecond)
+	}
+}
+
+// waitGrowth waits, at most 5 s, until Published counts more than before,
+// and reports whether it did; without Published it returns at once.
+func (k KillLoop) waitGrowth(ctx context.Context, before int64) bool {
 	if k.Published == nil {
-		return
+		return false
 	}
 	for deadline := time.Now().Add(5 * time.Second); ctx.Err() == nil && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
 		if k.Published() > before {
-			// A transactional sink's records count before their
-			// commit (a cluster may report its high watermark for
-			// committed offsets): give the commit that follows them
-			// time to land before the kill.
-			time.Sleep(300 * time.Millisecond)
-			return
+			return true
 		}
 	}
+	return false
 }
 
 // LogRecords returns a counter of the records in the embedded broker's
