@@ -13,6 +13,31 @@ import (
 	"github.com/outboxrelay/relay/relay"
 )
 
+// benchSink returns a started sink with linger into a fresh in-memory
+// kfake cluster whose topic bench has 10 partitions, and the function
+// that closes both (each run of a benchmark function closes its own).
+func benchSink(b *testing.B, linger time.Duration) (*kafka.Sink, func()) {
+	b.Helper()
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(10, "bench"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	s, err := kafka.New(kafka.Config{Brokers: c.ListenAddrs(), Linger: linger, Logger: quiet})
+	if err != nil {
+		c.Close()
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := s.Start(ctx, relay.Session{}); err != nil {
+		c.Close()
+		b.Fatal(err)
+	}
+	return s, func() {
+		s.Close(ctx)
+		c.Close()
+	}
+}
+
 // BenchmarkPublishLatency publishes batches of 10 events every 2 ms (5,000
 // events/s) into an in-memory kfake cluster, up to four batches in flight
 // as the core keeps them, and reports the p50 and p99 of the time from a
@@ -29,20 +54,9 @@ func BenchmarkPublishLatency(b *testing.B) {
 		{"pipelined-linger0", 0, true},
 	} {
 		b.Run(v.name, func(b *testing.B) {
-			c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(10, "bench"))
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer c.Close()
-			s, err := kafka.New(kafka.Config{Brokers: c.ListenAddrs(), Linger: v.linger, Logger: quiet})
-			if err != nil {
-				b.Fatal(err)
-			}
 			ctx := context.Background()
-			if err := s.Start(ctx, relay.Session{}); err != nil {
-				b.Fatal(err)
-			}
-			defer s.Close(ctx)
+			s, stop := benchSink(b, v.linger)
+			defer stop()
 			type sent struct {
 				at   time.Time
 				wait func() (relay.PublishResult, error)
@@ -72,6 +86,7 @@ func BenchmarkPublishLatency(b *testing.B) {
 				}
 				at := time.Now()
 				var wait func() (relay.PublishResult, error)
+				var err error
 				if v.pipelined {
 					wait, err = s.PublishAsync(ctx, msgs)
 				} else {
@@ -109,20 +124,9 @@ func BenchmarkPublishThroughput(b *testing.B) {
 		{"pipelined-linger1ms", time.Millisecond, true},
 	} {
 		b.Run(v.name, func(b *testing.B) {
-			c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(10, "bench"))
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer c.Close()
-			s, err := kafka.New(kafka.Config{Brokers: c.ListenAddrs(), Linger: v.linger, Logger: quiet})
-			if err != nil {
-				b.Fatal(err)
-			}
 			ctx := context.Background()
-			if err := s.Start(ctx, relay.Session{}); err != nil {
-				b.Fatal(err)
-			}
-			defer s.Close(ctx)
+			s, stop := benchSink(b, v.linger)
+			defer stop()
 			queue := make(chan func() (relay.PublishResult, error), 3)
 			done := make(chan error, 1)
 			go func() {
@@ -143,6 +147,7 @@ func BenchmarkPublishThroughput(b *testing.B) {
 					msgs[j] = msg("bench", []byte("key-"+id), make([]byte, 200), id)
 				}
 				var wait func() (relay.PublishResult, error)
+				var err error
 				if v.pipelined {
 					wait, err = s.PublishAsync(ctx, msgs)
 				} else {

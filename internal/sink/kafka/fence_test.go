@@ -51,9 +51,11 @@ func (p *produceCounter) n() int {
 	return p.count
 }
 
-// retriableAnswer answers req with NOT_LEADER_FOR_PARTITION for every
-// partition: a client that may still produce retries it.
-func retriableAnswer(req *kmsg.ProduceRequest) *kmsg.ProduceResponse {
+// answerAll answers req with code for every partition. NOT_LEADER_FOR_PARTITION
+// is retriable: a client that may still produce retries it. INVALID_RECORD
+// is not: the client would produce the partitions' later records under a
+// bumped epoch.
+func answerAll(req *kmsg.ProduceRequest, code int16) *kmsg.ProduceResponse {
 	resp := req.ResponseKind().(*kmsg.ProduceResponse)
 	for _, tp := range req.Topics {
 		rt := kmsg.NewProduceResponseTopic()
@@ -61,7 +63,7 @@ func retriableAnswer(req *kmsg.ProduceRequest) *kmsg.ProduceResponse {
 		for _, p := range tp.Partitions {
 			rp := kmsg.NewProduceResponseTopicPartition()
 			rp.Partition = p.Partition
-			rp.ErrorCode = kerr.NotLeaderForPartition.Code
+			rp.ErrorCode = code
 			rt.Partitions = append(rt.Partitions, rp)
 		}
 		resp.Topics = append(resp.Topics, rt)
@@ -95,7 +97,7 @@ func TestFenceAbandonsInFlight(t *testing.T) {
 		close(held)
 		kf.SleepControl(func() { <-release })
 		defer close(answered)
-		return retriableAnswer(req), nil, true
+		return answerAll(req, kerr.NotLeaderForPartition.Code), nil, true
 	})
 
 	var fence testFence

@@ -16,25 +16,6 @@ import (
 	"github.com/outboxrelay/relay/relay/relaytest"
 )
 
-// refusingAnswer answers req with INVALID_RECORD for every partition: an
-// error the client does not retry, after which it would produce the
-// partitions' later records under a bumped epoch.
-func refusingAnswer(req *kmsg.ProduceRequest) *kmsg.ProduceResponse {
-	resp := req.ResponseKind().(*kmsg.ProduceResponse)
-	for _, tp := range req.Topics {
-		rt := kmsg.NewProduceResponseTopic()
-		rt.Topic, rt.TopicID = tp.Topic, tp.TopicID
-		for _, p := range tp.Partitions {
-			rp := kmsg.NewProduceResponseTopicPartition()
-			rp.Partition = p.Partition
-			rp.ErrorCode = kerr.InvalidRecord.Code
-			rt.Partitions = append(rt.Partitions, rp)
-		}
-		resp.Topics = append(resp.Topics, rt)
-	}
-	return resp
-}
-
 // TestPipelinedErrorStopsLaterBatches: after a first batch went through,
 // the cluster holds the produce request of batch 2 while batches 3 and 4
 // are sent behind it, then refuses it with an error the client does not
@@ -66,7 +47,7 @@ func TestPipelinedErrorStopsLaterBatches(t *testing.T) {
 		}
 		close(held)
 		kf.SleepControl(func() { <-release })
-		return refusingAnswer(req), nil, true
+		return answerAll(req, kerr.InvalidRecord.Code), nil, true
 	})
 
 	// One partition: every record is in one sequence.
@@ -169,7 +150,7 @@ func TestPipelinedFenceAbandonsInFlight(t *testing.T) {
 		close(held)
 		kf.SleepControl(func() { <-release })
 		defer close(answered)
-		return retriableAnswer(req), nil, true
+		return answerAll(req, kerr.NotLeaderForPartition.Code), nil, true
 	})
 	var fence testFence
 	s := newSink(t, c.Addrs(), nil)
