@@ -114,7 +114,7 @@ func MainWith(name string, extra []Command, args []string, stdio IO) int {
 		case rest[0] == "-h" || rest[0] == "--help" || rest[0] == "help":
 			printUsage(stdio.Stdout, cmd, path)
 			return 0
-		case len(path) == 1 && devOnly[rest[0]] && find(cmd.sub, rest[0]) == nil:
+		case len(path) == 1 && devOnly[rest[0]]:
 			fmt.Fprintf(stdio.Stderr, "%s: %q is a command of the development binary, not of the daemon: run go run ./cmd/relay-dev %s\n",
 				name, rest[0], strings.Join(rest, " "))
 			return 2
