@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 )
@@ -70,4 +71,24 @@ func TestAlterTopicConfig(t *testing.T) {
 	if err != nil || got.Config != info.Config {
 		t.Fatalf("after reopen: %+v, %v; want %+v", got.Config, err, info.Config)
 	}
+}
+
+// TestDataDirInUse: a second broker on a directory another one holds is
+// refused, after the lock's retry, and the first keeps working; once the
+// first is closed the directory opens.
+func TestDataDirInUse(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	b := openTest(t, dir, nil)
+	start := time.Now()
+	if _, err := Open(context.Background(), Options{Dir: dir, JanitorInterval: -1, Logger: quietLogger()}); err == nil || !strings.Contains(err.Error(), "in use by another process") {
+		t.Fatalf("a second broker on a held directory: %v, want in use", err)
+	} else if waited := time.Since(start); waited < lockRetry {
+		t.Fatalf("refused after %v, before the lock's retry of %v", waited, lockRetry)
+	}
+	mustCreate(t, b, "still", TopicConfig{})
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	openTest(t, dir, nil)
 }
