@@ -160,6 +160,10 @@ func (r *Relay) connectPool(ctx context.Context) (*pgxpool.Pool, error) {
 		// A transaction left open by a paused relay must not hold the
 		// leadership row (or the outbox's rows) past its lease.
 		c.RuntimeParams["idle_in_transaction_session_timeout"] = strconv.FormatInt(r.cfg.Lease.Milliseconds(), 10)
+		// The core's statements are short index lookups and writes; a
+		// plan misjudged over a queue's passing statistics must not cost
+		// a JIT compilation (hundreds of milliseconds) on the hot path.
+		c.RuntimeParams["jit"] = "off"
 	})
 }
 
