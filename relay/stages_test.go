@@ -311,4 +311,3 @@ func remainingRows(ctx context.Context, conn *pgx.Conn) (map[int64]bool, error) 
 	}
 	return left, nil
 }
-
