@@ -53,6 +53,9 @@ type Relay struct {
 	beats *heartbeats
 	// holder names this process in the leadership table.
 	holder string
+	// ledEpoch is the epoch this relay last led with (0 before it led);
+	// only Run's goroutine touches it.
+	ledEpoch int64
 	// published counts acknowledged live events, for the drain rate.
 	published atomic.Int64
 	// waiting holds the topics the destination refuses for now.
@@ -104,6 +107,9 @@ func (r *Relay) Role() Role { return r.role.Load().(Role) }
 // graceful stop.
 func (r *Relay) Run(ctx context.Context) error {
 	defer r.role.Store(RoleStopped)
+	if s, ok := r.sink.(StandbySink); ok {
+		defer s.Shutdown(context.WithoutCancel(ctx))
+	}
 	pool, err := r.connectPool(ctx)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -202,6 +208,7 @@ func (r *Relay) leadOnce(ctx context.Context, b *backoff) error {
 		r.m.Errors.WithLabelValues("leader").Inc()
 		return err
 	}
+	r.ledEpoch = l.epoch
 	r.beats.lead()
 	r.role.Store(RoleLeader)
 	r.m.Leader.Set(1)
