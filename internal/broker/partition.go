@@ -165,7 +165,7 @@ func (p *partition) openInactive(s *segment, end int64) error {
 	last := p.verifyRangeLocked(s, f, pos, s.size, first, end, "damaged batch at the end of an inactive segment, found on open")
 	// Offsets are dense up to the next segment, except where compaction
 	// removed records.
-	if last < end && p.set.config().CleanupPolicy != CleanupCompact {
+	if last < end && !p.set.config().CleanupPolicy.Compacts() {
 		p.recordLostLocked(LostRange{First: last, Last: end - 1, Segment: -1,
 			Reason: fmt.Sprintf("inactive segment %d ends before the next segment's base, found on open", s.base)})
 	}

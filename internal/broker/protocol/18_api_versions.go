@@ -28,6 +28,8 @@ var supportedVersions = map[int16]versionRange{
 	kmsg.ListGroups.Int16():              {0, 4},
 	kmsg.ApiVersions.Int16():             {0, 3},
 	kmsg.CreateTopics.Int16():            {0, 7},
+	kmsg.DeleteTopics.Int16():            {0, 6},
+	kmsg.CreatePartitions.Int16():        {0, 3},
 	kmsg.InitProducerID.Int16():          {0, 4},
 	kmsg.DescribeConfigs.Int16():         {0, 4},
 	kmsg.AlterConfigs.Int16():            {0, 2},

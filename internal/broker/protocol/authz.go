@@ -19,6 +19,8 @@ import (
 //	ListOffsets, Metadata   Describe on each topic (Metadata lists only those)
 //	auto-creating Metadata  Create on the topic
 //	CreateTopics            Create on each topic
+//	CreatePartitions        Alter on each topic
+//	DeleteTopics            Delete on each topic
 //	OffsetFetch             Describe on the group and on each topic
 //	FindCoordinator         Describe on the group
 //	JoinGroup, SyncGroup,   Read on the group
@@ -316,6 +318,38 @@ func (s *Server) authorizeSync(ctx context.Context, c *conn, r request) (kmsg.Re
 				rr := kmsg.NewIncrementalAlterConfigsResponseResource()
 				rr.ResourceType, rr.ResourceName, rr.ErrorCode = d.ResourceType, d.ResourceName, configsDenied(d.ResourceType)
 				resp.Resources = append(resp.Resources, rr)
+			}
+		}
+	case *kmsg.CreatePartitionsRequest:
+		kept, denied := split(req.Topics, func(t kmsg.CreatePartitionsRequestTopic) bool { return s.canTopic(c, kmsg.ACLOperationAlter, t.Topic) })
+		req.Topics = kept
+		return nil, func(r kmsg.Response) {
+			resp := r.(*kmsg.CreatePartitionsResponse)
+			for _, d := range denied {
+				t := kmsg.NewCreatePartitionsResponseTopic()
+				t.Topic, t.ErrorCode = d.Topic, topicDenied
+				resp.Topics = append(resp.Topics, t)
+			}
+		}
+	case *kmsg.DeleteTopicsRequest:
+		// Topics named by id are resolved first, so the check is by name.
+		kept, denied := split(s.deleteTopicNames(req), func(t kmsg.DeleteTopicsRequestTopic) bool {
+			return t.Topic == nil || s.canTopic(c, kmsg.ACLOperationDelete, *t.Topic)
+		})
+		if req.Version < 6 {
+			req.TopicNames = req.TopicNames[:0:0]
+			for _, t := range kept {
+				req.TopicNames = append(req.TopicNames, *t.Topic)
+			}
+		} else {
+			req.Topics = kept
+		}
+		return nil, func(r kmsg.Response) {
+			resp := r.(*kmsg.DeleteTopicsResponse)
+			for _, d := range denied {
+				t := kmsg.NewDeleteTopicsResponseTopic()
+				t.Topic, t.TopicID, t.ErrorCode = d.Topic, topicID(*d.Topic), topicDenied
+				resp.Topics = append(resp.Topics, t)
 			}
 		}
 	case *kmsg.CreateTopicsRequest:

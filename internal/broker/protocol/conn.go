@@ -553,6 +553,10 @@ func (s *Server) handleSync(ctx context.Context, c *conn, r request) (kmsg.Respo
 		return s.handleSASLHandshake(c, req), nil
 	case *kmsg.SASLAuthenticateRequest:
 		return s.handleSASLAuthenticate(c, req), nil
+	case *kmsg.CreatePartitionsRequest:
+		return s.handleCreatePartitions(ctx, req), nil
+	case *kmsg.DeleteTopicsRequest:
+		return s.handleDeleteTopics(req), nil
 	case *kmsg.DescribeACLsRequest:
 		return s.handleDescribeACLs(c, req), nil
 	case *kmsg.CreateACLsRequest:
