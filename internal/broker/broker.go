@@ -766,6 +766,16 @@ func (b *Broker) fillTopicConfig(cfg TopicConfig) TopicConfig {
 	if p := b.defaults.Load(); p != nil {
 		d = *p
 	}
+	return fillFrom(cfg, d, b.opts.DefaultPartitions)
+}
+
+// CheckTopicConfig reports whether cfg, its zero fields taken from
+// defaults and then from the built-in defaults, is a valid configuration.
+func CheckTopicConfig(cfg, defaults TopicConfig) error {
+	return fillFrom(cfg, defaults, 1).validate()
+}
+
+func fillFrom(cfg, d TopicConfig, defaultPartitions int32) TopicConfig {
 	// Each zero field takes the broker's default.
 	cfg.Partitions = cmp.Or(cfg.Partitions, d.Partitions)
 	cfg.RetentionMs = cmp.Or(cfg.RetentionMs, d.RetentionMs)
@@ -776,7 +786,7 @@ func (b *Broker) fillTopicConfig(cfg TopicConfig) TopicConfig {
 	cfg.DeleteRetentionMs = cmp.Or(cfg.DeleteRetentionMs, d.DeleteRetentionMs)
 	cfg.MinCompactionLagMs = cmp.Or(cfg.MinCompactionLagMs, d.MinCompactionLagMs)
 	cfg.MaxMessageBytes = cmp.Or(cfg.MaxMessageBytes, d.MaxMessageBytes)
-	return cfg.withDefaults(b.opts.DefaultPartitions)
+	return cfg.withDefaults(defaultPartitions)
 }
 
 func (b *Broker) copyMeta() metadata {

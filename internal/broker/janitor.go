@@ -42,8 +42,10 @@ func (b *Broker) janitorLoop() {
 	}
 }
 
-// kickJanitor asks the janitor for a pass now (a no-op when it is
-// disabled or a pass is already asked for).
+// KickJanitor asks the background janitor for a retention and compaction
+// pass now (a no-op when it is disabled or a pass is already asked for).
+func (b *Broker) KickJanitor() { b.kickJanitor() }
+
 func (b *Broker) kickJanitor() {
 	select {
 	case b.kick <- struct{}{}:
