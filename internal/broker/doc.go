@@ -21,6 +21,7 @@
 //	    00000000000000001234.log.cut-N  bytes cut from a corrupt tail, or a
 //	                                    damaged range rewritten from the journal
 //	    lost.json                       offset ranges found lost (see Lost data)
+//	    log-start                       the log start DeleteRecords set, in decimal
 //
 // File names carry the 20-digit, zero-padded base offset: the offset of the
 // first record the segment may hold (for a snapshot, the offset it is valid
@@ -191,8 +192,11 @@
 // payload | payload, where the payload is uint16 group length, group, uint16
 // topic length, topic, int32 partition, int64 offset, int32 leader epoch,
 // int64 commit time (unix ms), uint32 metadata length, metadata. The last
-// frame for a (group, topic, partition) wins. Each CommitOffsets call writes
-// its frames and fsyncs once. A torn tail is cut aside like a segment's. The
+// frame for a (group, topic, partition) wins; a frame whose offset is
+// -2^63 deletes it (DeleteOffsets, for Kafka's DeleteGroups and
+// OffsetDelete; a binary older than it would read that as an offset).
+// Each CommitOffsets or DeleteOffsets call writes its frames and fsyncs
+// once. A torn tail is cut aside like a segment's. The
 // file is rewritten atomically with only live entries once it passes
 // OffsetsCompactBytes and is at least half superseded frames.
 //
@@ -218,6 +222,12 @@
 // (or KickJanitor), so a shorter retention takes effect when it is set.
 //
 // # Topic changes
+//
+// DeleteRecords moves a partition's log start to an offset at most the
+// high watermark: log-start is replaced atomically first (so the new
+// start is durable before it is acknowledged), then the whole segments
+// below it are deleted; reads and ListOffsets start there even inside a
+// segment that stays.
 //
 // AddPartitions raises a topic's partition count: the new partition
 // directories are created and the topic directory fsynced before

@@ -8,6 +8,9 @@ import (
 	"time"
 )
 
+// Dir is the broker's data directory.
+func (b *Broker) Dir() string { return b.opts.Dir }
+
 // ConfigVersion changes whenever a topic is created, altered, given more
 // partitions or deleted: a writer that caches topic configurations (the
 // relay's sink) drops its cache when it moved.

@@ -63,3 +63,58 @@ func TestTopicChangesSurviveACrash(t *testing.T) {
 		t.Fatalf("key movement: %+v, %v; want 11 keys", m, err)
 	}
 }
+
+// TestDeleteRecordsAndOffsetsAreDurable: the log start DeleteRecords set
+// and the offsets DeleteOffsets removed stay so after a crash (the crash
+// model) and after a clean reopen, and Inspect reads the same start.
+func TestDeleteRecordsAndOffsetsAreDurable(t *testing.T) {
+	t.Parallel()
+	ffs := newInjectFS()
+	dir := t.TempDir()
+	b := openTest(t, dir, func(o *Options) { o.FS = ffs })
+	mustCreate(t, b, "t", TopicConfig{Partitions: 1, SegmentBytes: 1024})
+	for i := range 40 {
+		mustAppend(t, b, "t", 0, EncodeBatch(-1, -1, -1, []Record{{Value: []byte(fmt.Sprintf("%080d", i)), Timestamp: time.Now()}}))
+	}
+	before := len(b.Topics()[0].Partitions)
+	segs := b.Topics()[0].Partitions[0].Segments
+	start, err := b.DeleteRecords("t", 0, 25)
+	if err != nil || start != 25 {
+		t.Fatalf("DeleteRecords: %d, %v", start, err)
+	}
+	if s := b.Topics()[0].Partitions[0].Segments; s >= segs {
+		t.Fatalf("%d segments before, %d after: the whole ones below 25 stay", segs, s)
+	}
+	for _, g := range []string{"g", "h"} {
+		if err := b.CommitOffsets(context.Background(), g, []OffsetCommit{{Topic: "t", Partition: 0, Offset: 30}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n, err := b.DeleteOffsets("g", []TopicPartition{{Topic: "t", Partition: 0}}); err != nil || n != 1 {
+		t.Fatalf("DeleteOffsets: %d, %v", n, err)
+	}
+	check := func(what string, c *Broker) {
+		t.Helper()
+		if s, _, _ := c.Offsets("t", 0); s != 25 {
+			t.Fatalf("%s: log start %d, want 25", what, s)
+		}
+		if rs := readAll(t, c, "t", 0); rs[0].Offset != 25 || len(rs) != 15 {
+			t.Fatalf("%s: read from %d, %d records", what, rs[0].Offset, len(rs))
+		}
+		if _, ok := c.FetchOffset("g", "t", 0); ok {
+			t.Fatalf("%s: the deleted offset is back", what)
+		}
+		if _, ok := c.FetchOffset("h", "t", 0); !ok {
+			t.Fatalf("%s: the other offset is gone", what)
+		}
+	}
+	check("crash", openTest(t, ffs.crashCopy(t, dir), nil))
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	check("reopen", openTest(t, dir, nil))
+	ins, err := Inspect(context.Background(), dir)
+	if err != nil || ins.Topics[0].Partitions[0].LogStartOffset != 25 || before != 1 {
+		t.Fatalf("Inspect: %v %+v", err, ins.Topics)
+	}
+}
