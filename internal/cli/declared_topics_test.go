@@ -24,7 +24,7 @@ import (
 
 // declaredConfig is the test's config file: flags, topic-defaults and
 // four declared topics; alt is left to the defaults.
-func declaredConfig(retentionMs, deleteRetention string, growPartitions int) string {
+func declaredConfig(retentionMs, deleteRetention string, growPartitions int, extra ...string) string {
 	return fmt.Sprintf(`# relay run settings, by flag name
 poll-interval: 200ms
 batch-size: 20   # many small batches, each a segment of its own
@@ -42,7 +42,7 @@ topics:
     delete.retention.ms: %s
   grow:
     partitions: %d
-`, retentionMs, deleteRetention, growPartitions)
+`, retentionMs, deleteRetention, growPartitions) + strings.Join(extra, "")
 }
 
 func writeFile(t *testing.T, path, content string) {
@@ -302,27 +302,47 @@ func TestDeclaredTopics(t *testing.T) {
 			t.Fatalf("relay topics alter without --allow-repartition: %v, exit %d\n%s\n%s", err, r.Code, r.Stdout, r.Stderr)
 		}
 		r, err = testbin.Run(ctx, bin, nil, "topics", "alter", "grow", "--partitions", "8", "--allow-repartition", "--data-dir", dataDir)
-		if err != nil || r.Code != 0 {
+		if err != nil || r.Code != 0 || !strings.Contains(r.Stdout, "through the running relay") {
 			t.Fatalf("relay topics alter --allow-repartition: %v, exit %d\n%s\n%s", err, r.Code, r.Stdout, r.Stderr)
 		}
 		r, err = testbin.Run(ctx, bin, nil, "topics", "describe", "grow", "--data-dir", dataDir)
 		if err != nil || !strings.Contains(r.Stdout, "grow: 8 partitions") {
 			t.Fatalf("relay topics describe: %v\n%s\n%s", err, r.Stdout, r.Stderr)
 		}
+		// Confirmed in the file, on the topic: done on SIGHUP.
+		writeFile(t, cfgPath, declaredConfig("1", "1", 12, "    allow-repartition: true\n"))
+		hup()
+		eventually(t, 10*time.Second, "12 partitions from the file", func() error {
+			ts, err := adm.ListTopics(ctx, "grow")
+			if err != nil {
+				return err
+			}
+			if n := len(ts["grow"].Partitions); n != 12 {
+				return fmt.Errorf("%d partitions", n)
+			}
+			return nil
+		})
 		// The relay places new events by the new count.
 		var key string
 		for k := range keys {
-			if part.Partition(&kgo.Record{Key: []byte(k)}, 4) != part.Partition(&kgo.Record{Key: []byte(k)}, 8) {
+			if part.Partition(&kgo.Record{Key: []byte(k)}, 4) != part.Partition(&kgo.Record{Key: []byte(k)}, 12) {
 				key = k
 				break
 			}
 		}
 		exec(fmt.Sprintf(`INSERT INTO outbox.events (topic, key, payload) VALUES ('grow', '%s', convert_to('after', 'UTF8'))`, key))
 		e2e.WaitDrained(t, url, "outbox", time.Minute)
+		found := false
 		for _, rec := range kafkatest.ReadRecords(t, []string{kafkaAddr}, "grow", false) {
-			if bytes.Equal(rec.Value, []byte("after")) && int(rec.Partition) != part.Partition(rec, 8) {
-				t.Fatalf("key %s published to partition %d after the increase, want %d", key, rec.Partition, part.Partition(rec, 8))
+			if bytes.Equal(rec.Value, []byte("after")) {
+				found = true
+				if int(rec.Partition) != part.Partition(rec, 12) {
+					t.Fatalf("key %s published to partition %d after the increase, want %d", key, rec.Partition, part.Partition(rec, 12))
+				}
 			}
+		}
+		if !found {
+			t.Fatal("the event published after the increase was not read back")
 		}
 	})
 }
