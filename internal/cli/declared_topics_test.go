@@ -130,6 +130,20 @@ func TestDeclaredTopics(t *testing.T) {
 		o, _ := starts.Lookup(topic, 0)
 		return o.Offset
 	}
+	// wantMargin waits for the lag-against-retention metric of group
+	// readers (committed at 0) to be minus the topic's log start.
+	wantMargin := func(t *testing.T, topic string) {
+		t.Helper()
+		metric := fmt.Sprintf(`relay_kafka_group_retention_margin_records{group="readers",partition="0",topic="%s"} %d`, topic, -start(topic))
+		eventually(t, 10*time.Second, "the lag-against-retention metric", func() error {
+			for _, l := range e2e.MetricLines(t, httpAddr) {
+				if l == metric {
+					return nil
+				}
+			}
+			return fmt.Errorf("no line %q", metric)
+		})
+	}
 	hup := func() {
 		t.Helper()
 		p.Signal(syscall.SIGHUP)
@@ -158,7 +172,7 @@ func TestDeclaredTopics(t *testing.T) {
 	})
 
 	t.Run("retention through the file and SIGHUP", func(t *testing.T) {
-		if err := adm.CommitAllOffsets(ctx, "readers", kadm.Offsets{"ret": {0: {At: 0}}}); err != nil {
+		if err := adm.CommitAllOffsets(ctx, "readers", kadm.Offsets{"ret": {0: {At: 0}}, "alt": {0: {At: 0}}}); err != nil {
 			t.Fatal(err)
 		}
 		if s := start("ret"); s != 0 {
@@ -172,16 +186,7 @@ func TestDeclaredTopics(t *testing.T) {
 			}
 			return nil
 		})
-		s := start("ret")
-		metric := fmt.Sprintf(`relay_kafka_group_retention_margin_records{group="readers",partition="0",topic="ret"} %d`, -s)
-		eventually(t, 10*time.Second, "the lag-against-retention metric", func() error {
-			for _, l := range e2e.MetricLines(t, httpAddr) {
-				if l == metric {
-					return nil
-				}
-			}
-			return fmt.Errorf("no line %q", metric)
-		})
+		wantMargin(t, "ret")
 		if c := configs("ret"); c["retention.ms"] != "1" {
 			t.Fatalf("ret after SIGHUP: %v", c)
 		}
@@ -203,6 +208,7 @@ func TestDeclaredTopics(t *testing.T) {
 			}
 			return nil
 		})
+		wantMargin(t, "alt")
 	})
 
 	cmpRecords := func() map[string][]*kgo.Record {
