@@ -227,11 +227,14 @@ func (b *Broker) DeleteTopic(name string) error {
 	b.mu.Unlock()
 	b.configVersion.Add(1)
 	for _, p := range t.parts {
-		p.mu.Lock()
-		p.closed = true
-		p.closeAll()
-		p.notifyLocked()
-		p.mu.Unlock()
+		// Closed without the fsync and snapshot of a clean close: the
+		// files go. Waiting appenders and fetchers get ErrClosed.
+		_ = p.whileOpen(func() error {
+			p.closed = true
+			p.closeAll()
+			p.notifyLocked()
+			return nil
+		})
 	}
 	b.opts.Logger.Info("deleted topic", "topic", name, "partitions", len(t.parts))
 	return b.trashTopicDir(name)

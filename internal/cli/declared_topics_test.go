@@ -3,6 +3,7 @@ package cli_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -144,6 +145,30 @@ func TestDeclaredTopics(t *testing.T) {
 			return fmt.Errorf("no line %q", metric)
 		})
 	}
+	// segments counts a topic's segments on disk, as relay topics reports.
+	segments := func(topic string) int {
+		t.Helper()
+		r, err := testbin.Run(ctx, bin, nil, "topics", "--json", "--data-dir", dataDir)
+		if err != nil || r.Code != 0 {
+			t.Fatalf("relay topics: %v, exit %d: %s", err, r.Code, r.Stderr)
+		}
+		var ts []struct {
+			Name       string `json:"name"`
+			Partitions []struct {
+				Segments int `json:"segments"`
+			} `json:"partitions"`
+		}
+		if err := json.Unmarshal([]byte(r.Stdout), &ts); err != nil {
+			t.Fatal(err)
+		}
+		for _, tp := range ts {
+			if tp.Name == topic {
+				return tp.Partitions[0].Segments
+			}
+		}
+		t.Fatalf("relay topics lists no %s", topic)
+		return 0
+	}
 	hup := func() {
 		t.Helper()
 		p.Signal(syscall.SIGHUP)
@@ -178,6 +203,7 @@ func TestDeclaredTopics(t *testing.T) {
 		if s := start("ret"); s != 0 {
 			t.Fatalf("ret starts at %d before the change", s)
 		}
+		before := segments("ret")
 		writeFile(t, cfgPath, declaredConfig("1", "1h", 4))
 		hup()
 		eventually(t, 30*time.Second, "ret's log start after retention.ms=1", func() error {
@@ -187,6 +213,9 @@ func TestDeclaredTopics(t *testing.T) {
 			return nil
 		})
 		wantMargin(t, "ret")
+		if after := segments("ret"); after != 1 || before < 5 {
+			t.Fatalf("ret had %d segments, %d after retention.ms=1 (want only the active one left)", before, after)
+		}
 		if c := configs("ret"); c["retention.ms"] != "1" {
 			t.Fatalf("ret after SIGHUP: %v", c)
 		}
