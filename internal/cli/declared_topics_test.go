@@ -345,8 +345,14 @@ func TestDeclaredTopics(t *testing.T) {
 			t.Fatalf("relay topics describe: %v\n%s\n%s", err, r.Stdout, r.Stderr)
 		}
 		// Confirmed in the file, on the topic: done on SIGHUP.
-		writeFile(t, cfgPath, declaredConfig("1", "1", 12, "    allow-repartition: true\n"))
+		writeFile(t, cfgPath, declaredConfig("1", "1", 12, "    allow-repartition: true\nshutdown-timeout: 5s\n"))
 		hup()
+		eventually(t, 10*time.Second, "the warning about a setting that needs a restart", func() error {
+			if out := p.Output(); !strings.Contains(out, "take effect at the next start") || !strings.Contains(out, "settings=[shutdown-timeout]") {
+				return errors.New("not logged")
+			}
+			return nil
+		})
 		eventually(t, 10*time.Second, "12 partitions from the file", func() error {
 			ts, err := adm.ListTopics(ctx, "grow")
 			if err != nil {
@@ -379,6 +385,22 @@ func TestDeclaredTopics(t *testing.T) {
 		if !found {
 			t.Fatal("the event published after the increase was not read back")
 		}
+	})
+
+	t.Run("a decrease in the file at start", func(t *testing.T) {
+		p.Signal(syscall.SIGTERM)
+		if code := p.Wait(30 * time.Second); code != 0 {
+			t.Fatalf("SIGTERM: exit %d", code)
+		}
+		writeFile(t, cfgPath, declaredConfig("1", "1", 6))
+		p2 := e2e.Start(t, bin, nil, "run", "--config", cfgPath, "--database-url", url, "--data-dir", dataDir,
+			"--http-addr", httpAddr, "--kafka-addr", kafkaAddr)
+		eventually(t, 30*time.Second, "not ready, naming the refusal", func() error {
+			if r := p2.ReadyReason(); !strings.Contains(r, "never lowered") || !strings.Contains(r, "relay.yaml:17") {
+				return fmt.Errorf("readyz reason %q", r)
+			}
+			return nil
+		})
 	})
 }
 
