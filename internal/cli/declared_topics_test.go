@@ -387,6 +387,19 @@ func TestDeclaredTopics(t *testing.T) {
 		}
 	})
 
+	t.Run("deleting a topic the relay publishes to", func(t *testing.T) {
+		r, err := testbin.Run(ctx, bin, nil, "topics", "delete", "alt", "--data-dir", dataDir)
+		if err != nil || r.Code != 0 {
+			t.Fatalf("relay topics delete: %v, exit %d\n%s\n%s", err, r.Code, r.Stdout, r.Stderr)
+		}
+		exec(`INSERT INTO outbox.events (topic, key, payload) VALUES ('alt', 'again', convert_to('after', 'UTF8'))`)
+		e2e.WaitDrained(t, url, "outbox", time.Minute)
+		recs := kafkatest.ReadRecords(t, []string{kafkaAddr}, "alt", false)
+		if len(recs) != 1 || string(recs[0].Value) != "after" {
+			t.Fatalf("alt after its deletion and a new event: %d records", len(recs))
+		}
+	})
+
 	t.Run("a decrease in the file at start", func(t *testing.T) {
 		p.Signal(syscall.SIGTERM)
 		if code := p.Wait(30 * time.Second); code != 0 {
