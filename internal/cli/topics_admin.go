@@ -47,8 +47,9 @@ type topicAdminFlags struct {
 }
 
 // parseTopicAdmin registers --data-dir, parses args (the topic name
-// first or last) and opens the store.
-func parseTopicAdmin(ctx context.Context, stdio IO, fs *flag.FlagSet, args []string) (topicStore, string, error) {
+// first or last), runs check (the command's own flags, nil: none) and
+// opens the store.
+func parseTopicAdmin(ctx context.Context, stdio IO, fs *flag.FlagSet, args []string, check func() error) (topicStore, string, error) {
 	dataDir := fs.String("data-dir", "relay-data", "embedded broker data directory (the running daemon's, reached through its admin socket, or a stopped one's files)")
 	var name string
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
@@ -65,6 +66,11 @@ func parseTopicAdmin(ctx context.Context, stdio IO, fs *flag.FlagSet, args []str
 	}
 	if err := broker.ValidateTopicName(name); err != nil {
 		return nil, "", usagef("%v", err)
+	}
+	if check != nil {
+		if err := check(); err != nil {
+			return nil, "", err
+		}
 	}
 	st, err := openTopicStore(ctx, *dataDir, fs.Name() == "relay topics create")
 	return st, name, err
@@ -133,15 +139,15 @@ func topicsCreate(ctx context.Context, stdio IO, args []string) error {
 	partitions := fs.Int("partitions", 0, "partition count (default: the running daemon's --partitions; required on a stopped one's files)")
 	var configs listFlag
 	fs.Var(&configs, "config", "topic config as name=value (repeatable), e.g. retention.ms=86400000")
-	st, name, err := parseTopicAdmin(ctx, stdio, fs, args)
+	var cm map[string]string
+	st, name, err := parseTopicAdmin(ctx, stdio, fs, args, func() (err error) {
+		cm, err = parseConfigs(configs)
+		return err
+	})
 	if err != nil {
 		return err
 	}
 	defer st.close()
-	cm, err := parseConfigs(configs)
-	if err != nil {
-		return err
-	}
 	if err := st.create(ctx, name, int32(*partitions), cm); err != nil {
 		return err
 	}
@@ -156,18 +162,25 @@ func topicsAlter(ctx context.Context, stdio IO, args []string) error {
 	var set, del listFlag
 	fs.Var(&set, "config", "set a topic config, name=value (repeatable)")
 	fs.Var(&del, "delete-config", "put a topic config back to its default (repeatable)")
-	st, name, err := parseTopicAdmin(ctx, stdio, fs, args)
+	var cm map[string]string
+	st, name, err := parseTopicAdmin(ctx, stdio, fs, args, func() (err error) {
+		if cm, err = parseConfigs(set); err != nil {
+			return err
+		}
+		for _, k := range del {
+			if _, ok := broker.FindTopicConfig(k); !ok {
+				return usagef("--delete-config %s: unknown topic config", k)
+			}
+		}
+		if *partitions == 0 && len(cm) == 0 && len(del) == 0 {
+			return usagef("nothing to alter: give --config, --delete-config or --partitions")
+		}
+		return nil
+	})
 	if err != nil {
 		return err
 	}
 	defer st.close()
-	cm, err := parseConfigs(set)
-	if err != nil {
-		return err
-	}
-	if *partitions == 0 && len(cm) == 0 && len(del) == 0 {
-		return usagef("nothing to alter: give --config, --delete-config or --partitions")
-	}
 	if *partitions != 0 {
 		report, err := st.movement(ctx, name, int32(*partitions))
 		if err != nil {
@@ -194,7 +207,7 @@ func topicsAlter(ctx context.Context, stdio IO, args []string) error {
 func topicsDescribe(ctx context.Context, stdio IO, args []string) error {
 	fs := flagSet("relay topics describe", stdio)
 	asJSON := fs.Bool("json", false, "print JSON")
-	st, name, err := parseTopicAdmin(ctx, stdio, fs, args)
+	st, name, err := parseTopicAdmin(ctx, stdio, fs, args, nil)
 	if err != nil {
 		return err
 	}
@@ -225,7 +238,7 @@ func topicsDescribe(ctx context.Context, stdio IO, args []string) error {
 
 func topicsDelete(ctx context.Context, stdio IO, args []string) error {
 	fs := flagSet("relay topics delete", stdio)
-	st, name, err := parseTopicAdmin(ctx, stdio, fs, args)
+	st, name, err := parseTopicAdmin(ctx, stdio, fs, args, nil)
 	if err != nil {
 		return err
 	}
