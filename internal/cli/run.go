@@ -271,7 +271,7 @@ func (f *runFlags) serve(ctx context.Context, log *slog.Logger) error {
 	if f.fsync == "interval" {
 		sync = broker.SyncIntervalUnsafe
 	}
-	declared := f.declaredTopics(log)
+	admin := f.topicAdmin(log)
 	var onOpen func(*broker.Broker) (func(), error)
 	switch {
 	case f.sink != "embedded":
@@ -282,7 +282,7 @@ func (f *runFlags) serve(ctx context.Context, log *slog.Logger) error {
 			return err
 		}
 		kl := &kafkaListener{addr: f.kafkaAddr, advertised: f.kafkaAdvertised, autoCreate: f.createTopics, security: security, log: log,
-			allowRepartition: declared.allowRepartition}
+			allowRepartition: admin.allowRepartition}
 		metrics.Registry.MustRegister(kl)
 		onOpen = kl.attach
 	default:
@@ -301,7 +301,7 @@ func (f *runFlags) serve(ctx context.Context, log *slog.Logger) error {
 		}
 	} else if sink, err = embedded.New(embedded.Config{
 		Broker:        broker.Options{Dir: f.dataDir, Sync: sync, DefaultPartitions: int32(f.partitions), Logger: log, AllowLostPartitions: f.allowLost},
-		OnOpen:        declared.wrap(onOpen),
+		OnOpen:        admin.wrap(onOpen),
 		WaitForTopics: !f.createTopics,
 		Logger:        log,
 	}); err != nil {
@@ -349,7 +349,7 @@ func (f *runFlags) serve(ctx context.Context, log *slog.Logger) error {
 		}
 		defer stop()
 	}
-	defer declared.watchSIGHUP(ctx)()
+	defer admin.watchSIGHUP(ctx)()
 	log.Info("relay starting", "database", pgconfig.Describe(&connCfg.Config), "schema", f.db.schema,
 		"source", f.source, "sink", f.sink, "data_dir", f.dataDir, "http_addr", f.httpAddr)
 	if err := r.Run(ctx); err != nil {

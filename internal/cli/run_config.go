@@ -72,7 +72,7 @@ type topicAdmin struct {
 	b       *broker.Broker
 }
 
-func (f *runFlags) declaredTopics(log *slog.Logger) *topicAdmin {
+func (f *runFlags) topicAdmin(log *slog.Logger) *topicAdmin {
 	return &topicAdmin{log: log, f: f, dataDir: f.dataDir}
 }
 

@@ -72,3 +72,21 @@ func TestParseRefusesWithTheLine(t *testing.T) {
 		}
 	}
 }
+
+// FuzzParse: no input makes Parse panic, and a file it accepts parses
+// the same again.
+func FuzzParse(f *testing.F) {
+	f.Add([]byte("batch-size: 20\ntopics:\n  orders:\n    partitions: 3\n    retention.ms: 1h\n"))
+	f.Add([]byte("topic-defaults:\n  cleanup.policy: compact,delete\n"))
+	f.Add([]byte("a: [1, 2]\n---\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		a, err := Parse("f.yaml", data)
+		if err != nil {
+			return
+		}
+		b, err := Parse("f.yaml", data)
+		if err != nil || len(a.Flags) != len(b.Flags) || len(a.Topics) != len(b.Topics) {
+			t.Fatalf("parsed differently the second time: %v", err)
+		}
+	})
+}
