@@ -387,6 +387,42 @@ func TestDeclaredTopics(t *testing.T) {
 		}
 	})
 
+	t.Run("admin APIs on the binary", func(t *testing.T) {
+		dirs, err := adm.DescribeAllLogDirs(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var size int64 = -1
+		dirs.Each(func(d kadm.DescribedLogDir) {
+			if p, ok := d.Topics.Lookup("cmp", 0); ok {
+				size = p.Size
+			}
+		})
+		if size <= 0 {
+			t.Fatalf("DescribeLogDirs: cmp/0 has %d bytes", size)
+		}
+		ends, err := adm.ListEndOffsets(ctx, "cmp")
+		if err != nil {
+			t.Fatal(err)
+		}
+		end, _ := ends.Lookup("cmp", 0)
+		dr, err := adm.DeleteRecords(ctx, kadm.Offsets{"cmp": {0: {At: end.Offset}}})
+		if err != nil || dr["cmp"][0].Err != nil || dr["cmp"][0].LowWatermark != end.Offset || start("cmp") != end.Offset {
+			t.Fatalf("DeleteRecords up to %d: %v %+v, start %d", end.Offset, err, dr, start("cmp"))
+		}
+		if r, err := adm.DeleteGroups(ctx, "readers"); err != nil || r["readers"].Err != nil {
+			t.Fatalf("DeleteGroups: %v %+v", err, r)
+		}
+		eventually(t, 10*time.Second, "the deleted group's metrics gone", func() error {
+			for _, l := range e2e.MetricLines(t, httpAddr) {
+				if strings.Contains(l, `group="readers"`) {
+					return fmt.Errorf("still exported: %s", l)
+				}
+			}
+			return nil
+		})
+	})
+
 	t.Run("deleting a topic the relay publishes to", func(t *testing.T) {
 		r, err := testbin.Run(ctx, bin, nil, "topics", "delete", "alt", "--data-dir", dataDir)
 		if err != nil || r.Code != 0 {
