@@ -6,8 +6,9 @@
 // the declared topics to a broker, all or nothing.
 //
 // The file is parsed with go.yaml.in/yaml/v3 (the YAML organisation's
-// maintained continuation of gopkg.in/yaml.v3), through its node tree, so
-// that every key and value keeps its line.
+// maintained continuation of gopkg.in/yaml.v3, already a dependency),
+// through its node tree, so that every key and value keeps its line and a
+// flag's value reaches the FlagSet as written.
 package relayconf
 
 import (
