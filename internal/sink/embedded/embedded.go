@@ -181,9 +181,11 @@ type Sink struct {
 	// seen holds the identities of the relay's records that the log holds
 	// after the acknowledged offsets, found at Start.
 	seen map[string]struct{}
-	// topics caches topic settings; a topic's partition count never
-	// changes.
+	// topics caches topic settings, until the broker's ConfigVersion
+	// moves.
 	topics map[string]broker.TopicConfig
+	// topicsVersion is the broker's ConfigVersion topics was filled at.
+	topicsVersion int64
 	// enc is the encoding buffer, reused from batch to batch.
 	enc []byte
 }
@@ -656,6 +658,10 @@ func partitionKey(m relay.Message) []byte {
 // unless WaitForTopics is set; then a missing topic is a
 // relay.DestinationError, asked about again at the next call.
 func (s *Sink) topicConfig(b *broker.Broker, topic string) (broker.TopicConfig, error) {
+	if v := b.ConfigVersion(); v != s.topicsVersion {
+		// A topic was created, altered, repartitioned or deleted.
+		s.topics, s.topicsVersion = map[string]broker.TopicConfig{}, v
+	}
 	if cfg, ok := s.topics[topic]; ok {
 		return cfg, nil
 	}
@@ -684,7 +690,7 @@ func (s *Sink) topicConfig(b *broker.Broker, topic string) (broker.TopicConfig, 
 // keyless record on a compacted topic, or a record whose batch is over the
 // topic's size limit.
 func admissible(m relay.Message, cfg broker.TopicConfig) error {
-	if m.Key == nil && cfg.CleanupPolicy == broker.CleanupCompact {
+	if m.Key == nil && cfg.CleanupPolicy.Compacts() {
 		return broker.ErrKeylessCompacted
 	}
 	// A cheap upper bound first (every varint at its longest); encode only
