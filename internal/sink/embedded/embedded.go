@@ -96,7 +96,8 @@
 //     longer leads;
 //   - and it is reopened by a Start that finds its storage failed (a
 //     sticky fsync error is cleared only by reading the log from disk
-//     again).
+//     again) or after a publish named a topic deleted since the broker
+//     opened (the name is free again only after a reopen).
 //
 // Fault model of this state:
 //   - The leader partitioned from PostgreSQL (its lease runs out) while a
@@ -166,6 +167,9 @@ type Sink struct {
 	// lingerStop ends and lingerDone reports.
 	inSession              bool
 	lingerStop, lingerDone chan struct{}
+	// reopen makes the next Start open the broker anew (a topic deleted
+	// since it opened is wanted again).
+	reopen bool
 	// failure is the last Publish error, until a Publish succeeds; it
 	// survives restarts of the sink.
 	failure error
@@ -266,11 +270,13 @@ func (s *Sink) Start(ctx context.Context, session relay.Session) error {
 		}
 	}
 	s.mu.Lock()
-	b := s.b
+	b, reopen := s.b, s.reopen
+	s.reopen = false
 	s.mu.Unlock()
-	if b != nil && b.Health() != nil {
+	if b != nil && (reopen || b.Health() != nil) {
 		// A failed fsync is cleared only by reading the log from disk
-		// again: as before a restart, the broker is opened anew.
+		// again, and a deleted topic's name is free again only once the
+		// broker reopened: as before a restart, it is opened anew.
 		s.closeBroker()
 		b = nil
 	}
@@ -678,6 +684,13 @@ func (s *Sink) topicConfig(b *broker.Broker, topic string) (broker.TopicConfig, 
 		}
 	} else {
 		info, err = b.EnsureTopic(topic)
+	}
+	if errors.Is(err, broker.ErrRecentlyDeleted) {
+		// The name can be used again once the broker reopened: the next
+		// session opens it anew instead of keeping it.
+		s.mu.Lock()
+		s.reopen = true
+		s.mu.Unlock()
 	}
 	if err != nil {
 		return broker.TopicConfig{}, err
