@@ -191,20 +191,9 @@ func (g *groupStore) commit(group string, commits []OffsetCommit, now time.Time)
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.f == nil {
-		return ErrClosed
-	}
-	if err := g.health.check(); err != nil {
+	if err := g.writeLocked(buf); err != nil {
 		return err
 	}
-	if _, err := g.f.Write(buf); err != nil {
-		_ = g.f.Truncate(g.size)
-		return storageErr("write offsets", err)
-	}
-	if err := g.health.sync(g.f, "fsync offsets"); err != nil {
-		return err
-	}
-	g.size += int64(len(buf))
 	for _, c := range commits {
 		g.offsets[groupKey{group, c.Topic, c.Partition}] = CommittedOffset{Offset: c.Offset, LeaderEpoch: c.LeaderEpoch, Metadata: c.Metadata, CommitTime: now}
 	}

@@ -100,6 +100,23 @@ func (e *env) pairUnderLoad() (a, b *node, ledger *e2e.Ledger, stopWriters func(
 	return a, b, ledger, stopWriters
 }
 
+// listenerWithEvents starts a relay serving the Kafka listener on a free
+// address, with the extra flags, and has it publish events committed
+// events into the returned ledger; it returns the node and the address.
+func (e *env) listenerWithEvents(events int, extra ...string) (*node, string, *e2e.Ledger) {
+	e.t.Helper()
+	addr := e2e.FreeAddr(e.t)
+	n := e.newNode("relay", append([]string{"--kafka-addr", addr}, extra...)...)
+	n.start()
+	e2e.WaitRole(e.t, n.proc, "leader", 30*time.Second)
+	ledger := e2e.NewLedger()
+	if err := e2e.Write(context.Background(), e.writers(events), ledger); err != nil {
+		e.t.Fatal(err)
+	}
+	e2e.WaitPublished(e.t, e.url, int64(ledger.Len()), time.Minute)
+	return n, addr, ledger
+}
+
 // stop ends the node's relay with SIGTERM and expects a clean exit.
 func (n *node) stop() {
 	n.e.t.Helper()

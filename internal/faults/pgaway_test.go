@@ -25,15 +25,7 @@ const pgAwayFor = 30 * time.Second
 func TestListenerServesWhilePostgresIsAway(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	kafkaAddr := e2e.FreeAddr(t)
-	n := e.newNode("relay", "--kafka-addr", kafkaAddr)
-	n.start()
-	e2e.WaitRole(t, n.proc, "leader", 30*time.Second)
-	ledger := e2e.NewLedger()
-	if err := e2e.Write(context.Background(), e.writers(3000), ledger); err != nil {
-		t.Fatal(err)
-	}
-	e2e.WaitPublished(t, e.url, int64(ledger.Len()), time.Minute)
+	n, kafkaAddr, ledger := e.listenerWithEvents(3000)
 
 	cl, err := kgo.NewClient(kgo.SeedBrokers(kafkaAddr), kgo.ConsumerGroup("slow-readers"), kgo.ConsumeTopics("orders"),
 		kgo.DisableAutoCommit(), kgo.FetchMaxBytes(16<<10), kgo.FetchMaxPartitionBytes(4<<10),
