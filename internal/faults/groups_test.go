@@ -26,8 +26,9 @@ type memberReport struct {
 	Closing      float64        `json:"closing"`
 }
 
-// TestGroupsSurviveARelayRestart: three librdkafka members of one consumer
-// group (python3-confluent-kafka) read the log slowly through the Kafka
+// TestGroupsSurviveARelayRestart: three members of one consumer group, of
+// two client families (two librdkafka, through python3-confluent-kafka,
+// and one kafka-python), read the log slowly through the Kafka
 // listener, committing after each poll; the relay is stopped (SIGTERM) and
 // started again, then SIGKILLed and started again. The group's membership
 // is durable: after the restarts no member is assigned or revoked again,
@@ -41,8 +42,8 @@ type memberReport struct {
 func TestGroupsSurviveARelayRestart(t *testing.T) {
 	t.Parallel()
 	const python = "/usr/bin/python3"
-	if out, err := exec.Command(python, "-c", "import confluent_kafka").CombinedOutput(); err != nil {
-		t.Fatalf("the Python Kafka client is missing (apt-get install python3-confluent-kafka; .ci/run does): %v\n%s", err, out)
+	if out, err := exec.Command(python, "-c", "import confluent_kafka, kafka").CombinedOutput(); err != nil {
+		t.Fatalf("a Python Kafka client is missing (apt-get install python3-confluent-kafka python3-kafka; .ci/run does): %v\n%s", err, out)
 	}
 	e := newEnv(t)
 	n, kafkaAddr, _ := e.listenerWithEvents(4000, "--partitions", "6")
@@ -51,9 +52,9 @@ func TestGroupsSurviveARelayRestart(t *testing.T) {
 	dir := t.TempDir()
 	var procs []*exec.Cmd
 	var outs []string
-	for i := range 3 {
+	for i, client := range []string{"librdkafka", "kafka-python", "librdkafka"} {
 		out := filepath.Join(dir, fmt.Sprintf("member%d.json", i))
-		cmd := exec.Command(python, script, kafkaAddr, "durable", "60", out)
+		cmd := exec.Command(python, script, client, kafkaAddr, "durable", "60", out)
 		cmd.Stderr = os.Stderr
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
@@ -155,5 +156,5 @@ func TestGroupsSurviveARelayRestart(t *testing.T) {
 	if len(all) < 1000 {
 		t.Errorf("the group read only %d records", len(all))
 	}
-	t.Logf("%d records read by 3 librdkafka members across a SIGTERM and a SIGKILL restart of the relay; %d delivered twice", len(all), twice)
+	t.Logf("%d records read by 2 librdkafka members and 1 kafka-python member across a SIGTERM and a SIGKILL restart of the relay; %d delivered twice", len(all), twice)
 }
