@@ -11,6 +11,7 @@
 //	DIR/LOCK                     flock held by the open Broker
 //	DIR/meta.json                topics and configs, producer id allocation
 //	DIR/groups/offsets.log       committed consumer group offsets
+//	DIR/txns/state.log           transaction coordinator state
 //	DIR/journal/NNN.journal      write-ahead journal (SyncBeforeAck)
 //	DIR/topics/T/P/              one directory per partition P of topic T
 //	    00000000000000000000.log        segment: record batches
@@ -210,6 +211,67 @@
 // offset delta, producer fields and timestamps. Tombstones (null values) go
 // once their batch's max timestamp is older than delete.retention.ms.
 //
+// # Transactions (txns/state.log)
+//
+// The transaction coordinator (txn.go) follows Kafka's: a transactional id
+// maps to a producer id and epoch; InitTransactional bumps the epoch, which
+// fences every older instance, and aborts a transaction the previous
+// instance left open. AddTxnPartitions and AddTxnGroup move the
+// transaction to Ongoing; transactional batches are accepted only from the
+// current epoch of an Ongoing transaction, for partitions it added;
+// TxnCommitOffsets keeps a group's offsets pending in the transaction;
+// EndTxn writes a control batch (a commit or abort marker, under the
+// producer's id and epoch) to every partition of the transaction and, on
+// commit, stores the pending offsets with the group's others. A
+// transaction left Ongoing past its timeout is aborted by the coordinator
+// with a bumped epoch, which fences the producer that abandoned it.
+//
+// The coordinator's state is an append-only file of frames like the group
+// offsets file's (uint32 length | uint32 CRC32C | payload), the payload a
+// JSON object with the whole state of one transactional id (producer id,
+// epoch, timeout, state, partitions, groups, pending offsets, start time);
+// the last frame per id wins, a torn tail is cut aside, and the file is
+// rewritten atomically with live entries only once it passes 4 MiB and is
+// mostly superseded. Every state change is written and fsynced before it is
+// acted on or answered:
+//
+//	step                         persisted first                 then
+//	InitProducerId               (new id: meta.json) Empty,e+1   answer
+//	AddPartitionsToTxn/Offsets   Ongoing with the new members    answer
+//	TxnOffsetCommit              Ongoing with the pending offsets answer
+//	EndTxn                       PrepareCommit|PrepareAbort      markers (each durable
+//	                                                             under the sync policy),
+//	                                                             offsets (commit), then
+//	                                                             CompleteCommit|Abort, answer
+//	timeout, fencing             PrepareAbort at epoch e+1       markers, CompleteAbort
+//
+// Recovery on open, after the journal replay: an id found in PrepareCommit
+// or PrepareAbort has its markers written again to every partition and (on
+// commit) its offsets stored again, then is completed; a second marker for a
+// transaction a partition already closed changes nothing, and the offsets
+// are the same values, so redoing a step a crash interrupted is harmless. An
+// Ongoing transaction stays open (its producer may continue after the
+// restart, as with a Kafka coordinator failover) until it ends or times out.
+// The decision to commit is durable before any marker is written, so a
+// read_committed consumer never sees data of a transaction that a crash
+// could still abort.
+//
+// Each partition keeps its transactions in its producer state: per producer
+// the first offset of its open transaction, and the list of aborted
+// transactions (producer id, first offset, offset of the abort marker).
+// Snapshot version 2 stores both (after the producers: int64 open first
+// offset per producer, -1 for none; then uint32 count and per aborted
+// transaction int64 producer id | int64 first | int64 last); replaying the
+// batch headers after the snapshot restores the rest, reading the marker
+// type from each control batch. The last stable offset (LSO) is the
+// smallest first offset of an open transaction, or the high watermark;
+// read_committed fetches stop there and carry the aborted transactions
+// overlapping what they return. Retention deletes a segment only when it
+// ends at or below the LSO (it never deletes data of an open transaction),
+// and compaction cleans only segments below the LSO, keeps every control
+// batch, and lets no record of an aborted transaction shadow an older
+// committed value of its key (aborted records are dropped instead).
+//
 // # Fault model
 //
 // What the log survives, and the test that shows it. The fault-injecting
@@ -254,8 +316,16 @@
 //   - A deleted partition directory: refused, or recreated and reported;
 //     TestVanishedPartitionDirectory.
 //
-// Not survived: damage to meta.json or the group offsets file beyond a
-// torn tail; damage to a journal record whose batch no segment holds
+//   - Crash or restart at any step of a transaction: an acknowledged
+//     AddPartitions, TxnOffsetCommit or EndTxn is never undone; a commit
+//     decided (PrepareCommit durable) completes on restart, an undecided
+//     transaction stays open until it ends or times out; a read_committed
+//     consumer sees each committed record once and no aborted one;
+//     TestTxnCoordinatorRecovery, TestTxnCrashBetweenMarkers, and the
+//     consume-transform-produce tests in the protocol package.
+//
+// Not survived: damage to meta.json, the group offsets file or the
+// transaction state file beyond a torn tail; damage to a journal record whose batch no segment holds
 // (reported lost, not repaired); damage in an inactive segment (reported,
 // not repaired: the journal only covers active segments once they rolled
 // and were fsynced); under SyncIntervalUnsafe, anything written since the
