@@ -283,12 +283,16 @@
 //
 //   - Process kill at any point (SIGKILL): nothing acknowledged lost, no
 //     duplicate; TestKillDuringAppend.
+//
 //   - Power loss: segments lose what no fsync covered, the journal restores
 //     it; TestJournalRestoresWhatSegmentsLost,
 //     TestJournalTornWriteKeepsEarlierBatches.
+//
 //   - Torn or zero-filled tail: cut aside; TestCorruptTailRecovery.
+//
 //   - Full disk, short writes (ENOSPC): the append fails, the next one
 //     works; TestDiskFaults, TestWriteAndReadFaults.
+//
 //   - fsync EIO on a segment or on the journal, under load: no append that
 //     starts after the failure is acknowledged and the waiting ones fail;
 //     nothing acknowledged is lost in the crash model; Reopen brings the
@@ -297,22 +301,27 @@
 //     TestFsyncEIOUnderLoad, TestDiskFaults,
 //     TestJournalBoundsFileAfterFailedFsync,
 //     TestReopensItselfWhenTheDiskWorksAgain.
+//
 //   - EIO on read: the fetch fails with ErrStorage (KAFKA_STORAGE_ERROR,
 //     which clients retry) and nothing is reported lost;
 //     TestWriteAndReadFaults.
+//
 //   - A flipped bit in the active segment: repaired from the journal when
 //     it covers the batch (after a kill), else reported lost with the exact
 //     offsets and the later batches kept (after a clean stop);
 //     TestFlippedByteInActiveSegmentAfterKill,
 //     TestFlippedByteInActiveSegmentAfterCleanStop.
+//
 //   - A flipped bit in an inactive segment: found by a read, by the
 //     background check, or on open when in its last batches, and reported
 //     with the exact offsets; TestFlippedByteInInactiveSegment,
 //     TestFlippedLastBatchOfInactiveSegmentFoundOnOpen, TestDumpReportsLostData,
 //     and TestKgoConsumerGetsAnErrorForLostData in the protocol package.
+//
 //   - Offsets missing from every file (a segment cut while the journal
 //     holds later batches, an inactive segment cut short): reported as a
 //     gap; TestGapIsReported.
+//
 //   - A deleted partition directory: refused, or recreated and reported;
 //     TestVanishedPartitionDirectory.
 //

@@ -146,9 +146,9 @@ func markerBatch(producerID int64, epoch int16, commit bool, nowMs int64) []byte
 	key := binary.BigEndian.AppendUint16(binary.BigEndian.AppendUint16(nil, 0), uint16(typ))
 	value := binary.BigEndian.AppendUint32(binary.BigEndian.AppendUint16(nil, 0), 0)
 	var rec []byte
-	rec = append(rec, 0)                        // attributes
-	rec = binary.AppendVarint(rec, 0)           // timestamp delta
-	rec = binary.AppendVarint(rec, 0)           // offset delta
+	rec = append(rec, 0)              // attributes
+	rec = binary.AppendVarint(rec, 0) // timestamp delta
+	rec = binary.AppendVarint(rec, 0) // offset delta
 	rec = binary.AppendVarint(rec, int64(len(key)))
 	rec = append(rec, key...)
 	rec = binary.AppendVarint(rec, int64(len(value)))
