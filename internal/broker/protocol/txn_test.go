@@ -3,8 +3,10 @@ package protocol
 import (
 	"context"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"hash/crc32"
+	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
@@ -332,4 +334,55 @@ func TestTxnLastStableOffsetAndUnstableOffsets(t *testing.T) {
 // fixCRC recomputes a batch's CRC after its attributes were changed.
 func fixCRC(b []byte) {
 	binary.BigEndian.PutUint32(b[17:], crc32.Checksum(b[21:], crc32.MakeTable(crc32.Castagnoli)))
+}
+
+// TestTxnLibrdkafka: a second client family, librdkafka through Debian's
+// python3-confluent-kafka, commits and aborts transactions and runs a
+// consume-transform-produce transaction with send_offsets_to_transaction
+// against the broker (testdata/txn_client.py).
+func TestTxnLibrdkafka(t *testing.T) {
+	t.Parallel()
+	const python = "/usr/bin/python3"
+	if out, err := exec.Command(python, "-c", "import confluent_kafka").CombinedOutput(); err != nil {
+		t.Fatalf("python3-confluent-kafka is missing (apt-get install python3-confluent-kafka; .ci/run does): %v\n%s", err, out)
+	}
+	f := setup(t, nil)
+	f.createTopic(t, "py-in", 1)
+	f.createTopic(t, "py-out", 1)
+	cmd := exec.Command(python, "testdata/txn_client.py", f.addr, "py-in", "py-out")
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("txn_client.py: %v\n%s", err, stderr.String())
+	}
+	var got struct {
+		Committed, Uncommitted, Out []string
+		Moved                       int
+		GroupOffset                 int64 `json:"group_offset"`
+	}
+	if err := json.Unmarshal(out, &got); err != nil {
+		t.Fatalf("txn_client.py output %q: %v", out, err)
+	}
+	var wantCommitted, wantOut []string
+	for i := 0; i < 10; i++ {
+		wantCommitted = append(wantCommitted, "py-commit-"+strconv.Itoa(i))
+		wantOut = append(wantOut, "out:py-commit-"+strconv.Itoa(i))
+	}
+	if strings.Join(got.Committed, ",") != strings.Join(wantCommitted, ",") {
+		t.Errorf("read_committed saw %v, want %v", got.Committed, wantCommitted)
+	}
+	if len(got.Uncommitted) != 15 {
+		t.Errorf("read_uncommitted saw %d records (%v), want the 10 committed and the 5 aborted", len(got.Uncommitted), got.Uncommitted)
+	}
+	if got.Moved != 10 || strings.Join(got.Out, ",") != strings.Join(wantOut, ",") {
+		t.Errorf("consume-transform-produce output %v, want %v", got.Out, wantOut)
+	}
+	// 10 records, a commit marker, 5 aborted records, an abort marker.
+	if got.GroupOffset != 17 {
+		t.Errorf("py-group committed offset %d, want 17 (past both markers)", got.GroupOffset)
+	}
+	if c, ok := f.b.FetchOffset("py-group", "py-in", 0); !ok || c.Offset != got.GroupOffset {
+		t.Errorf("broker's committed offset %+v %v", c, ok)
+	}
 }
