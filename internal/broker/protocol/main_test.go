@@ -27,9 +27,9 @@ func TestMain(m *testing.M) {
 	case "":
 		os.Exit(m.Run())
 	case "processor":
-		err := runProcessor(context.Background(), os.Getenv(envTxnAddr), func(format string, args ...any) {
+		err := eosJob(os.Getenv(envTxnAddr), func(format string, args ...any) {
 			fmt.Fprintf(os.Stderr, format+"\n", args...)
-		})
+		}).Run(context.Background())
 		fmt.Fprintln(os.Stderr, "processor:", err)
 		os.Exit(1)
 	case "broker":

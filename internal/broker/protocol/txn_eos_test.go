@@ -18,9 +18,10 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-// The consume-transform-produce job of the crash tests: read eosSource,
-// write each record's value prefixed with "b:" to eosSink, commit the
-// source offsets in the same transaction (franz-go's GroupTransactSession).
+// The consume-transform-produce job of the crash tests (e2e.TxnJob): read
+// eosSource, write each record's value prefixed with "b:" to eosSink,
+// commit the source offsets in the same transaction (franz-go's
+// GroupTransactSession).
 const (
 	eosSource = "eos-a"
 	eosSink   = "eos-b"
@@ -29,65 +30,9 @@ const (
 	eosParts  = 3
 )
 
-// runProcessor runs the job until ctx ends, starting a new session (and so
-// a new producer epoch, fencing the old one) whenever one fails.
-func runProcessor(ctx context.Context, addr string, logf func(string, ...any)) error {
-	for ctx.Err() == nil {
-		if err := processSession(ctx, addr, logf); err != nil && ctx.Err() == nil {
-			logf("processor session ended: %v; starting a new one", err)
-			time.Sleep(100 * time.Millisecond)
-		}
-	}
-	return ctx.Err()
-}
-
-func processSession(ctx context.Context, addr string, logf func(string, ...any)) error {
-	sess, err := kgo.NewGroupTransactSession(
-		kgo.SeedBrokers(addr),
-		kgo.TransactionalID(eosTxnID),
-		kgo.TransactionTimeout(5*time.Second),
-		kgo.ConsumerGroup(eosGroup),
-		kgo.ConsumeTopics(eosSource),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-		kgo.RequireStableFetchOffsets(),
-		kgo.SessionTimeout(1500*time.Millisecond),
-		kgo.HeartbeatInterval(300*time.Millisecond),
-		kgo.RebalanceTimeout(3*time.Second),
-		kgo.FetchMaxWait(200*time.Millisecond),
-	)
-	if err != nil {
-		return err
-	}
-	defer sess.Close()
-	for {
-		fs := sess.PollRecords(ctx, 20)
-		if fs.IsClientClosed() || ctx.Err() != nil {
-			return ctx.Err()
-		}
-		fs.EachError(func(topic string, p int32, err error) { logf("fetch %s/%d: %v", topic, p, err) })
-		if fs.NumRecords() == 0 {
-			continue
-		}
-		if err := sess.Begin(); err != nil {
-			return fmt.Errorf("begin: %w", err)
-		}
-		var failed atomic.Bool
-		fs.EachRecord(func(r *kgo.Record) {
-			out := &kgo.Record{Topic: eosSink, Key: r.Key, Value: append([]byte("b:"), r.Value...)}
-			sess.Produce(ctx, out, func(_ *kgo.Record, err error) {
-				if err != nil {
-					failed.Store(true)
-					logf("produce: %v", err)
-				}
-			})
-		})
-		// Keep the transaction open a while, so kills land inside one.
-		time.Sleep(50 * time.Millisecond)
-		if _, err := sess.End(ctx, kgo.TransactionEndTry(!failed.Load())); err != nil {
-			return fmt.Errorf("end: %w", err)
-		}
-	}
+// eosJob is the job against the broker at addr.
+func eosJob(addr string, logf func(string, ...any)) e2e.TxnJob {
+	return e2e.TxnJob{Addr: addr, Source: eosSource, Sink: eosSink, Group: eosGroup, TransactionalID: eosTxnID, Logf: logf}
 }
 
 // produceSource writes n records "a-<i>" to eosSource.
@@ -267,11 +212,11 @@ func TestTxnConsumeTransformProduceSurvivesBrokerKills(t *testing.T) {
 	done := make(chan error, 1)
 	var logs atomic.Int64
 	go func() {
-		done <- runProcessor(pctx, addr, func(format string, args ...any) {
+		done <- eosJob(addr, func(format string, args ...any) {
 			if logs.Add(1) <= 50 {
 				t.Logf("processor: "+format, args...)
 			}
-		})
+		}).Run(pctx)
 	}()
 	end := int64(0)
 	for kill := 0; kill < 4; kill++ {
