@@ -20,6 +20,11 @@ type TxnJob struct {
 	Source, Sink    string
 	Group           string
 	TransactionalID string
+	// MaxRecords is the most records per transaction (default 20).
+	MaxRecords int
+	// SessionTimeout is the group session timeout (default 1.5 s; a
+	// broker with Kafka's default minimum, such as `relay run`, needs 6 s).
+	SessionTimeout time.Duration
 	// Logf receives the job's errors (nil: dropped).
 	Logf func(format string, args ...any)
 }
@@ -44,6 +49,13 @@ func (j TxnJob) logf(format string, args ...any) {
 }
 
 func (j TxnJob) session(ctx context.Context) error {
+	if j.MaxRecords <= 0 {
+		j.MaxRecords = 20
+	}
+	session := j.SessionTimeout
+	if session <= 0 {
+		session = 1500 * time.Millisecond
+	}
 	sess, err := kgo.NewGroupTransactSession(
 		kgo.SeedBrokers(j.Addr),
 		kgo.TransactionalID(j.TransactionalID),
@@ -53,9 +65,9 @@ func (j TxnJob) session(ctx context.Context) error {
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.RequireStableFetchOffsets(),
-		kgo.SessionTimeout(1500*time.Millisecond),
-		kgo.HeartbeatInterval(300*time.Millisecond),
-		kgo.RebalanceTimeout(3*time.Second),
+		kgo.SessionTimeout(session),
+		kgo.HeartbeatInterval(session/5),
+		kgo.RebalanceTimeout(2*session),
 		kgo.FetchMaxWait(200*time.Millisecond),
 	)
 	if err != nil {
@@ -63,7 +75,7 @@ func (j TxnJob) session(ctx context.Context) error {
 	}
 	defer sess.Close()
 	for {
-		fs := sess.PollRecords(ctx, 20)
+		fs := sess.PollRecords(ctx, max(j.MaxRecords, 1))
 		if fs.IsClientClosed() || ctx.Err() != nil {
 			return ctx.Err()
 		}

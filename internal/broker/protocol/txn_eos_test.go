@@ -142,7 +142,7 @@ func TestTxnConsumeTransformProduceSurvivesProcessorKills(t *testing.T) {
 	ctx := testContext(t, 3*time.Minute)
 	f.createTopic(t, eosSource, eosParts)
 	f.createTopic(t, eosSink, eosParts)
-	const n = 3000
+	const n = 2000
 	produceSource(t, ctx, f.addr, n)
 	adm := kadm.NewClient(newKgo(t, f.addr))
 	defer adm.Close()
@@ -205,7 +205,7 @@ func TestTxnConsumeTransformProduceSurvivesBrokerKills(t *testing.T) {
 	if _, err := adm.CreateTopics(ctx, eosParts, 1, nil, eosSource, eosSink); err != nil {
 		t.Fatalf("create topics: %v", err)
 	}
-	const n = 3000
+	const n = 2000
 	produceSource(t, ctx, addr, n)
 
 	pctx, stop := context.WithCancel(ctx)
