@@ -1,7 +1,7 @@
 // Package broker is Relay's embedded broker storage engine: topics of
 // partitioned, durable logs holding Kafka record batches v2 verbatim, with
-// Kafka's idempotent producer semantics, retention, compaction and durable
-// consumer group offsets. The Kafka wire-protocol listener and the relay's
+// Kafka's idempotent producer semantics and transactions, retention,
+// compaction and durable consumer group offsets. The Kafka wire-protocol listener and the relay's
 // sink are built on its Go API (Open, CreateTopic, Append, Fetch, Wait,
 // InitProducerID, ProducerState, CommitOffsets, ...); KafkaErrorCode maps its
 // errors to protocol error codes.
@@ -120,11 +120,16 @@
 // and the batch headers after its offset are replayed (with no usable
 // snapshot, the whole log is replayed). Format, big-endian:
 //
-//	"RLPS" | uint16 version (1) | int64 offset | uint32 producer count |
+//	"RLPS" | uint16 version (2) | int64 offset | uint32 producer count |
 //	per producer: int64 id | int16 epoch | uint8 n |
 //	    n × (int32 firstSeq | int32 lastSeq | int64 firstOffset |
 //	         int64 lastOffset | int64 maxTimestamp)
+//	| per producer: int64 first offset of its open transaction (-1: none)
+//	| uint32 aborted count | per aborted transaction: int64 producer id |
+//	    int64 first offset | int64 marker offset
 //	| uint32 CRC32C of everything before
+//
+// Version 1 snapshots (without the transaction part) are still read.
 //
 // The newest two snapshots are kept. Compaction keeps every producer's last
 // batch (emptied of records if need be) so replaying the log still restores
@@ -239,8 +244,8 @@
 //	InitProducerId               (new id: meta.json) Empty,e+1   answer
 //	AddPartitionsToTxn/Offsets   Ongoing with the new members    answer
 //	TxnOffsetCommit              Ongoing with the pending offsets answer
-//	EndTxn                       PrepareCommit|PrepareAbort      markers (each durable
-//	                                                             under the sync policy),
+//	EndTxn                       PrepareCommit|PrepareAbort      markers (each fsynced,
+//	                                                             under either sync policy),
 //	                                                             offsets (commit), then
 //	                                                             CompleteCommit|Abort, answer
 //	timeout, fencing             PrepareAbort at epoch e+1       markers, CompleteAbort
@@ -259,9 +264,7 @@
 // Each partition keeps its transactions in its producer state: per producer
 // the first offset of its open transaction, and the list of aborted
 // transactions (producer id, first offset, offset of the abort marker).
-// Snapshot version 2 stores both (after the producers: int64 open first
-// offset per producer, -1 for none; then uint32 count and per aborted
-// transaction int64 producer id | int64 first | int64 last); replaying the
+// Snapshot version 2 stores both (see Producer state); replaying the
 // batch headers after the snapshot restores the rest, reading the marker
 // type from each control batch. The last stable offset (LSO) is the
 // smallest first offset of an open transaction, or the high watermark;
@@ -330,8 +333,10 @@
 //     decided (PrepareCommit durable) completes on restart, an undecided
 //     transaction stays open until it ends or times out; a read_committed
 //     consumer sees each committed record once and no aborted one;
-//     TestTxnCoordinatorRecovery, TestTxnCrashBetweenMarkers, and the
-//     consume-transform-produce tests in the protocol package.
+//     TestTxnCoordinatorRecovery, TestTxnCrashAfterDecision,
+//     TestTxnCompactionAndRetention, the consume-transform-produce tests
+//     in the protocol package (processor and broker process SIGKILLed)
+//     and TestRelayKilledDuringConsumeTransformProduce in internal/faults.
 //
 // Not survived: damage to meta.json, the group offsets file or the
 // transaction state file beyond a torn tail; damage to a journal record whose batch no segment holds

@@ -52,8 +52,9 @@ var (
 	// ErrKeylessCompacted means a record without a key was sent to a topic
 	// with cleanup.policy=compact.
 	ErrKeylessCompacted = errors.New("broker: compacted topic requires record keys")
-	// ErrTransactionalUnsupported means the batch is transactional or a
-	// control batch; this broker stores idempotent batches only.
+	// ErrTransactionalUnsupported means a client sent a control batch
+	// (only the coordinator writes markers), or a transactional batch
+	// outside ProduceTxnAsync (without a transactional id).
 	ErrTransactionalUnsupported = errors.New("broker: transactional batches are not supported")
 	// ErrProducerFenced means a newer instance of the transactional id
 	// (or the coordinator, aborting a timed-out transaction) bumped the

@@ -402,7 +402,11 @@ func (b *Broker) appendMarker(ctx context.Context, topicName string, part int32,
 		return nil, err
 	}
 	if target < 0 {
-		return noWait, nil
+		// SyncIntervalUnsafe acknowledges appends unsynced, but a
+		// marker must be on disk before the transaction is completed:
+		// a lost marker would leave the partition's transaction open
+		// for good.
+		return p.sync, nil
 	}
 	return func() error { return p.waitDurable(target, gen) }, nil
 }

@@ -107,9 +107,18 @@ func equalStrings(a, b []string) bool {
 // read_committed across restarts.
 func TestTxnCoordinatorRecovery(t *testing.T) {
 	t.Parallel()
+	for name, policy := range map[string]SyncPolicy{"fsync": SyncBeforeAck, "interval": SyncIntervalUnsafe} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			testTxnCoordinatorRecovery(t, func(o *Options) { o.Sync = policy })
+		})
+	}
+}
+
+func testTxnCoordinatorRecovery(t *testing.T, mod func(*Options)) {
 	dir := t.TempDir()
 	ctx := context.Background()
-	b := openWithTopic(t, dir, nil, "t", TopicConfig{Partitions: 2})
+	b := openWithTopic(t, dir, mod, "t", TopicConfig{Partitions: 2})
 	mustAppend(t, b, "t", 0, EncodeBatch(-1, -1, -1, []Record{{Key: []byte("plain"), Value: []byte("0")}}))
 	id, err := b.InitTransactional(ctx, "x", 10*time.Second, ProducerID{ID: -1, Epoch: -1})
 	if err != nil {
@@ -161,7 +170,7 @@ func TestTxnCoordinatorRecovery(t *testing.T) {
 	if err := b.Close(); err != nil {
 		t.Fatal(err)
 	}
-	b = openTest(t, dir, nil)
+	b = openTest(t, dir, mod)
 	check("after a clean restart", b)
 	if err := b.Close(); err != nil {
 		t.Fatal(err)
@@ -169,7 +178,7 @@ func TestTxnCoordinatorRecovery(t *testing.T) {
 	for p := 0; p < 2; p++ {
 		removeSnapshots(t, filepath.Join(dir, "topics", "t", string(rune('0'+p))))
 	}
-	b = openTest(t, dir, nil)
+	b = openTest(t, dir, mod)
 	check("after a restart without snapshots", b)
 
 	if err := b.EndTxn(ctx, "x", id, true); err != nil {
@@ -206,7 +215,7 @@ func TestTxnCoordinatorRecovery(t *testing.T) {
 	for p := 0; p < 2; p++ {
 		removeSnapshots(t, filepath.Join(dir, "topics", "t", string(rune('0'+p))))
 	}
-	b = openTest(t, dir, nil)
+	b = openTest(t, dir, mod)
 	verify("after a restart without snapshots", b)
 	next, err := b.InitTransactional(ctx, "x", 10*time.Second, id)
 	if err != nil || next.ID != id.ID || next.Epoch != id.Epoch+1 {
