@@ -229,7 +229,9 @@
 // producer's id and epoch) to every partition of the transaction and, on
 // commit, stores the pending offsets with the group's others. A
 // transaction left Ongoing past its timeout is aborted by the coordinator
-// with a bumped epoch, which fences the producer that abandoned it.
+// with a bumped epoch, which fences the producer that abandoned it; that
+// producer may still abort it and initialise again from its old epoch
+// (KIP-588), until anyone initialises the id.
 //
 // The coordinator's state is an append-only file of frames like the group
 // offsets file's (uint32 length | uint32 CRC32C | payload), the payload a

@@ -47,14 +47,19 @@ type TxnOffset struct {
 // TxnStatus is the coordinator's state of one transactional id; it is
 // also the payload of a frame of txns/state.log.
 type TxnStatus struct {
-	TransactionalID string         `json:"id"`
-	ProducerID      int64          `json:"producer_id"`
-	Epoch           int16          `json:"epoch"`
-	TimeoutMs       int32          `json:"timeout_ms"`
-	State           TxnState       `json:"state"`
-	Partitions      []TxnPartition `json:"partitions,omitempty"`
-	Groups          []string       `json:"groups,omitempty"`
-	Offsets         []TxnOffset    `json:"offsets,omitempty"`
+	TransactionalID string `json:"id"`
+	ProducerID      int64  `json:"producer_id"`
+	Epoch           int16  `json:"epoch"`
+	// TimedOutEpoch is the epoch the coordinator fenced when it aborted a
+	// transaction past its timeout, until the next InitProducerId: its
+	// producer may still end that transaction as aborted and re-initialise
+	// with it (KIP-588), which a zombie fenced by a newer instance may not.
+	TimedOutEpoch *int16         `json:"timed_out_epoch,omitempty"`
+	TimeoutMs     int32          `json:"timeout_ms"`
+	State         TxnState       `json:"state"`
+	Partitions    []TxnPartition `json:"partitions,omitempty"`
+	Groups        []string       `json:"groups,omitempty"`
+	Offsets       []TxnOffset    `json:"offsets,omitempty"`
 	// StartMs is when the current transaction began (unix ms), -1 when
 	// none is open.
 	StartMs  int64 `json:"start_ms"`
@@ -66,6 +71,12 @@ func (s TxnStatus) clone() TxnStatus {
 	s.Groups = append([]string(nil), s.Groups...)
 	s.Offsets = append([]TxnOffset(nil), s.Offsets...)
 	return s
+}
+
+// timedOut reports whether pid is the identity whose transaction the
+// coordinator aborted on its timeout (and nothing happened since).
+func (s TxnStatus) timedOut(pid ProducerID) bool {
+	return s.TimedOutEpoch != nil && s.State == TxnCompleteAbort && pid.ID == s.ProducerID && pid.Epoch == *s.TimedOutEpoch
 }
 
 func (s TxnStatus) hasPartition(topic string, part int32) bool {
@@ -442,6 +453,8 @@ func (c *txnCoordinator) expire(ctx context.Context) {
 		case st.State == TxnOngoing && st.StartMs >= 0 && now-st.StartMs > int64(st.TimeoutMs):
 			c.logger.Warn("aborting a transaction past its timeout", "transactional_id", st.TransactionalID,
 				"producer_id", st.ProducerID, "epoch", st.Epoch, "timeout_ms", st.TimeoutMs)
+			fenced := st.Epoch
+			e.st.TimedOutEpoch = &fenced
 			err = c.finishLocked(ctx, e, false, bumpEpoch(st.Epoch))
 		case st.State == TxnPrepareCommit || st.State == TxnPrepareAbort:
 			err = c.finishLocked(ctx, e, st.State == TxnPrepareCommit, st.Epoch)
@@ -504,7 +517,7 @@ func (b *Broker) InitTransactional(ctx context.Context, txnID string, timeout ti
 	e := c.entry(txnID, true)
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if current.ID >= 0 {
+	if current.ID >= 0 && !e.st.timedOut(current) {
 		if err := checkProducer(e.st, current); err != nil {
 			if errors.Is(err, ErrInvalidProducerEpoch) {
 				err = fmt.Errorf("%w: %w", ErrProducerFenced, err)
@@ -534,7 +547,7 @@ func (b *Broker) InitTransactional(ctx context.Context, txnID string, timeout ti
 	} else {
 		st.Epoch++
 	}
-	st.State, st.TimeoutMs, st.StartMs = TxnEmpty, int32(timeout/time.Millisecond), -1
+	st.State, st.TimeoutMs, st.StartMs, st.TimedOutEpoch = TxnEmpty, int32(timeout/time.Millisecond), -1, nil
 	st.Partitions, st.Groups, st.Offsets = nil, nil, nil
 	if err := c.persist(e, st); err != nil {
 		return ProducerID{}, err
@@ -680,6 +693,11 @@ func (b *Broker) EndTxn(ctx context.Context, txnID string, pid ProducerID, commi
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	if !commit && e.st.timedOut(pid) {
+		// The producer aborting the transaction the coordinator already
+		// aborted for it.
+		return nil
+	}
 	if err := checkProducer(e.st, pid); err != nil {
 		return err
 	}

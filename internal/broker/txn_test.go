@@ -442,3 +442,57 @@ func TestTxnRefusals(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestTxnTimeout: a transaction past its timeout is aborted with a bumped
+// epoch, which fences its producer's writes and commit; that producer may
+// still abort it and re-initialise with its old epoch (KIP-588), while a
+// zombie fenced by a newer instance may not.
+func TestTxnTimeout(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	clock := &fakeClock{}
+	clock.ms.Store(1_700_000_000_000)
+	b := openWithTopic(t, t.TempDir(), func(o *Options) { o.Now = clock.now; o.TxnCheckInterval = time.Hour }, "t", TopicConfig{})
+	id, err := b.InitTransactional(ctx, "x", time.Second, ProducerID{ID: -1, Epoch: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.AddTxnPartitions(ctx, "x", id, []TxnPartition{{"t", 0}}); err != nil {
+		t.Fatal(err)
+	}
+	mustProduceTxn(t, b, "x", "t", 0, txnBatch(t, id, 0, "k", "v"))
+	c := b.txnCoordinator()
+	clock.ms.Add(900)
+	c.expire(ctx)
+	if st, _ := b.Transaction("x"); st.State != TxnOngoing {
+		t.Fatalf("aborted before its timeout: %s", st.State)
+	}
+	clock.ms.Add(200)
+	c.expire(ctx)
+	st, _ := b.Transaction("x")
+	if st.State != TxnCompleteAbort || st.Epoch != id.Epoch+1 {
+		t.Fatalf("after the timeout: %s at epoch %d, want CompleteAbort at %d", st.State, st.Epoch, id.Epoch+1)
+	}
+	if got := lso(t, b, "t", 0); got != hwOf(t, b, "t", 0) {
+		t.Fatalf("LSO %d after the abort", got)
+	}
+	if _, _, err := b.ProduceTxnAsync(ctx, "x", "t", 0, txnBatch(t, id, 1, "k", "late")); err == nil {
+		t.Fatal("the timed-out producer wrote again")
+	}
+	if err := b.EndTxn(ctx, "x", id, true); err == nil {
+		t.Fatal("the timed-out producer committed")
+	}
+	if err := b.EndTxn(ctx, "x", id, false); err != nil {
+		t.Fatalf("the timed-out producer aborting: %v", err)
+	}
+	next, err := b.InitTransactional(ctx, "x", time.Second, id)
+	if err != nil || next.Epoch != id.Epoch+2 {
+		t.Fatalf("re-init with the timed-out epoch: %+v %v", next, err)
+	}
+	if _, err := b.InitTransactional(ctx, "x", time.Second, id); err == nil {
+		t.Fatal("a re-init with a fenced epoch succeeded once a newer one exists")
+	}
+	if got := readCommitted(t, b, "t", 0); len(got) != 0 {
+		t.Fatalf("read_committed %v", got)
+	}
+}
