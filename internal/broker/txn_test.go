@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -494,5 +495,46 @@ func TestTxnTimeout(t *testing.T) {
 	}
 	if got := readCommitted(t, b, "t", 0); len(got) != 0 {
 		t.Fatalf("read_committed %v", got)
+	}
+}
+
+// TestTxnDump: relay log dump marks transactional records and prints the
+// markers as markers.
+func TestTxnDump(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dir := t.TempDir()
+	b := openWithTopic(t, dir, nil, "t", TopicConfig{})
+	id, err := b.InitTransactional(ctx, "x", time.Second, ProducerID{ID: -1, Epoch: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, commit := range []bool{true, false} {
+		if err := b.AddTxnPartitions(ctx, "x", id, []TxnPartition{{"t", 0}}); err != nil {
+			t.Fatal(err)
+		}
+		seq := int32(0)
+		if !commit {
+			seq = 1
+		}
+		mustProduceTxn(t, b, "x", "t", 0, txnBatch(t, id, seq, "k", "v"))
+		if err := b.EndTxn(ctx, "x", id, commit); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var text, js strings.Builder
+	if err := Dump(ctx, &text, DumpOptions{DataDir: dir, Partition: -1}); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(text.String()), "\n")
+	if len(lines) != 4 || !strings.HasSuffix(lines[0], "transactional=true") ||
+		!strings.Contains(lines[1], "control=commit producer_id=") || !strings.Contains(lines[3], "control=abort") {
+		t.Fatalf("text dump:\n%s", text.String())
+	}
+	if err := Dump(ctx, &js, DumpOptions{DataDir: dir, Partition: -1, Format: "json"}); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(js.String(), `"control":"commit"`) || !strings.Contains(js.String(), `"transactional":true`) {
+		t.Fatalf("json dump: %s", js.String())
 	}
 }
