@@ -129,6 +129,11 @@
 // prepared statement keeps for the connection's life, made from such
 // statistics, scanned the whole table several times per live read. Every
 // statement here is meant as an index lookup or an index-ordered scan.
+// It also runs with jit off: with sequential scans priced out, a plan that
+// sorts a whole batch by commit timestamp is costed above every JIT
+// threshold, and the server spent 0.9 s compiling each such read (seen with
+// auto_explain as the one-second stall of the commit-timestamp mode's live
+// p99 in relay bench).
 //
 // A read of a live batch is one statement: it takes the snapshot, reads the
 // rows whose transactions started since the previous tick or were running

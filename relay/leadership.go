@@ -152,7 +152,7 @@ func holderName() string {
 // returns the lease. conn is the lease connection.
 func (r *Relay) acquire(ctx context.Context, conn *pgx.Conn) (*lease, error) {
 	var seen leaseObservation
-	announced := false
+	announced, toldSink := false, false
 	poll := min(max(r.cfg.Lease/10, 10*time.Millisecond), 250*time.Millisecond)
 	for {
 		var o leaseObservation
@@ -161,6 +161,12 @@ func (r *Relay) acquire(ctx context.Context, conn *pgx.Conn) (*lease, error) {
 			return nil, fmt.Errorf("reading the leader lease: %w", err)
 		}
 		o.lease = time.Duration(leaseMS) * time.Millisecond
+		if s, ok := r.sink.(StandbySink); ok && !toldSink && o.epoch != r.ledEpoch {
+			// Epochs move only by takeovers: another relay has led since
+			// this one did.
+			toldSink = true
+			s.Standby()
+		}
 		now := time.Now()
 		if o.epoch != seen.epoch || o.renewals != seen.renewals || o.released != seen.released || seen.since.IsZero() {
 			o.since = now

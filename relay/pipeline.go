@@ -133,7 +133,11 @@ func (r *Relay) runPipeline(ctx, hard context.Context, l *lease) error {
 		g.Go(func() error { r.pruneArchive(read); return nil })
 	}
 	batches := make(chan batch, 2)
-	flights := make(chan flight, maxInFlight-1)
+	// Batches handed to the sink and not yet durable: the one the durable
+	// loop waits for, those queued here, and the one the publish loop
+	// holds while it waits to queue it; maxInFlight in all
+	// (TestPipelineStages counts them).
+	flights := make(chan flight, maxInFlight-2)
 	acks := make(chan ack, 8)
 	tracker := newAckTracker()
 	budget := newByteBudget(r.cfg.BatchBytes)

@@ -19,6 +19,8 @@ import (
 // checks that the core never runs it in two sessions at once.
 type tableSource struct {
 	events []Event
+	// chunk is the most events a Next returns (default 7).
+	chunk int
 
 	mu      sync.Mutex
 	cursor  int
@@ -50,7 +52,11 @@ func (s *tableSource) Next(ctx context.Context, max int) ([]Event, error) {
 	for {
 		s.mu.Lock()
 		if s.cursor < len(s.events) {
-			n := min(max, 7, len(s.events)-s.cursor)
+			chunk := s.chunk
+			if chunk == 0 {
+				chunk = 7
+			}
+			n := min(max, chunk, len(s.events)-s.cursor)
 			out := append([]Event(nil), s.events[s.cursor:s.cursor+n]...)
 			s.cursor += n
 			s.mu.Unlock()

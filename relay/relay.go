@@ -53,6 +53,9 @@ type Relay struct {
 	beats *heartbeats
 	// holder names this process in the leadership table.
 	holder string
+	// ledEpoch is the epoch this relay last led with (0 before it led);
+	// only Run's goroutine touches it.
+	ledEpoch int64
 	// published counts acknowledged live events, for the drain rate.
 	published atomic.Int64
 	// waiting holds the topics the destination refuses for now.
@@ -104,6 +107,9 @@ func (r *Relay) Role() Role { return r.role.Load().(Role) }
 // graceful stop.
 func (r *Relay) Run(ctx context.Context) error {
 	defer r.role.Store(RoleStopped)
+	if s, ok := r.sink.(StandbySink); ok {
+		defer s.Shutdown(context.WithoutCancel(ctx))
+	}
 	pool, err := r.connectPool(ctx)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -160,6 +166,10 @@ func (r *Relay) connectPool(ctx context.Context) (*pgxpool.Pool, error) {
 		// A transaction left open by a paused relay must not hold the
 		// leadership row (or the outbox's rows) past its lease.
 		c.RuntimeParams["idle_in_transaction_session_timeout"] = strconv.FormatInt(r.cfg.Lease.Milliseconds(), 10)
+		// The core's statements are short index lookups and writes; a
+		// plan misjudged over a queue's passing statistics must not cost
+		// a JIT compilation (hundreds of milliseconds) on the hot path.
+		c.RuntimeParams["jit"] = "off"
 	})
 }
 
@@ -198,6 +208,7 @@ func (r *Relay) leadOnce(ctx context.Context, b *backoff) error {
 		r.m.Errors.WithLabelValues("leader").Inc()
 		return err
 	}
+	r.ledEpoch = l.epoch
 	r.beats.lead()
 	r.role.Store(RoleLeader)
 	r.m.Leader.Set(1)

@@ -135,6 +135,17 @@ type Sink interface {
 	Close(ctx context.Context) error
 }
 
+// A StandbySink keeps what it publishes into open between its sessions
+// (the embedded broker keeps serving its Kafka listener's consumers while
+// the pipeline restarts or PostgreSQL is away). The core calls Standby when
+// it sees that another relay has led since this one did: the sink then
+// lets go of it; and Shutdown when Run returns.
+type StandbySink interface {
+	Sink
+	Standby()
+	Shutdown(ctx context.Context) error
+}
+
 // A PipelinedSink can take a batch before the previous one is durable. The
 // core then keeps a few batches in flight: it encodes and writes the next
 // batch while the previous one's fsync (or broker round trip) runs, and one

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -36,11 +37,43 @@ const (
 // CleanupPolicy is a topic's cleanup.policy.
 type CleanupPolicy string
 
-// Cleanup policies.
+// Cleanup policies. A topic may have both: its old segments are deleted
+// by retention and the rest compacted.
 const (
-	CleanupDelete  CleanupPolicy = "delete"
-	CleanupCompact CleanupPolicy = "compact"
+	CleanupDelete        CleanupPolicy = "delete"
+	CleanupCompact       CleanupPolicy = "compact"
+	CleanupDeleteCompact CleanupPolicy = "delete,compact"
 )
+
+// ParseCleanupPolicy reads cleanup.policy as Kafka writes it: delete,
+// compact, or a comma-separated list of both in either order.
+func ParseCleanupPolicy(s string) (CleanupPolicy, error) {
+	var del, compact bool
+	for _, v := range strings.Split(s, ",") {
+		switch strings.TrimSpace(v) {
+		case string(CleanupDelete):
+			del = true
+		case string(CleanupCompact):
+			compact = true
+		default:
+			return "", fmt.Errorf("%w: cleanup.policy %q: want delete, compact or both (delete,compact)", ErrInvalidConfig, s)
+		}
+	}
+	switch {
+	case del && compact:
+		return CleanupDeleteCompact, nil
+	case compact:
+		return CleanupCompact, nil
+	}
+	return CleanupDelete, nil
+}
+
+// Deletes reports whether retention deletes old segments under p.
+func (p CleanupPolicy) Deletes() bool { return p == CleanupDelete || p == CleanupDeleteCompact }
+
+// Compacts reports whether p compacts: keys are required and only the
+// newest record per key is kept.
+func (p CleanupPolicy) Compacts() bool { return p == CleanupCompact || p == CleanupDeleteCompact }
 
 // TopicConfig holds per-topic settings, named after Kafka's topic configs.
 // Zero fields take the defaults documented on each.
@@ -52,7 +85,7 @@ type TopicConfig struct {
 	RetentionMs int64 `json:"retention_ms"`
 	// RetentionBytes caps each partition's size (default -1, unlimited).
 	RetentionBytes int64 `json:"retention_bytes"`
-	// CleanupPolicy is delete (default) or compact.
+	// CleanupPolicy is delete (default), compact, or both.
 	CleanupPolicy CleanupPolicy `json:"cleanup_policy"`
 	// SegmentBytes rolls the active segment at this size (default 1 GiB,
 	// at most 2 GiB because index positions are 32-bit).
@@ -62,6 +95,10 @@ type TopicConfig struct {
 	// DeleteRetentionMs keeps tombstones on compacted topics at least this
 	// long after their timestamp (default 1 day).
 	DeleteRetentionMs int64 `json:"delete_retention_ms"`
+	// MinCompactionLagMs keeps a record out of compaction until it is at
+	// least this old: compaction cleans only the inactive segments whose
+	// newest record is older (default 0).
+	MinCompactionLagMs int64 `json:"min_compaction_lag_ms,omitempty"`
 	// MaxMessageBytes is the largest batch accepted (default 1 MiB + 12).
 	MaxMessageBytes int32 `json:"max_message_bytes"`
 }
@@ -99,14 +136,16 @@ func (c TopicConfig) validate() error {
 	switch {
 	case c.Partitions < 1 || c.Partitions > 100000:
 		return fmt.Errorf("%w: partitions %d", ErrInvalidConfig, c.Partitions)
-	case c.CleanupPolicy != CleanupDelete && c.CleanupPolicy != CleanupCompact:
+	case !c.CleanupPolicy.Deletes() && !c.CleanupPolicy.Compacts():
 		return fmt.Errorf("%w: cleanup policy %q", ErrInvalidConfig, c.CleanupPolicy)
 	case c.SegmentBytes < 1024 || c.SegmentBytes > 1<<31-1:
 		return fmt.Errorf("%w: segment bytes %d", ErrInvalidConfig, c.SegmentBytes)
 	case c.MaxMessageBytes < BatchHeaderSize:
 		return fmt.Errorf("%w: max message bytes %d", ErrInvalidConfig, c.MaxMessageBytes)
-	case c.SegmentMs < 0 || c.DeleteRetentionMs < 0:
-		return fmt.Errorf("%w: negative segment or delete retention time", ErrInvalidConfig)
+	case c.SegmentMs < 0 || c.DeleteRetentionMs < 0 || c.MinCompactionLagMs < 0:
+		return fmt.Errorf("%w: negative segment.ms, delete.retention.ms or min.compaction.lag.ms", ErrInvalidConfig)
+	case c.RetentionMs < -1 || c.RetentionBytes < -1:
+		return fmt.Errorf("%w: retention.ms and retention.bytes are -1 (unlimited) or positive", ErrInvalidConfig)
 	}
 	return nil
 }
@@ -286,6 +325,17 @@ type Broker struct {
 	done   chan struct{}
 	loopWG sync.WaitGroup
 	scrub  scrubStats
+
+	// kick asks the janitor for a pass now; janitorPasses counts them.
+	kick          chan struct{}
+	janitorPasses atomic.Int64
+	// configVersion counts topic changes (created, altered, more
+	// partitions, deleted), for writers that cache topic configs.
+	configVersion atomic.Int64
+	// defaults replaces Options.DefaultTopicConfig once set.
+	defaults atomic.Pointer[TopicConfig]
+	// deleted are the topics deleted since the broker opened (under mu).
+	deleted map[string]bool
 }
 
 const metaFile = "meta.json"
@@ -305,7 +355,7 @@ func Open(ctx context.Context, opts Options) (*Broker, error) {
 	if err != nil {
 		return nil, err
 	}
-	b := &Broker{opts: opts, lock: lock, topics: map[string]*topic{}, done: make(chan struct{})}
+	b := &Broker{opts: opts, lock: lock, topics: map[string]*topic{}, done: make(chan struct{}), kick: make(chan struct{}, 1)}
 	h := newHealth(opts.Logger)
 	b.health.Store(h)
 	if err := b.start(ctx, h); err != nil {
@@ -513,7 +563,10 @@ func (b *Broker) load(ctx context.Context, h *health) error {
 	}
 	b.mu.Lock()
 	b.meta = m
+	b.deleted = nil
 	b.mu.Unlock()
+	// What DeleteTopic moved aside and a crash left behind.
+	_ = removeAll(b.opts.FS, filepath.Join(b.opts.Dir, "deleted"))
 	names := make([]string, 0, len(m.Topics))
 	for n := range m.Topics {
 		names = append(names, n)
@@ -648,6 +701,16 @@ func (b *Broker) CreateTopic(name string, cfg TopicConfig) (TopicInfo, error) {
 	if exists {
 		return TopicInfo{}, fmt.Errorf("%w: %s", ErrTopicExists, name)
 	}
+	b.mu.RLock()
+	deleted := b.deleted[name]
+	b.mu.RUnlock()
+	if deleted {
+		return TopicInfo{}, fmt.Errorf("%w: %s was deleted since the broker opened and may still be in its journal; it can be created again once the broker reopened (a restart)", ErrRecentlyDeleted, name)
+	}
+	// A directory no topic names is what a crash in DeleteTopic left.
+	if err := b.trashTopicDir(name); err != nil {
+		return TopicInfo{}, err
+	}
 	t, err := b.openTopic(name, cfg, h, false)
 	if err != nil {
 		return TopicInfo{}, err
@@ -664,6 +727,7 @@ func (b *Broker) CreateTopic(name string, cfg TopicConfig) (TopicInfo, error) {
 	b.meta = m
 	b.topics[name] = t
 	b.mu.Unlock()
+	b.configVersion.Add(1)
 	return t.info(), nil
 }
 
@@ -671,10 +735,10 @@ func (b *Broker) CreateTopic(name string, cfg TopicConfig) (TopicInfo, error) {
 // fields take the broker's defaults as in CreateTopic, except the
 // partition count: zero keeps it, and any other count than the current
 // one fails with ErrInvalidConfig (adding partitions moves keys; it is not
-// a configuration change). The new configuration is durable in meta.json
+// a configuration change: see AddPartitions). The new configuration is durable in meta.json
 // before any reader sees it; appends, segment rolls, retention and
-// compaction use it from their next step on (the janitor applies a
-// shorter retention on its next pass). As in Kafka, records without a key
+// compaction use it from their next step on, and the janitor runs a pass
+// at once, so a shorter retention deletes what it no longer keeps. As in Kafka, records without a key
 // do not survive compaction when a topic turns compact.
 func (b *Broker) AlterTopicConfig(name string, cfg TopicConfig) (TopicInfo, error) {
 	b.metaMu.Lock()
@@ -714,6 +778,8 @@ func (b *Broker) AlterTopicConfig(name string, cfg TopicConfig) (TopicInfo, erro
 	b.meta = m
 	b.mu.Unlock()
 	t.set.cfg.Store(&cfg)
+	b.configVersion.Add(1)
+	b.kickJanitor()
 	return t.info(), nil
 }
 
@@ -727,6 +793,19 @@ func (b *Broker) DefaultTopicConfig() TopicConfig { return b.fillTopicConfig(Top
 
 func (b *Broker) fillTopicConfig(cfg TopicConfig) TopicConfig {
 	d := b.opts.DefaultTopicConfig
+	if p := b.defaults.Load(); p != nil {
+		d = *p
+	}
+	return fillFrom(cfg, d, b.opts.DefaultPartitions)
+}
+
+// CheckTopicConfig reports whether cfg, its zero fields taken from
+// defaults and then from the built-in defaults, is a valid configuration.
+func CheckTopicConfig(cfg, defaults TopicConfig) error {
+	return fillFrom(cfg, defaults, 1).validate()
+}
+
+func fillFrom(cfg, d TopicConfig, defaultPartitions int32) TopicConfig {
 	// Each zero field takes the broker's default.
 	cfg.Partitions = cmp.Or(cfg.Partitions, d.Partitions)
 	cfg.RetentionMs = cmp.Or(cfg.RetentionMs, d.RetentionMs)
@@ -735,8 +814,9 @@ func (b *Broker) fillTopicConfig(cfg TopicConfig) TopicConfig {
 	cfg.SegmentBytes = cmp.Or(cfg.SegmentBytes, d.SegmentBytes)
 	cfg.SegmentMs = cmp.Or(cfg.SegmentMs, d.SegmentMs)
 	cfg.DeleteRetentionMs = cmp.Or(cfg.DeleteRetentionMs, d.DeleteRetentionMs)
+	cfg.MinCompactionLagMs = cmp.Or(cfg.MinCompactionLagMs, d.MinCompactionLagMs)
 	cfg.MaxMessageBytes = cmp.Or(cfg.MaxMessageBytes, d.MaxMessageBytes)
-	return cfg.withDefaults(b.opts.DefaultPartitions)
+	return cfg.withDefaults(defaultPartitions)
 }
 
 func (b *Broker) copyMeta() metadata {
@@ -920,7 +1000,7 @@ func validateProduced(batch []byte, cfg TopicConfig, txn bool) (BatchHeader, err
 	if h.Idempotent() && (h.ProducerEpoch < 0 || h.BaseSequence < 0) {
 		return h, fmt.Errorf("%w: idempotent batch with epoch %d sequence %d", ErrCorruptBatch, h.ProducerEpoch, h.BaseSequence)
 	}
-	compacted := cfg.CleanupPolicy == CleanupCompact
+	compacted := cfg.CleanupPolicy.Compacts()
 	c := h.Compression()
 	if c == CompressionNone {
 		if !compacted {

@@ -298,3 +298,57 @@ func TestDump(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestMinCompactionLagAndBothPolicies: under min.compaction.lag.ms a
+// segment whose newest record is younger stays as written (and so does
+// everything after it), and is compacted once old enough; a topic with
+// cleanup.policy delete,compact is compacted and has retention too.
+func TestMinCompactionLagAndBothPolicies(t *testing.T) {
+	t.Parallel()
+	const t0 = 1_700_000_000_000
+	clock := &fakeClock{}
+	clock.ms.Store(t0)
+	b := openWithTopic(t, t.TempDir(), func(o *Options) { o.Now = clock.now }, "state",
+		TopicConfig{CleanupPolicy: CleanupDeleteCompact, SegmentBytes: 1024, MinCompactionLagMs: 60_000, RetentionMs: 3_600_000})
+	put := func(key, value string, tsOff int64) {
+		mustAppend(t, b, "state", 0, EncodeBatch(-1, -1, -1, []Record{{Key: []byte(key), Value: []byte(value), Timestamp: time.UnixMilli(t0 + tsOff)}}))
+	}
+	for round := range 4 {
+		for k := range 5 {
+			put(fmt.Sprintf("k%d", k), fmt.Sprintf("r%d", round), 0)
+		}
+	}
+	for i := range 20 {
+		put(fmt.Sprintf("filler%d", i), "x", 100_000)
+	}
+	count := func() int {
+		n := 0
+		for _, r := range readAll(t, b, "state", 0) {
+			if strings.HasPrefix(string(r.Key), "k") {
+				n++
+			}
+		}
+		return n
+	}
+	clock.ms.Store(t0 + 30_000) // younger than the lag: nothing compacted
+	if err := b.Compact(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if n := count(); n != 20 {
+		t.Fatalf("%d records of k* after compacting within min.compaction.lag.ms, want all 20", n)
+	}
+	clock.ms.Store(t0 + 90_000) // the k* segments are older than the lag, the fillers not
+	if err := b.Compact(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if n := count(); n != 5 {
+		t.Fatalf("%d records of k* after the lag, want the newest of each of the 5 keys", n)
+	}
+	clock.ms.Store(t0 + 100_000 + 3_600_001) // past retention: delete applies too
+	if err := b.EnforceRetention(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if start, _, _ := b.Offsets("state", 0); start == 0 {
+		t.Fatal("retention deleted nothing on a delete,compact topic")
+	}
+}

@@ -13,6 +13,7 @@
 //	DIR/groups/offsets.log       committed consumer group offsets
 //	DIR/txns/state.log           transaction coordinator state
 //	DIR/journal/NNN.journal      write-ahead journal (SyncBeforeAck)
+//	DIR/deleted/                 deleted topics' directories, being removed
 //	DIR/topics/T/P/              one directory per partition P of topic T
 //	    00000000000000000000.log        segment: record batches
 //	    00000000000000000000.index      sparse offset index
@@ -21,6 +22,7 @@
 //	    00000000000000001234.log.cut-N  bytes cut from a corrupt tail, or a
 //	                                    damaged range rewritten from the journal
 //	    lost.json                       offset ranges found lost (see Lost data)
+//	    log-start                       the log start DeleteRecords set, in decimal
 //
 // File names carry the 20-digit, zero-padded base offset: the offset of the
 // first record the segment may hold (for a snapshot, the offset it is valid
@@ -196,8 +198,11 @@
 // payload | payload, where the payload is uint16 group length, group, uint16
 // topic length, topic, int32 partition, int64 offset, int32 leader epoch,
 // int64 commit time (unix ms), uint32 metadata length, metadata. The last
-// frame for a (group, topic, partition) wins. Each CommitOffsets call writes
-// its frames and fsyncs once. A torn tail is cut aside like a segment's. The
+// frame for a (group, topic, partition) wins; a frame whose offset is
+// -2^63 deletes it (DeleteOffsets, for Kafka's DeleteGroups and
+// OffsetDelete; a binary older than it would read that as an offset).
+// Each CommitOffsets or DeleteOffsets call writes its frames and fsyncs
+// once. A torn tail is cut aside like a segment's. The
 // file is rewritten atomically with only live entries once it passes
 // OffsetsCompactBytes and is at least half superseded frames.
 //
@@ -215,6 +220,34 @@
 // missing index is rebuilt. Rewritten batches keep their base offset, last
 // offset delta, producer fields and timestamps. Tombstones (null values) go
 // once their batch's max timestamp is older than delete.retention.ms.
+// min.compaction.lag.ms limits compaction to the inactive segments before
+// the first whose newest record is younger than the lag: that segment and
+// those after it stay as written and do not shadow older records. A topic
+// with cleanup.policy=delete,compact gets both, retention first. The
+// janitor runs every JanitorInterval and at once after AlterTopicConfig
+// (or KickJanitor), so a shorter retention takes effect when it is set.
+//
+// # Topic changes
+//
+// DeleteRecords moves a partition's log start to an offset at most the
+// high watermark: log-start is replaced atomically first (so the new
+// start is durable before it is acknowledged), then the whole segments
+// below it are deleted; reads and ListOffsets start there even inside a
+// segment that stays.
+//
+// AddPartitions raises a topic's partition count: the new partition
+// directories are created and the topic directory fsynced before
+// meta.json names the new count, so a crash in between leaves empty
+// directories that no topic uses and the next AddPartitions reuses. It is
+// a migration for the callers to confirm (keys move); KeyMovement counts,
+// by reading the whole log, how many distinct keys would. DeleteTopic
+// removes the topic from meta.json first, then moves its directory into
+// DIR/deleted/ and removes it; a crash in between leaves either a
+// topics/T no topic names (moved aside when T is created again) or
+// DIR/deleted/... (removed at the next open). The journal may still hold
+// the deleted topic's batches: replay skips them (no partition takes
+// them), and until the broker reopens the name cannot be created again
+// (ErrRecentlyDeleted), since a new topic of that name would take them.
 //
 // # Transactions (txns/state.log)
 //
@@ -330,8 +363,13 @@
 //   - A deleted partition directory: refused, or recreated and reported;
 //     TestVanishedPartitionDirectory.
 //
+//   - A crash after DeleteTopic or AddPartitions: the topic stays deleted
+//     and its journaled batches do not return under its name; the new
+//     partitions and what was acknowledged on them stay;
+//     TestTopicChangesSurviveACrash.
+//
 //   - Crash or restart at any step of a transaction: an acknowledged
-//     AddPartitions, TxnOffsetCommit or EndTxn is never undone; a commit
+//     AddPartitionsToTxn, TxnOffsetCommit or EndTxn is never undone; a commit
 //     decided (PrepareCommit durable) completes on restart, an undecided
 //     transaction stays open until it ends or times out; a read_committed
 //     consumer sees each committed record once and no aborted one;
@@ -341,8 +379,8 @@
 //     and TestRelayKilledDuringConsumeTransformProduce in internal/faults.
 //
 // Not survived: damage to meta.json, the group offsets file or the
-// transaction state file beyond a torn tail; damage to a journal record whose batch no segment holds
-// (reported lost, not repaired); damage in an inactive segment (reported,
+// transaction state file beyond a torn tail; damage to a journal record
+// whose batch no segment holds (reported lost, not repaired); damage in an inactive segment (reported,
 // not repaired: the journal only covers active segments once they rolled
 // and were fsynced); under SyncIntervalUnsafe, anything written since the
 // last interval fsync.

@@ -28,6 +28,12 @@ var (
 	ErrTopicExists = errors.New("broker: topic already exists")
 	// ErrInvalidConfig means a TopicConfig or Options value is out of range.
 	ErrInvalidConfig = errors.New("broker: invalid configuration")
+	// ErrInvalidPartitions means a partition count change the broker
+	// refuses: fewer partitions (never), or more when not confirmed.
+	ErrInvalidPartitions = errors.New("broker: invalid partition count")
+	// ErrRecentlyDeleted means a topic of that name was deleted since the
+	// broker opened, and its records may still be in the journal.
+	ErrRecentlyDeleted = errors.New("broker: topic deleted since the broker opened")
 	// ErrUnknownTopicOrPartition means the topic or partition does not exist.
 	ErrUnknownTopicOrPartition = errors.New("broker: unknown topic or partition")
 	// ErrOffsetOutOfRange means the offset is below the log start or above the
@@ -174,6 +180,10 @@ func KafkaErrorCode(err error) int16 {
 		return kerr.TopicAlreadyExists.Code
 	case errors.Is(err, ErrInvalidConfig):
 		return kerr.InvalidConfig.Code
+	case errors.Is(err, ErrInvalidPartitions):
+		return kerr.InvalidPartitions.Code
+	case errors.Is(err, ErrRecentlyDeleted):
+		return kerr.TopicAlreadyExists.Code
 	case errors.Is(err, ErrUnknownTopicOrPartition):
 		return kerr.UnknownTopicOrPartition.Code
 	case errors.Is(err, ErrOffsetOutOfRange):

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"log/slog"
+	"math"
 	"os"
 	"path/filepath"
 	"sort"
@@ -53,6 +54,10 @@ type groupStore struct {
 }
 
 const offsetsFile = "offsets.log"
+
+// deletedOffset in a frame deletes its key's committed offset (DeleteGroups,
+// OffsetDelete).
+const deletedOffset = math.MinInt64
 
 // Frame: u32 payload length | u32 CRC32C(payload) | payload. Payload: u16
 // group length, group, u16 topic length, topic, i32 partition, i64 offset,
@@ -134,7 +139,11 @@ func openGroupStore(fsys FS, dir string, compactBytes int64, logger *slog.Logger
 		if err != nil {
 			break
 		}
-		g.offsets[k] = c
+		if c.Offset == deletedOffset {
+			delete(g.offsets, k)
+		} else {
+			g.offsets[k] = c
+		}
 		pos += n
 	}
 	f, err := fsys.OpenFile(path, os.O_CREATE|os.O_RDWR|os.O_APPEND, 0o644)
@@ -186,6 +195,35 @@ func (g *groupStore) commit(group string, commits []OffsetCommit, now time.Time)
 		if err := g.compactLocked(); err != nil {
 			g.logger.Warn("offsets compaction failed", "err", err)
 		}
+	}
+	return nil
+}
+
+// remove durably deletes the committed offsets of keys: one frame each
+// with deletedOffset, one fsync.
+func (g *groupStore) remove(keys []groupKey, now time.Time) error {
+	var buf []byte
+	for _, k := range keys {
+		buf = appendOffsetFrame(buf, k, CommittedOffset{Offset: deletedOffset, CommitTime: now})
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.f == nil {
+		return ErrClosed
+	}
+	if err := g.health.check(); err != nil {
+		return err
+	}
+	if _, err := g.f.Write(buf); err != nil {
+		_ = g.f.Truncate(g.size)
+		return storageErr("write offsets", err)
+	}
+	if err := g.health.sync(g.f, "fsync offsets"); err != nil {
+		return err
+	}
+	g.size += int64(len(buf))
+	for _, k := range keys {
+		delete(g.offsets, k)
 	}
 	return nil
 }
@@ -291,6 +329,43 @@ func (b *Broker) GroupOffsets(group string) []GroupOffset {
 		return out[i].Partition < out[j].Partition
 	})
 	return out
+}
+
+// DeleteOffsets durably deletes a group's committed offsets of the given
+// partitions, or all of them when parts is nil, and returns how many it
+// deleted.
+func (b *Broker) DeleteOffsets(group string, parts []TopicPartition) (int, error) {
+	gs := b.groupStore()
+	if gs == nil {
+		return 0, ErrClosed
+	}
+	gs.mu.Lock()
+	var keys []groupKey
+	if parts == nil {
+		for k := range gs.offsets {
+			if k.group == group {
+				keys = append(keys, k)
+			}
+		}
+	} else {
+		for _, tp := range parts {
+			k := groupKey{group, tp.Topic, tp.Partition}
+			if _, ok := gs.offsets[k]; ok {
+				keys = append(keys, k)
+			}
+		}
+	}
+	gs.mu.Unlock()
+	if len(keys) == 0 {
+		return 0, nil
+	}
+	return len(keys), gs.remove(keys, b.opts.Now())
+}
+
+// TopicPartition names one partition.
+type TopicPartition struct {
+	Topic     string
+	Partition int32
 }
 
 // Groups lists groups with committed offsets.

@@ -163,5 +163,8 @@ func inspectPartition(dir string, id int32) (PartitionInfo, error) {
 		}
 		f.Close()
 	}
+	if floor, err := readLogStart(OSFS{}, dir); err == nil && floor > pi.LogStartOffset {
+		pi.LogStartOffset = min(floor, pi.HighWatermark)
+	}
 	return pi, nil
 }

@@ -11,17 +11,51 @@ import (
 	"time"
 )
 
+// janitorLoop runs retention and compaction every JanitorInterval, and
+// at once after a topic's configuration changed (kickJanitor), so that a
+// shorter retention or a new policy takes effect without waiting for the
+// next tick.
 func (b *Broker) janitorLoop() {
 	defer b.wg.Done()
-	everyTick(b.stop, b.opts.JanitorInterval, func(ctx context.Context) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		<-b.stop
+		cancel()
+	}()
+	tick := time.NewTicker(b.opts.JanitorInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-b.stop:
+			return
+		case <-tick.C:
+		case <-b.kick:
+		}
 		if err := b.EnforceRetention(ctx); err != nil && ctx.Err() == nil {
 			b.opts.Logger.Error("retention failed", "err", err)
 		}
 		if err := b.Compact(ctx); err != nil && ctx.Err() == nil {
 			b.opts.Logger.Error("compaction failed", "err", err)
 		}
-	})
+		b.janitorPasses.Add(1)
+	}
 }
+
+// KickJanitor asks the background janitor for a retention and compaction
+// pass now (a no-op when it is disabled or a pass is already asked for).
+func (b *Broker) KickJanitor() { b.kickJanitor() }
+
+func (b *Broker) kickJanitor() {
+	select {
+	case b.kick <- struct{}{}:
+	default:
+	}
+}
+
+// JanitorPasses is the number of retention and compaction passes the
+// background janitor finished since Open.
+func (b *Broker) JanitorPasses() int64 { return b.janitorPasses.Load() }
 
 // everyTick calls fn at every interval until stop is closed, with a context
 // cancelled when stop closes, so that a call in progress ends early.
@@ -54,23 +88,23 @@ func (b *Broker) topicList() []*topic {
 // that are past their topic's retention time or beyond its retention size,
 // advancing each log start offset. The janitor calls it periodically.
 func (b *Broker) EnforceRetention(ctx context.Context) error {
-	return b.eachPartitionOf(ctx, CleanupDelete, func(p *partition, now int64) error { return p.enforceRetention(now) })
+	return b.eachPartitionOf(ctx, CleanupPolicy.Deletes, func(p *partition, now int64) error { return p.enforceRetention(now) })
 }
 
 // Compact cleans every partition of compact-policy topics. The janitor calls
 // it periodically.
 func (b *Broker) Compact(ctx context.Context) error {
-	return b.eachPartitionOf(ctx, CleanupCompact, func(p *partition, now int64) error { return p.compact(ctx, now) })
+	return b.eachPartitionOf(ctx, CleanupPolicy.Compacts, func(p *partition, now int64) error { return p.compact(ctx, now) })
 }
 
-// eachPartitionOf runs clean on every partition of the topics with the
-// cleanup policy, with the time in milliseconds, and joins the failures.
-// It stops when ctx ends, with ctx's error.
-func (b *Broker) eachPartitionOf(ctx context.Context, policy CleanupPolicy, clean func(p *partition, nowMs int64) error) error {
+// eachPartitionOf runs clean on every partition of the topics whose
+// cleanup policy has, with the time in milliseconds, and joins the
+// failures. It stops when ctx ends, with ctx's error.
+func (b *Broker) eachPartitionOf(ctx context.Context, has func(CleanupPolicy) bool, clean func(p *partition, nowMs int64) error) error {
 	var errs []error
 	now := b.opts.Now().UnixMilli()
 	for _, t := range b.topicList() {
-		if t.set.config().CleanupPolicy != policy {
+		if !has(t.set.config().CleanupPolicy) {
 			continue
 		}
 		for _, p := range t.parts {
@@ -146,10 +180,12 @@ func hashKey(k []byte) keyHash {
 	return h
 }
 
-// compact keeps only the newest record per key in the inactive segments,
-// preserving offsets. Memory is one 24-byte entry per distinct key. The
-// active segment is never touched. Tombstones older than delete.retention.ms
-// are dropped. A batch that is some producer's last known batch is kept
+// compact keeps only the newest record per key in the cleanable segments,
+// preserving offsets: the inactive segments up to the first whose newest
+// record is younger than min.compaction.lag.ms (which, and everything after
+// it, stays as written, and does not shadow older records). Memory is one
+// 24-byte entry per distinct key. The active segment is never touched.
+// Tombstones older than delete.retention.ms are dropped. A batch that is some producer's last known batch is kept
 // (even emptied of records) so idempotence state still rebuilds from the log.
 func (p *partition) compact(ctx context.Context, nowMs int64) error {
 	p.cleanMu.Lock()
@@ -168,9 +204,10 @@ func (p *partition) compact(ctx context.Context, nowMs int64) error {
 	// Only segments below the last stable offset: an open transaction's
 	// records may still be aborted, so they cannot shadow older values.
 	lso := p.txns.stable(p.hw)
+	lagCutoff := nowMs - p.set.config().MinCompactionLagMs
 	var segs []*segment
 	for i, s := range p.segs[:len(p.segs)-1] {
-		if p.segs[i+1].base > lso {
+		if p.segs[i+1].base > lso || p.set.config().MinCompactionLagMs > 0 && s.maxTS >= lagCutoff {
 			break
 		}
 		segs = append(segs, s)

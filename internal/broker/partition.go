@@ -79,6 +79,9 @@ type partition struct {
 	broken     error
 	closed     bool
 	clock      uint64
+	// startFloor is the log start DeleteRecords set (its file, logStartFile);
+	// records below it are gone even where their segment stays.
+	startFloor int64
 
 	syncMu  sync.Mutex
 	cleanMu sync.Mutex
@@ -132,6 +135,10 @@ func openPartition(set *partitionSettings, dir, topic string, id int32, mustExis
 		p.settleDamageLocked()
 	}
 	p.rebuildProducersLocked(snaps)
+	if p.startFloor, err = readLogStart(fsys, dir); err != nil {
+		p.closeAll()
+		return nil, err
+	}
 	if vanished {
 		p.recordLostLocked(LostRange{First: 0, Last: -1, Segment: -1,
 			Reason: "partition directory vanished while the broker was stopped; recreated empty, the extent of the loss is unknown"})
@@ -168,7 +175,7 @@ func (p *partition) openInactive(s *segment, end int64) error {
 	last := p.verifyRangeLocked(s, f, pos, s.size, first, end, "damaged batch at the end of an inactive segment, found on open")
 	// Offsets are dense up to the next segment, except where compaction
 	// removed records.
-	if last < end && p.set.config().CleanupPolicy != CleanupCompact {
+	if last < end && !p.set.config().CleanupPolicy.Compacts() {
 		p.recordLostLocked(LostRange{First: last, Last: end - 1, Segment: -1,
 			Reason: fmt.Sprintf("inactive segment %d ends before the next segment's base, found on open", s.base)})
 	}
@@ -459,14 +466,14 @@ func (p *partition) write(batch []byte, h BatchHeader) (res AppendResult, target
 		if p.set.syncBeforeAck {
 			target = dup.LastOffset + 1
 		}
-		return AppendResult{BaseOffset: dup.FirstOffset, LogStartOffset: p.segs[0].base, Duplicate: true}, target, p.gen, nil
+		return AppendResult{BaseOffset: dup.FirstOffset, LogStartOffset: p.logStartLocked(), Duplicate: true}, target, p.gen, nil
 	}
 	h.BaseOffset = p.next
 	active, err := p.appendLocked(batch, h, p.set.journal)
 	if err != nil {
 		return AppendResult{}, -1, 0, err
 	}
-	res = AppendResult{BaseOffset: h.BaseOffset, LogStartOffset: p.segs[0].base}
+	res = AppendResult{BaseOffset: h.BaseOffset, LogStartOffset: p.logStartLocked()}
 	if p.set.syncBeforeAck {
 		target = p.next
 	} else {
@@ -1010,7 +1017,7 @@ func (p *partition) fetch(offset int64, maxBytes int, buf []byte, committed bool
 			p.mu.Unlock()
 			return FetchResult{}, ErrClosed
 		}
-		res := FetchResult{HighWatermark: p.hw, LogStartOffset: p.segs[0].base, LastStableOffset: p.txns.stable(p.hw)}
+		res := FetchResult{HighWatermark: p.hw, LogStartOffset: p.logStartLocked(), LastStableOffset: p.txns.stable(p.hw)}
 		if offset < res.LogStartOffset || offset > p.hw {
 			p.mu.Unlock()
 			return res, fmt.Errorf("%w: offset %d, log %s/%d has [%d, %d]", ErrOffsetOutOfRange, offset, p.topic, p.id, res.LogStartOffset, p.hw)
@@ -1304,7 +1311,7 @@ func (p *partition) info() PartitionInfo {
 	for _, s := range p.segs {
 		n += s.size
 	}
-	pi := PartitionInfo{Partition: p.id, LogStartOffset: p.segs[0].base, HighWatermark: p.hw, LogEndOffset: p.next, Bytes: n,
+	pi := PartitionInfo{Partition: p.id, LogStartOffset: p.logStartLocked(), HighWatermark: p.hw, LogEndOffset: p.next, Bytes: n,
 		Segments: len(p.segs), AppendedBytes: p.appended}
 	if len(p.lost) > 0 {
 		pi.Lost = append([]LostRange(nil), p.lost...)

@@ -360,6 +360,11 @@ func (c *txnCoordinator) finishLocked(ctx context.Context, e *txnEntry, commit b
 	var errs []error
 	for _, tp := range st.Partitions {
 		wait, err := c.b.appendMarker(ctx, tp.Topic, tp.Partition, markerBatch(st.ProducerID, epoch, commit, nowMs))
+		if errors.Is(err, ErrUnknownTopicOrPartition) {
+			// Deleted meanwhile (DeleteTopics): nothing is left to end.
+			c.logger.Warn("transaction partition deleted before its marker", "transactional_id", st.TransactionalID, "topic", tp.Topic, "partition", tp.Partition)
+			continue
+		}
 		if err != nil {
 			errs = append(errs, fmt.Errorf("marker to %s/%d: %w", tp.Topic, tp.Partition, err))
 			continue

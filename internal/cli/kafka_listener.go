@@ -118,7 +118,10 @@ type kafkaListener struct {
 	autoCreate bool
 	// security is the listener's TLS, SASL, ACL and limit settings.
 	security protocol.Config
-	log      *slog.Logger
+	// allowRepartition says whether CreatePartitions may raise a count
+	// (--allow-repartition, re-read from the config file on SIGHUP).
+	allowRepartition func() bool
+	log              *slog.Logger
 
 	mu  sync.Mutex
 	srv *protocol.Server
@@ -129,7 +132,7 @@ type kafkaListener struct {
 // ready, says why, and tries again with its restart backoff.
 func (k *kafkaListener) attach(b *broker.Broker) (stop func(), err error) {
 	cfg := k.security
-	cfg.AdvertisedAddr, cfg.AutoCreateTopics, cfg.Logger = k.advertised, k.autoCreate, k.log
+	cfg.AdvertisedAddr, cfg.AutoCreateTopics, cfg.Logger, cfg.AllowRepartition = k.advertised, k.autoCreate, k.log, k.allowRepartition
 	srv, err := protocol.NewServer(b, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("starting the Kafka listener: %w", err)

@@ -18,6 +18,7 @@ import (
 	"github.com/outboxrelay/relay/cdc"
 	"github.com/outboxrelay/relay/internal/broker"
 	"github.com/outboxrelay/relay/internal/pgconfig"
+	"github.com/outboxrelay/relay/internal/relayconf"
 	"github.com/outboxrelay/relay/internal/sink/embedded"
 	"github.com/outboxrelay/relay/internal/sink/kafka"
 	"github.com/outboxrelay/relay/poller"
@@ -63,6 +64,13 @@ type runFlags struct {
 	readyTimeout    time.Duration
 	createTopics    bool
 	schemaRun       schemaRunFlags
+	// config is --config; file is what it held when parsed (run_config.go).
+	config           string
+	allowRepartition bool
+	file             *relayconf.File
+	args             []string
+	stdio            IO
+	fs               *flag.FlagSet
 }
 
 func (f *runFlags) register(fs *flag.FlagSet) {
@@ -100,6 +108,8 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.readyTimeout, "ready-timeout", 30*time.Second, "/readyz fails when no heartbeat went through the whole path (read, published, acknowledged) for this long; the leader sends one every sixth of it")
 	f.schemaRun.register(fs)
 	fs.StringVar(&f.cpuProfile, "cpu-profile", "", "write a CPU profile of the whole run to this file (for go tool pprof)")
+	fs.StringVar(&f.config, "config", "", "YAML file of settings (any flag of relay run, by name) and declared topics (topics, topic-defaults); re-read on SIGHUP; flags and RELAY_* win")
+	fs.BoolVar(&f.allowRepartition, "allow-repartition", false, "embedded broker: confirm partition increases, from the config file's topics and from Kafka clients' CreatePartitions (keys move: see the README)")
 }
 
 func (f *runFlags) validate() error {
@@ -184,6 +194,10 @@ func parseRun(stdio IO, args []string) (*runFlags, error) {
 	if err := parse(fs, args, stdio, false); err != nil {
 		return nil, err
 	}
+	f.args, f.stdio = args, stdio
+	if err := f.readConfig(fs); err != nil {
+		return nil, err
+	}
 	return &f, f.validate()
 }
 
@@ -257,6 +271,7 @@ func (f *runFlags) serve(ctx context.Context, log *slog.Logger) error {
 	if f.fsync == "interval" {
 		sync = broker.SyncIntervalUnsafe
 	}
+	admin := f.topicAdmin(log)
 	var onOpen func(*broker.Broker) (func(), error)
 	switch {
 	case f.sink != "embedded":
@@ -266,7 +281,8 @@ func (f *runFlags) serve(ctx context.Context, log *slog.Logger) error {
 		if err != nil {
 			return err
 		}
-		kl := &kafkaListener{addr: f.kafkaAddr, advertised: f.kafkaAdvertised, autoCreate: f.createTopics, security: security, log: log}
+		kl := &kafkaListener{addr: f.kafkaAddr, advertised: f.kafkaAdvertised, autoCreate: f.createTopics, security: security, log: log,
+			allowRepartition: admin.allowRepartition}
 		metrics.Registry.MustRegister(kl)
 		onOpen = kl.attach
 	default:
@@ -285,7 +301,7 @@ func (f *runFlags) serve(ctx context.Context, log *slog.Logger) error {
 		}
 	} else if sink, err = embedded.New(embedded.Config{
 		Broker:        broker.Options{Dir: f.dataDir, Sync: sync, DefaultPartitions: int32(f.partitions), Logger: log, AllowLostPartitions: f.allowLost},
-		OnOpen:        onOpen,
+		OnOpen:        admin.wrap(onOpen),
 		WaitForTopics: !f.createTopics,
 		Logger:        log,
 	}); err != nil {
@@ -333,6 +349,7 @@ func (f *runFlags) serve(ctx context.Context, log *slog.Logger) error {
 		}
 		defer stop()
 	}
+	defer admin.watchSIGHUP(ctx)()
 	log.Info("relay starting", "database", pgconfig.Describe(&connCfg.Config), "schema", f.db.schema,
 		"source", f.source, "sink", f.sink, "data_dir", f.dataDir, "http_addr", f.httpAddr)
 	if err := r.Run(ctx); err != nil {

@@ -11,7 +11,8 @@ import (
 )
 
 func topicsCommand() *command {
-	return &command{name: "topics", summary: "list the embedded broker's topics (read-only, safe while the daemon runs)", run: topics}
+	return &command{name: "topics", summary: "list the embedded broker's topics (read-only, safe while the daemon runs); create, alter, describe, delete one",
+		run: topics, sub: topicAdminCommands()}
 }
 
 type topicJSON struct {

@@ -58,29 +58,16 @@ func (a *avroSchema) Validate(payload []byte) error {
 // needs a default, the numeric promotions, enum symbols, unions branch by
 // branch.
 func avroCompatible(r, w *avroSchema, newIsReader bool) []Violation {
-	c := &avroCheck{newIsReader: newIsReader, seen: map[[2]*avro.RecordSchema]bool{}}
+	c := &avroCheck{violations: violations{newIsReader: newIsReader}, seen: map[[2]*avro.RecordSchema]bool{}}
 	c.match("", r.s, w.s)
 	return c.out
 }
 
 type avroCheck struct {
-	newIsReader bool
-	out         []Violation
+	violations
 	// seen holds the record pairs being compared, to break the
 	// recursion of recursive types.
 	seen map[[2]*avro.RecordSchema]bool
-}
-
-func (c *avroCheck) add(path, format string, args ...any) {
-	c.out = append(c.out, Violation{Path: path, Message: fmt.Sprintf(format, args...)})
-}
-
-// oldNew orders reader and writer descriptions as (old, new).
-func (c *avroCheck) oldNew(reader, writer string) (string, string) {
-	if c.newIsReader {
-		return writer, reader
-	}
-	return reader, writer
 }
 
 func deref(s avro.Schema) avro.Schema {
@@ -131,7 +118,7 @@ func promotable(writer, reader avro.Type) bool {
 
 // fits reports whether w can be read as r, without recording anything.
 func (c *avroCheck) fits(r, w avro.Schema) bool {
-	sub := &avroCheck{newIsReader: c.newIsReader, seen: c.seen}
+	sub := &avroCheck{violations: violations{newIsReader: c.newIsReader}, seen: c.seen}
 	sub.match("", r, w)
 	return len(sub.out) == 0
 }

@@ -34,6 +34,25 @@ type Violation struct {
 	Message string
 }
 
+// violations collects what a compatibility check finds. The checks compare
+// a reader's schema with a writer's; newIsReader says which is the new one.
+type violations struct {
+	newIsReader bool
+	out         []Violation
+}
+
+func (c *violations) add(path, format string, args ...any) {
+	c.out = append(c.out, Violation{Path: path, Message: fmt.Sprintf(format, args...)})
+}
+
+// oldNew orders reader and writer descriptions as (old, new).
+func (c *violations) oldNew(reader, writer string) (string, string) {
+	if c.newIsReader {
+		return writer, reader
+	}
+	return reader, writer
+}
+
 func (v Violation) String() string {
 	if v.Path == "" {
 		return v.Message

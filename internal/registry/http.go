@@ -14,29 +14,33 @@ import (
 // Registry's that the common serializers use, to mux.
 func Routes(mux *http.ServeMux, store *Store, log *slog.Logger) {
 	a := &api{store: store, log: log}
-	mux.HandleFunc("GET /subjects", a.subjects)
-	mux.HandleFunc("POST /subjects/{subject}/versions", a.register)
-	mux.HandleFunc("POST /subjects/{subject}", a.lookup)
-	mux.HandleFunc("GET /subjects/{subject}/versions", a.versions)
-	mux.HandleFunc("GET /subjects/{subject}/versions/{version}", a.version)
-	mux.HandleFunc("GET /subjects/{subject}/versions/{version}/schema", a.versionSchema)
-	mux.HandleFunc("DELETE /subjects/{subject}", a.deleteSubject)
-	mux.HandleFunc("DELETE /subjects/{subject}/versions/{version}", a.deleteVersion)
-	mux.HandleFunc("GET /schemas/ids/{id}", a.schemaByID)
-	mux.HandleFunc("GET /schemas/ids/{id}/schema", a.schemaByIDRaw)
-	mux.HandleFunc("GET /schemas/types", func(w http.ResponseWriter, _ *http.Request) {
-		reply(w, http.StatusOK, []string{TypeAvro, TypeJSON, TypeProtobuf})
-	})
-	mux.HandleFunc("POST /compatibility/subjects/{subject}/versions/{version}", a.compatibility)
-	mux.HandleFunc("POST /compatibility/subjects/{subject}/versions", a.compatibility)
-	mux.HandleFunc("GET /config", a.getConfig)
-	mux.HandleFunc("PUT /config", a.putConfig)
-	mux.HandleFunc("GET /config/{subject}", a.getConfig)
-	mux.HandleFunc("PUT /config/{subject}", a.putConfig)
-	mux.HandleFunc("DELETE /config/{subject}", a.deleteConfig)
-	mux.HandleFunc("GET /mode", func(w http.ResponseWriter, _ *http.Request) {
-		reply(w, http.StatusOK, map[string]string{"mode": "READWRITE"})
-	})
+	for pattern, h := range map[string]handler{
+		"GET /subjects":                                             a.subjects,
+		"POST /subjects/{subject}/versions":                         a.register,
+		"POST /subjects/{subject}":                                  a.lookup,
+		"GET /subjects/{subject}/versions":                          a.versions,
+		"GET /subjects/{subject}/versions/{version}":                a.version,
+		"DELETE /subjects/{subject}":                                a.deleteSubject,
+		"DELETE /subjects/{subject}/versions/{version}":             a.deleteVersion,
+		"GET /schemas/ids/{id}":                                     a.schemaByID,
+		"POST /compatibility/subjects/{subject}/versions/{version}": a.compatibility,
+		"POST /compatibility/subjects/{subject}/versions":           a.compatibility,
+		"GET /config":              a.getConfig,
+		"PUT /config":              a.putConfig,
+		"GET /config/{subject}":    a.getConfig,
+		"PUT /config/{subject}":    a.putConfig,
+		"DELETE /config/{subject}": a.deleteConfig,
+		"GET /schemas/types": func(*http.Request) (any, error) {
+			return []string{TypeAvro, TypeJSON, TypeProtobuf}, nil
+		},
+		"GET /mode": func(*http.Request) (any, error) {
+			return map[string]string{"mode": "READWRITE"}, nil
+		},
+	} {
+		mux.HandleFunc(pattern, a.serve(h))
+	}
+	mux.HandleFunc("GET /subjects/{subject}/versions/{version}/schema", a.serveRaw(a.getVersion))
+	mux.HandleFunc("GET /schemas/ids/{id}/schema", a.serveRaw(a.byID))
 }
 
 type api struct {
@@ -116,149 +120,118 @@ func versionBody(v Version) map[string]any {
 	return b
 }
 
-func (a *api) subjects(w http.ResponseWriter, r *http.Request) {
-	subjects, err := a.store.Subjects(r.Context(), flag(r, "deleted"))
-	if err != nil {
-		a.fail(w, r, err)
-		return
+// handler answers a request with a JSON body, or an error for fail.
+type handler func(r *http.Request) (any, error)
+
+// serve adapts h to the mux: its body with 200, or its error's body.
+func (a *api) serve(h handler) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		body, err := h(r)
+		if err != nil {
+			a.fail(w, r, err)
+			return
+		}
+		reply(w, http.StatusOK, body)
 	}
-	reply(w, http.StatusOK, subjects)
 }
 
-func (a *api) register(w http.ResponseWriter, r *http.Request) {
+// serveRaw answers with the schema text of the version that find returns,
+// as the /schema endpoints do.
+func (a *api) serveRaw(find func(r *http.Request) (Version, error)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		v, err := find(r)
+		if err != nil {
+			a.fail(w, r, err)
+			return
+		}
+		w.Header().Set("Content-Type", contentType)
+		io.WriteString(w, v.Schema)
+	}
+}
+
+func (a *api) subjects(r *http.Request) (any, error) {
+	return a.store.Subjects(r.Context(), flag(r, "deleted"))
+}
+
+func (a *api) register(r *http.Request) (any, error) {
 	req, err := readSchema(r)
 	if err != nil {
-		a.fail(w, r, err)
-		return
+		return nil, err
 	}
 	v, err := a.store.Register(r.Context(), r.PathValue("subject"), req.SchemaType, req.Schema)
-	if err != nil {
-		a.fail(w, r, err)
-		return
-	}
-	reply(w, http.StatusOK, map[string]any{"id": v.ID})
+	return map[string]any{"id": v.ID}, err
 }
 
-func (a *api) lookup(w http.ResponseWriter, r *http.Request) {
+func (a *api) lookup(r *http.Request) (any, error) {
 	req, err := readSchema(r)
 	if err != nil {
-		a.fail(w, r, err)
-		return
+		return nil, err
 	}
 	v, err := a.store.Lookup(r.Context(), r.PathValue("subject"), req.SchemaType, req.Schema, flag(r, "deleted"))
-	if err != nil {
-		a.fail(w, r, err)
-		return
-	}
-	reply(w, http.StatusOK, versionBody(v))
+	return versionBody(v), err
 }
 
-func (a *api) versions(w http.ResponseWriter, r *http.Request) {
+func (a *api) versions(r *http.Request) (any, error) {
 	vs, err := a.store.Versions(r.Context(), r.PathValue("subject"), flag(r, "deleted"))
-	if err != nil {
-		a.fail(w, r, err)
-		return
-	}
 	nums := make([]int, len(vs))
 	for i, v := range vs {
 		nums[i] = v.Version
 	}
-	reply(w, http.StatusOK, nums)
+	return nums, err
 }
 
-func (a *api) getVersion(w http.ResponseWriter, r *http.Request) (Version, bool) {
+func (a *api) getVersion(r *http.Request) (Version, error) {
 	n, err := versionArg(r)
-	if err == nil {
-		var v Version
-		if v, err = a.store.Get(r.Context(), r.PathValue("subject"), n, flag(r, "deleted")); err == nil {
-			return v, true
-		}
-	}
-	a.fail(w, r, err)
-	return Version{}, false
-}
-
-func (a *api) version(w http.ResponseWriter, r *http.Request) {
-	if v, ok := a.getVersion(w, r); ok {
-		reply(w, http.StatusOK, versionBody(v))
-	}
-}
-
-func (a *api) versionSchema(w http.ResponseWriter, r *http.Request) {
-	if v, ok := a.getVersion(w, r); ok {
-		w.Header().Set("Content-Type", contentType)
-		io.WriteString(w, v.Schema)
-	}
-}
-
-func (a *api) deleteSubject(w http.ResponseWriter, r *http.Request) {
-	vs, err := a.store.DeleteSubject(r.Context(), r.PathValue("subject"), flag(r, "permanent"))
 	if err != nil {
-		a.fail(w, r, err)
-		return
+		return Version{}, err
 	}
-	reply(w, http.StatusOK, vs)
+	return a.store.Get(r.Context(), r.PathValue("subject"), n, flag(r, "deleted"))
 }
 
-func (a *api) deleteVersion(w http.ResponseWriter, r *http.Request) {
+func (a *api) version(r *http.Request) (any, error) {
+	v, err := a.getVersion(r)
+	return versionBody(v), err
+}
+
+func (a *api) deleteSubject(r *http.Request) (any, error) {
+	return a.store.DeleteSubject(r.Context(), r.PathValue("subject"), flag(r, "permanent"))
+}
+
+func (a *api) deleteVersion(r *http.Request) (any, error) {
 	n, err := versionArg(r)
-	if err == nil {
-		n, err = a.store.DeleteVersion(r.Context(), r.PathValue("subject"), n, flag(r, "permanent"))
-	}
 	if err != nil {
-		a.fail(w, r, err)
-		return
+		return nil, err
 	}
-	reply(w, http.StatusOK, n)
+	return a.store.DeleteVersion(r.Context(), r.PathValue("subject"), n, flag(r, "permanent"))
 }
 
-func (a *api) byID(w http.ResponseWriter, r *http.Request) (Version, bool) {
+func (a *api) byID(r *http.Request) (Version, error) {
 	id, err := strconv.Atoi(r.PathValue("id"))
 	if err != nil {
-		a.fail(w, r, errorf(http.StatusNotFound, codeSchemaNotFound, "schema %q not found", r.PathValue("id")))
-		return Version{}, false
+		return Version{}, errorf(http.StatusNotFound, codeSchemaNotFound, "schema %q not found", r.PathValue("id"))
 	}
-	v, err := a.store.SchemaByID(r.Context(), id)
-	if err != nil {
-		a.fail(w, r, err)
-		return Version{}, false
-	}
-	return v, true
+	return a.store.SchemaByID(r.Context(), id)
 }
 
-func (a *api) schemaByID(w http.ResponseWriter, r *http.Request) {
-	if v, ok := a.byID(w, r); ok {
-		b := map[string]any{"schema": v.Schema}
-		if v.Type != TypeAvro {
-			b["schemaType"] = v.Type
-		}
-		reply(w, http.StatusOK, b)
+func (a *api) schemaByID(r *http.Request) (any, error) {
+	v, err := a.byID(r)
+	b := map[string]any{"schema": v.Schema}
+	if v.Type != TypeAvro {
+		b["schemaType"] = v.Type
 	}
+	return b, err
 }
 
-func (a *api) schemaByIDRaw(w http.ResponseWriter, r *http.Request) {
-	if v, ok := a.byID(w, r); ok {
-		w.Header().Set("Content-Type", contentType)
-		io.WriteString(w, v.Schema)
-	}
-}
-
-func (a *api) compatibility(w http.ResponseWriter, r *http.Request) {
+func (a *api) compatibility(r *http.Request) (any, error) {
 	req, err := readSchema(r)
 	if err != nil {
-		a.fail(w, r, err)
-		return
+		return nil, err
 	}
 	n, err := versionArg(r)
 	if err != nil {
-		a.fail(w, r, err)
-		return
+		return nil, err
 	}
 	vs, _, err := a.store.Compatible(r.Context(), r.PathValue("subject"), n, req.SchemaType, req.Schema)
-	if err != nil {
-		a.fail(w, r, err)
-		return
-	}
 	body := map[string]any{"is_compatible": len(vs) == 0}
 	if flag(r, "verbose") {
 		msgs := make([]string, len(vs))
@@ -267,53 +240,42 @@ func (a *api) compatibility(w http.ResponseWriter, r *http.Request) {
 		}
 		body["messages"] = msgs
 	}
-	reply(w, http.StatusOK, body)
+	return body, err
 }
 
 // getConfig answers GET /config and GET /config/{subject}. A subject
 // without a level of its own is a 404 (code 40408) unless defaultToGlobal
 // is set, as in Confluent's registry: some clients rely on it.
-func (a *api) getConfig(w http.ResponseWriter, r *http.Request) {
+func (a *api) getConfig(r *http.Request) (any, error) {
 	subject := r.PathValue("subject")
 	level, ok, err := a.store.Config(r.Context(), subject)
 	if err != nil {
-		a.fail(w, r, err)
-		return
+		return nil, err
 	}
 	if !ok {
 		if subject != "" && !flag(r, "defaultToGlobal") {
-			a.fail(w, r, errorf(http.StatusNotFound, codeNoSubjectConfig, "subject %q does not have a compatibility level of its own", subject))
-			return
+			return nil, errorf(http.StatusNotFound, codeNoSubjectConfig, "subject %q does not have a compatibility level of its own", subject)
 		}
-		if level, err = a.store.Level(r.Context(), ""); err != nil {
-			a.fail(w, r, err)
-			return
-		}
+		level, err = a.store.Level(r.Context(), "")
 	}
-	reply(w, http.StatusOK, map[string]string{"compatibilityLevel": level})
+	return map[string]string{"compatibilityLevel": level}, err
 }
 
-func (a *api) putConfig(w http.ResponseWriter, r *http.Request) {
+func (a *api) putConfig(r *http.Request) (any, error) {
 	var req struct {
 		Compatibility string `json:"compatibility"`
 	}
 	if err := json.NewDecoder(io.LimitReader(r.Body, 1<<20)).Decode(&req); err != nil {
-		a.fail(w, r, &Error{Status: http.StatusUnprocessableEntity, Code: codeInvalidLevel, Msg: "the request body is not JSON with a \"compatibility\" string"})
-		return
+		return nil, &Error{Status: http.StatusUnprocessableEntity, Code: codeInvalidLevel, Msg: "the request body is not JSON with a \"compatibility\" string"}
 	}
 	if err := a.store.SetConfig(r.Context(), r.PathValue("subject"), req.Compatibility); err != nil {
-		a.fail(w, r, err)
-		return
+		return nil, err
 	}
 	l, _ := ParseLevel(req.Compatibility)
-	reply(w, http.StatusOK, map[string]string{"compatibility": l})
+	return map[string]string{"compatibility": l}, nil
 }
 
-func (a *api) deleteConfig(w http.ResponseWriter, r *http.Request) {
+func (a *api) deleteConfig(r *http.Request) (any, error) {
 	level, err := a.store.DeleteConfig(r.Context(), r.PathValue("subject"))
-	if err != nil {
-		a.fail(w, r, err)
-		return
-	}
-	reply(w, http.StatusOK, map[string]string{"compatibilityLevel": level})
+	return map[string]string{"compatibilityLevel": level}, err
 }

@@ -86,26 +86,14 @@ func oneLine(s string) string {
 // and constraints on values (minimum, pattern, format, ...) are not
 // compared.
 func jsonCompatible(r, w *jsonSchema, newIsReader bool) []Violation {
-	c := &jsonCheck{newIsReader: newIsReader, rootR: r.doc, rootW: w.doc}
+	c := &jsonCheck{violations: violations{newIsReader: newIsReader}, rootR: r.doc, rootW: w.doc}
 	c.match("", r.doc, w.doc, 0)
 	return c.out
 }
 
 type jsonCheck struct {
-	newIsReader  bool
+	violations
 	rootR, rootW any
-	out          []Violation
-}
-
-func (c *jsonCheck) add(path, format string, args ...any) {
-	c.out = append(c.out, Violation{Path: path, Message: fmt.Sprintf(format, args...)})
-}
-
-func (c *jsonCheck) oldNew(reader, writer string) (string, string) {
-	if c.newIsReader {
-		return writer, reader
-	}
-	return reader, writer
 }
 
 // resolve follows a local $ref ("#/definitions/x", "#/$defs/x").

@@ -118,26 +118,14 @@ func wrongWireTypes(m protoreflect.Message) error {
 // not know are skipped, so removing a field is compatible, and a number
 // reused with another type is caught by the transitive levels.
 func protoCompatible(r, w *protoSchema, newIsReader bool) []Violation {
-	c := &protoCheck{newIsReader: newIsReader, seen: map[[2]protoreflect.FullName]bool{}}
+	c := &protoCheck{violations: violations{newIsReader: newIsReader}, seen: map[[2]protoreflect.FullName]bool{}}
 	c.message("", r.md, w.md)
 	return c.out
 }
 
 type protoCheck struct {
-	newIsReader bool
-	out         []Violation
-	seen        map[[2]protoreflect.FullName]bool
-}
-
-func (c *protoCheck) add(path, format string, args ...any) {
-	c.out = append(c.out, Violation{Path: path, Message: fmt.Sprintf(format, args...)})
-}
-
-func (c *protoCheck) oldNew(reader, writer string) (string, string) {
-	if c.newIsReader {
-		return writer, reader
-	}
-	return reader, writer
+	violations
+	seen map[[2]protoreflect.FullName]bool
 }
 
 func kindGroup(k protoreflect.Kind) string {

@@ -199,17 +199,27 @@ func invalid(err error) *Error {
 	return &Error{Status: http.StatusUnprocessableEntity, Code: codeInvalidSchema, Msg: err.Error()}
 }
 
+// parseRequest parses a schema of a request: its normalized type and the
+// schema, or an invalid-schema error.
+func parseRequest(typ, text string) (string, Schema, error) {
+	t, err := NormalizeType(typ)
+	if err != nil {
+		return "", nil, invalid(err)
+	}
+	sch, err := Parse(t, text)
+	if err != nil {
+		return "", nil, invalid(err)
+	}
+	return t, sch, nil
+}
+
 // Register adds text as the subject's next version, unless the subject
 // already has it (its version is returned). The schema must be compatible
 // with the subject's versions under its level.
 func (s *Store) Register(ctx context.Context, subject, typ, text string) (Version, error) {
-	t, err := NormalizeType(typ)
+	t, sch, err := parseRequest(typ, text)
 	if err != nil {
-		return Version{}, invalid(err)
-	}
-	sch, err := Parse(t, text)
-	if err != nil {
-		return Version{}, invalid(err)
+		return Version{}, err
 	}
 	if subject == "" {
 		return Version{}, errorf(http.StatusUnprocessableEntity, codeInvalidSchema, "the subject name is empty")
@@ -266,13 +276,9 @@ SELECT $1, coalesce(max(version), 0) + 1, $2 FROM `+s.versions+` WHERE subject =
 // Lookup finds the subject's version whose schema is text (the same
 // canonical form).
 func (s *Store) Lookup(ctx context.Context, subject, typ, text string, deleted bool) (Version, error) {
-	t, err := NormalizeType(typ)
+	t, sch, err := parseRequest(typ, text)
 	if err != nil {
-		return Version{}, invalid(err)
-	}
-	sch, err := Parse(t, text)
-	if err != nil {
-		return Version{}, invalid(err)
+		return Version{}, err
 	}
 	hist, err := s.history(ctx, s.db, subject, deleted)
 	if err != nil {
@@ -359,13 +365,9 @@ func (s *Store) SchemaByID(ctx context.Context, id int) (Version, error) {
 // or a number) under the subject's level: the transitive levels compare
 // with every version up to it.
 func (s *Store) Compatible(ctx context.Context, subject string, version int, typ, text string) ([]Violation, string, error) {
-	t, err := NormalizeType(typ)
+	_, sch, err := parseRequest(typ, text)
 	if err != nil {
-		return nil, "", invalid(err)
-	}
-	sch, err := Parse(t, text)
-	if err != nil {
-		return nil, "", invalid(err)
+		return nil, "", err
 	}
 	hist, err := s.history(ctx, s.db, subject, false)
 	if err != nil {

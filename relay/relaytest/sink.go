@@ -93,10 +93,17 @@ func publish(t *testing.T, s relay.Sink, msgs []relay.Message) relay.PublishResu
 	return res
 }
 
+// closeSink ends the sink's session as a stopping relay does: Close, then
+// Shutdown for a sink that keeps its log open between sessions.
 func closeSink(t *testing.T, s relay.Sink) {
 	t.Helper()
 	if err := s.Close(context.Background()); err != nil {
 		t.Fatalf("Close: %v", err)
+	}
+	if ss, ok := s.(relay.StandbySink); ok {
+		if err := ss.Shutdown(context.Background()); err != nil {
+			t.Fatalf("Shutdown: %v", err)
+		}
 	}
 }
 

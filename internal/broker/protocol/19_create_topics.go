@@ -10,9 +10,8 @@ import (
 )
 
 // handleCreateTopics creates topics with a partition count (-1: the
-// broker's default) and these configs: cleanup.policy, retention.ms,
-// retention.bytes, segment.bytes, segment.ms, delete.retention.ms,
-// max.message.bytes. The replication factor must be -1 or 1 and manual
+// broker's default) and the configs the broker keeps
+// (broker.TopicConfigNames). The replication factor must be -1 or 1 and manual
 // replica assignments are refused: there is one node.
 func (s *Server) handleCreateTopics(req *kmsg.CreateTopicsRequest) kmsg.Response {
 	resp := req.ResponseKind().(*kmsg.CreateTopicsResponse)

@@ -38,15 +38,15 @@ func (s *Server) alterTopic(name string, changes []configChange, replace, valida
 			return kerr.InvalidRequest.Code, fmt.Errorf("config %s named more than once", c.name)
 		}
 		seen[c.name] = true
-		f, ok := findTopicConfigField(c.name)
+		f, ok := broker.FindTopicConfig(c.name)
 		if !ok {
 			return kerr.InvalidConfig.Code, fmt.Errorf("config %s is not supported", c.name)
 		}
 		v := c.value
 		if c.del {
-			v = f.get(defaults)
+			v = f.Get(defaults)
 		}
-		if err := f.set(&cfg, v); err != nil {
+		if err := f.Set(&cfg, v); err != nil {
 			return kerr.InvalidConfig.Code, err
 		}
 	}
@@ -112,9 +112,8 @@ func (s *Server) handleAlterConfigs(req *kmsg.AlterConfigsRequest) kmsg.Response
 
 // handleIncrementalAlterConfigs sets or deletes (back to the default) the
 // named configs of topics and keeps the rest. APPEND and SUBTRACT apply
-// to list configs only; cleanup.policy is the one list, and it holds one
-// policy here, so APPEND of another policy than the current one and
-// SUBTRACT of the current one are refused.
+// to list configs only; cleanup.policy is the one list (delete, compact or
+// both), and SUBTRACT may not leave it empty.
 func (s *Server) handleIncrementalAlterConfigs(req *kmsg.IncrementalAlterConfigsRequest) kmsg.Response {
 	resp := req.ResponseKind().(*kmsg.IncrementalAlterConfigsResponse)
 	for _, rr := range req.Resources {
@@ -147,15 +146,39 @@ func (s *Server) incrementalTopic(rr kmsg.IncrementalAlterConfigsRequestResource
 			if c.Name != "cleanup.policy" {
 				return kerr.InvalidConfig.Code, fmt.Errorf("config %s is not a list: APPEND and SUBTRACT apply to lists", c.Name)
 			}
-			current := string(ti.Config.CleanupPolicy)
-			if (c.Op == kmsg.IncrementalAlterConfigOpAppend) != (ch.value == current) {
-				return kerr.InvalidConfig.Code, fmt.Errorf("cleanup.policy is %s and holds one policy here (delete or compact, not both)", current)
+			v, err := listOp(ti.Config.CleanupPolicy, ch.value, c.Op == kmsg.IncrementalAlterConfigOpAppend)
+			if err != nil {
+				return kerr.InvalidConfig.Code, err
 			}
-			ch.value = current
+			ch.value = v
 		default:
 			return kerr.InvalidRequest.Code, fmt.Errorf("config %s: unknown operation %d", c.Name, c.Op)
 		}
 		changes = append(changes, ch)
 	}
 	return s.alterTopic(rr.ResourceName, changes, false, validateOnly)
+}
+
+// listOp appends the policies of value to current, or subtracts them.
+func listOp(current broker.CleanupPolicy, value string, add bool) (string, error) {
+	change, err := broker.ParseCleanupPolicy(value)
+	if err != nil {
+		return "", err
+	}
+	del := current.Deletes()
+	compact := current.Compacts()
+	if add {
+		del, compact = del || change.Deletes(), compact || change.Compacts()
+	} else {
+		del, compact = del && !change.Deletes(), compact && !change.Compacts()
+	}
+	switch {
+	case del && compact:
+		return string(broker.CleanupDeleteCompact), nil
+	case del:
+		return string(broker.CleanupDelete), nil
+	case compact:
+		return string(broker.CleanupCompact), nil
+	}
+	return "", fmt.Errorf("cleanup.policy %s minus %s leaves no policy", current, value)
 }

@@ -236,9 +236,11 @@ func (a *Authorizer) Allowed(principal, host string, op kmsg.ACLOperation, rt km
 		return true
 	case rt == kmsg.ACLResourceTypeCluster && (op == kmsg.ACLOperationAlter || op == kmsg.ACLOperationDescribe):
 		return false
-	case rt == kmsg.ACLResourceTypeTopic && (op == kmsg.ACLOperationWrite || op == kmsg.ACLOperationAlterConfigs) && a.readOnly(name):
+	case rt == kmsg.ACLResourceTypeTopic && (op == kmsg.ACLOperationWrite || op == kmsg.ACLOperationAlterConfigs ||
+		op == kmsg.ACLOperationAlter || op == kmsg.ACLOperationDelete) && a.readOnly(name):
 		// A client neither writes to the relay's topics nor changes their
-		// retention or cleanup unless an ACL says it may.
+		// retention, cleanup or partitions, nor deletes them or their
+		// records, unless an ACL says it may.
 		return false
 	}
 	return !named && !a.cfg.DenyByDefault

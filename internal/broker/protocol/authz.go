@@ -21,6 +21,14 @@ import (
 //	ListOffsets, Metadata   Describe on each topic (Metadata lists only those)
 //	auto-creating Metadata  Create on the topic
 //	CreateTopics            Create on each topic
+//	CreatePartitions        Alter on each topic
+//	DeleteTopics            Delete on each topic
+//	DeleteRecords           Delete on each topic
+//	DeleteGroups            Delete on each group
+//	OffsetDelete            Delete on the group and Read on each topic
+//	DescribeLogDirs         Describe on the cluster
+//	DescribeCluster         nothing, as in Kafka; the cluster's authorized
+//	                        operations, when asked for, need Describe on it
 //	OffsetFetch             Describe on the group and on each topic
 //	FindCoordinator         Describe on the group
 //	JoinGroup, SyncGroup,   Read on the group
@@ -196,7 +204,8 @@ func (s *Server) authorizeRequest(c *conn, r kmsg.Request) (refused kmsg.Respons
 		*kmsg.FindCoordinatorRequest, *kmsg.OffsetCommitRequest, *kmsg.OffsetFetchRequest,
 		*kmsg.DescribeGroupsRequest, *kmsg.ListGroupsRequest, *kmsg.ListOffsetsRequest,
 		*kmsg.DescribeConfigsRequest, *kmsg.AlterConfigsRequest, *kmsg.IncrementalAlterConfigsRequest,
-		*kmsg.CreateTopicsRequest:
+		*kmsg.CreateTopicsRequest, *kmsg.CreatePartitionsRequest, *kmsg.DeleteTopicsRequest, *kmsg.DeleteRecordsRequest,
+		*kmsg.DeleteGroupsRequest, *kmsg.OffsetDeleteRequest, *kmsg.DescribeLogDirsRequest, *kmsg.DescribeClusterRequest:
 		refused, fix = s.authorizeClassic(c, r)
 		return refused, fix, true
 	}
@@ -382,6 +391,96 @@ func (s *Server) authorizeClassic(c *conn, r kmsg.Request) (kmsg.Response, func(
 				resp.Resources = append(resp.Resources, rr)
 			}
 		}
+	case *kmsg.CreatePartitionsRequest:
+		kept, denied := split(req.Topics, func(t kmsg.CreatePartitionsRequestTopic) bool { return s.canTopic(c, kmsg.ACLOperationAlter, t.Topic) })
+		req.Topics = kept
+		return nil, func(r kmsg.Response) {
+			resp := r.(*kmsg.CreatePartitionsResponse)
+			for _, d := range denied {
+				t := kmsg.NewCreatePartitionsResponseTopic()
+				t.Topic, t.ErrorCode = d.Topic, topicDenied
+				resp.Topics = append(resp.Topics, t)
+			}
+		}
+	case *kmsg.DeleteTopicsRequest:
+		// Topics named by id are resolved first, so the check is by name.
+		kept, denied := split(s.deleteTopicNames(req), func(t kmsg.DeleteTopicsRequestTopic) bool {
+			return t.Topic == nil || s.canTopic(c, kmsg.ACLOperationDelete, *t.Topic)
+		})
+		if req.Version < 6 {
+			req.TopicNames = req.TopicNames[:0:0]
+			for _, t := range kept {
+				req.TopicNames = append(req.TopicNames, *t.Topic)
+			}
+		} else {
+			req.Topics = kept
+		}
+		return nil, func(r kmsg.Response) {
+			resp := r.(*kmsg.DeleteTopicsResponse)
+			for _, d := range denied {
+				t := kmsg.NewDeleteTopicsResponseTopic()
+				t.Topic, t.TopicID, t.ErrorCode = d.Topic, topicID(*d.Topic), topicDenied
+				resp.Topics = append(resp.Topics, t)
+			}
+		}
+	case *kmsg.DeleteRecordsRequest:
+		kept, denied := split(req.Topics, func(t kmsg.DeleteRecordsRequestTopic) bool { return s.canTopic(c, kmsg.ACLOperationDelete, t.Topic) })
+		req.Topics = kept
+		return nil, func(r kmsg.Response) {
+			resp := r.(*kmsg.DeleteRecordsResponse)
+			for _, d := range denied {
+				t := kmsg.NewDeleteRecordsResponseTopic()
+				t.Topic = d.Topic
+				for _, dp := range d.Partitions {
+					p := kmsg.NewDeleteRecordsResponseTopicPartition()
+					p.Partition, p.LowWatermark, p.ErrorCode = dp.Partition, -1, topicDenied
+					t.Partitions = append(t.Partitions, p)
+				}
+				resp.Topics = append(resp.Topics, t)
+			}
+		}
+	case *kmsg.DeleteGroupsRequest:
+		kept, denied := split(req.Groups, func(g string) bool { return s.canGroup(c, kmsg.ACLOperationDelete, g) })
+		req.Groups = kept
+		return nil, func(r kmsg.Response) {
+			resp := r.(*kmsg.DeleteGroupsResponse)
+			for _, g := range denied {
+				rg := kmsg.NewDeleteGroupsResponseGroup()
+				rg.Group, rg.ErrorCode = g, groupDenied
+				resp.Groups = append(resp.Groups, rg)
+			}
+		}
+	case *kmsg.OffsetDeleteRequest:
+		if !s.canGroup(c, kmsg.ACLOperationDelete, req.Group) {
+			resp := req.ResponseKind().(*kmsg.OffsetDeleteResponse)
+			resp.ErrorCode = groupDenied
+			return resp, nil
+		}
+		kept, denied := split(req.Topics, func(t kmsg.OffsetDeleteRequestTopic) bool { return s.canTopic(c, kmsg.ACLOperationRead, t.Topic) })
+		req.Topics = kept
+		return nil, func(r kmsg.Response) {
+			resp := r.(*kmsg.OffsetDeleteResponse)
+			for _, d := range denied {
+				t := kmsg.NewOffsetDeleteResponseTopic()
+				t.Topic = d.Topic
+				for _, dp := range d.Partitions {
+					p := kmsg.NewOffsetDeleteResponseTopicPartition()
+					p.Partition, p.ErrorCode = dp.Partition, topicDenied
+					t.Partitions = append(t.Partitions, p)
+				}
+				resp.Topics = append(resp.Topics, t)
+			}
+		}
+	case *kmsg.DescribeLogDirsRequest:
+		if !s.can(c, kmsg.ACLOperationDescribe, kmsg.ACLResourceTypeCluster, clusterName) {
+			resp := req.ResponseKind().(*kmsg.DescribeLogDirsResponse)
+			resp.ErrorCode = kerr.ClusterAuthorizationFailed.Code
+			return resp, nil
+		}
+	case *kmsg.DescribeClusterRequest:
+		// Answered to everyone, as Kafka does; the handler asks
+		// clusterOperations for the authorized operations.
+		return nil, nil
 	case *kmsg.CreateTopicsRequest:
 		var denied []string
 		kept := req.Topics[:0:0]
@@ -403,4 +502,21 @@ func (s *Server) authorizeClassic(c *conn, r kmsg.Request) (kmsg.Response, func(
 		}
 	}
 	return nil, nil
+}
+
+// clusterOperations is the bit set of operations c may do on the cluster
+// (Kafka's authorized operations: bit n for operation n), 0 without
+// Describe on it.
+func (s *Server) clusterOperations(c *conn) int32 {
+	if !s.can(c, kmsg.ACLOperationDescribe, kmsg.ACLResourceTypeCluster, clusterName) {
+		return 0
+	}
+	var ops int32
+	for _, op := range []kmsg.ACLOperation{kmsg.ACLOperationCreate, kmsg.ACLOperationAlter, kmsg.ACLOperationDescribe,
+		kmsg.ACLOperationClusterAction, kmsg.ACLOperationDescribeConfigs, kmsg.ACLOperationAlterConfigs, kmsg.ACLOperationIdempotentWrite} {
+		if s.can(c, op, kmsg.ACLResourceTypeCluster, clusterName) {
+			ops |= 1 << int(op)
+		}
+	}
+	return ops
 }

@@ -129,7 +129,8 @@ func TestTopicConfigsThroughKadm(t *testing.T) {
 		{"not a number", []kadm.AlterConfig{{Name: "retention.bytes", Value: kadm.StringPtr("lots")}}, topic, kerr.InvalidConfig},
 		{"unknown config", []kadm.AlterConfig{{Name: "flush.messages", Value: kadm.StringPtr("1")}}, topic, kerr.InvalidConfig},
 		{"segment too small", []kadm.AlterConfig{{Name: "segment.bytes", Value: kadm.StringPtr("10")}}, topic, kerr.InvalidConfig},
-		{"a second policy", []kadm.AlterConfig{{Op: kadm.AppendConfig, Name: "cleanup.policy", Value: kadm.StringPtr("compact")}}, topic, kerr.InvalidConfig},
+		{"no policy left", []kadm.AlterConfig{{Op: kadm.SubtractConfig, Name: "cleanup.policy", Value: kadm.StringPtr("delete")}}, topic, kerr.InvalidConfig},
+		{"an unknown policy", []kadm.AlterConfig{{Op: kadm.AppendConfig, Name: "cleanup.policy", Value: kadm.StringPtr("archive")}}, topic, kerr.InvalidConfig},
 		{"unknown topic", []kadm.AlterConfig{{Name: "retention.bytes", Value: kadm.StringPtr("4096")}}, "nope", kerr.UnknownTopicOrPartition},
 	}
 	for _, r := range refused {
@@ -181,4 +182,13 @@ func TestTopicConfigsThroughKadm(t *testing.T) {
 	wantConfig(t, cfgs, "segment.ms", "3600000", kmsg.ConfigSourceDynamicTopicConfig)
 	wantConfig(t, cfgs, "retention.bytes", "-1", kmsg.ConfigSourceDefaultConfig)
 	wantConfig(t, cfgs, "segment.bytes", strconv.FormatInt(f.b.DefaultTopicConfig().SegmentBytes, 10), kmsg.ConfigSourceDefaultConfig)
+
+	// cleanup.policy is a list: compact is added beside delete, then
+	// delete taken away.
+	resps, err = adm.AlterTopicConfigs(ctx, []kadm.AlterConfig{{Op: kadm.AppendConfig, Name: "cleanup.policy", Value: kadm.StringPtr("compact")}}, topic)
+	wantAltered(t, "appending compact", resps, err)
+	wantConfig(t, describeConfigs(t, adm, topic), "cleanup.policy", "delete,compact", kmsg.ConfigSourceDynamicTopicConfig)
+	resps, err = adm.AlterTopicConfigs(ctx, []kadm.AlterConfig{{Op: kadm.SubtractConfig, Name: "cleanup.policy", Value: kadm.StringPtr("delete")}}, topic)
+	wantAltered(t, "subtracting delete", resps, err)
+	wantConfig(t, describeConfigs(t, adm, topic), "cleanup.policy", "compact", kmsg.ConfigSourceDynamicTopicConfig)
 }

@@ -569,6 +569,20 @@ func (s *Server) handleSync(ctx context.Context, c *conn, r request) (kmsg.Respo
 		return s.handleSASLHandshake(c, req), nil
 	case *kmsg.SASLAuthenticateRequest:
 		return s.handleSASLAuthenticate(c, req), nil
+	case *kmsg.CreatePartitionsRequest:
+		return s.handleCreatePartitions(ctx, req), nil
+	case *kmsg.DeleteTopicsRequest:
+		return s.handleDeleteTopics(req), nil
+	case *kmsg.DeleteRecordsRequest:
+		return s.handleDeleteRecords(req), nil
+	case *kmsg.DescribeLogDirsRequest:
+		return s.handleDescribeLogDirs(req), nil
+	case *kmsg.DescribeClusterRequest:
+		return s.handleDescribeCluster(c, req), nil
+	case *kmsg.DeleteGroupsRequest:
+		return s.groups.handleDeleteGroups(req), nil
+	case *kmsg.OffsetDeleteRequest:
+		return s.groups.handleOffsetDelete(req), nil
 	case *kmsg.DescribeACLsRequest:
 		return s.handleDescribeACLs(c, req), nil
 	case *kmsg.CreateACLsRequest:

@@ -26,15 +26,21 @@
 //	InitProducerId 0-4   SaslHandshake 0-1     SaslAuthenticate 0-2
 //	DescribeAcls 0-3     CreateAcls 0-3        DeleteAcls 0-3
 //	DescribeConfigs 0-4  AlterConfigs 0-2      IncrementalAlterConfigs 0-1
+//	CreatePartitions 0-3 DeleteTopics 0-6      DeleteRecords 0-2
+//	DescribeLogDirs 0-4  DescribeCluster 0-2   DeleteGroups 0-3
+//	OffsetDelete 0
 //	AddPartitionsToTxn 0-3  AddOffsetsToTxn 0-3  EndTxn 0-3
 //	TxnOffsetCommit 0-3  DescribeTransactions 0  ListTransactions 0-1
 //
 // Topic configs (topic_config.go) are those the broker keeps:
-// cleanup.policy, retention.ms, retention.bytes, segment.bytes,
-// segment.ms, delete.retention.ms and max.message.bytes. DescribeConfigs
+// cleanup.policy (a list: delete, compact or both), retention.ms,
+// retention.bytes, segment.bytes, segment.ms, delete.retention.ms,
+// min.compaction.lag.ms and max.message.bytes. DescribeConfigs
 // reports one equal to the broker's default with the default source, any
 // other as a topic config; alterations are durable (meta.json) before they
-// answer, and a partition count is never changed by them. Altering the
+// answer, and a partition count is never changed by them: only
+// CreatePartitions raises it, and only when Config.AllowRepartition says
+// so (keys move), answering with the count of keys that would move. Altering the
 // configs of a topic the relay publishes needs an ACL that allows it, as
 // writing to it does (see Authorization).
 //

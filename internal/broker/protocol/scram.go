@@ -108,6 +108,15 @@ func hashOf(h func() hash.Hash, b []byte) []byte {
 var errAuth = errors.New("authentication failed: invalid credentials")
 
 // scramServer is the server side of one SCRAM exchange.
+//
+// It is written here rather than taken from github.com/xdg-go/scram, the
+// Go library for it, because that library checks the client's final nonce
+// for equality with the server's, as RFC 5802 says, and Kafka checks only
+// that it ends with it: librdkafka (Debian's, through kcat) sends its own
+// nonce again in front of the combined one, so with the library every
+// librdkafka client failed to authenticate (TestSASLOverTLSWithKcat,
+// tried on 2026-12-01). The key derivation is the standard library's
+// (crypto/pbkdf2, crypto/hmac).
 type scramServer struct {
 	mechanism   string
 	user        string

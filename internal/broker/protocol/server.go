@@ -76,6 +76,11 @@ type Config struct {
 	// Authorizer, when set, checks every request against its ACLs (see
 	// authz.go); without it every client may do everything, as before.
 	Authorizer *Authorizer
+	// AllowRepartition, when set and true, lets CreatePartitions raise a
+	// topic's partition count; otherwise it is refused with
+	// POLICY_VIOLATION and the report of the keys it would move
+	// (broker.KeyMovement). It is asked at each request.
+	AllowRepartition func() bool
 	// HandshakeTimeout bounds a new connection's TLS handshake and SASL
 	// authentication together (default 10s).
 	HandshakeTimeout time.Duration

@@ -74,8 +74,51 @@
 // over the topic's max.message.bytes and a keyless record on a compacted
 // topic are the event's faults and go to the dead letters.
 //
-// The broker is opened in Start, that is only once this relay leads, and
-// closed in Close. Start waits while another process holds the directory.
+// # Between sessions
+//
+// The broker is opened by the first Start, that is only once this relay
+// leads, and stays open after Close ends a session: the Kafka listener
+// keeps serving consumers (fetches, group membership, offset commits)
+// while the pipeline restarts or PostgreSQL is away, and the next Start
+// reuses it (running steps 1 and 3 again). Between sessions the sink
+// takes no publish and reports not ready. The broker is closed
+//   - by Shutdown, when the relay stops;
+//   - by Standby, when the core sees that another relay has led since this
+//     one did (with data directories of their own, this one's log is no
+//     longer the one written);
+//   - when another process asks for the directory: a Start that must open
+//     the broker first writes TAKEOVER-REQUEST into the directory, then
+//     waits for its lock (and removes the file once it has it); a broker
+//     kept open between sessions looks for the file every 100 ms and
+//     closes when it sees it. A relay in a session ignores it: the core
+//     starts a session only as the leader, and the session's Start
+//     removes a request it finds, which comes from a process that no
+//     longer leads;
+//   - and it is reopened by a Start that finds its storage failed (a
+//     sticky fsync error is cleared only by reading the log from disk
+//     again) or after a publish named a topic deleted since the broker
+//     opened (the name is free again only after a reopen).
+//
+// Fault model of this state:
+//   - The leader partitioned from PostgreSQL (its lease runs out) while a
+//     standby on the same directory reaches it: the standby takes over and
+//     asks for the directory; the old leader, between sessions, closes
+//     within a poll, so its listener goes down then rather than when its
+//     lease ran out. internal/faults' partition and pause tests show that
+//     takeovers still complete; TestBrokerKeptOpenBetweenSessions shows the
+//     hand-over itself.
+//   - PostgreSQL away for every relay: nobody can take over, and the
+//     leader's listener serves what the log holds throughout
+//     (TestListenerServesWhilePostgresIsAway in internal/faults).
+//   - Process paused between sessions: the waiting process's Start waits
+//     for the lock, as it did before this state existed; neither writes
+//     meanwhile, since neither is in a session.
+//   - Process killed between sessions: the lock goes with it.
+//   - The request file deleted by an operator: the waiting process waits
+//     for the lock, as without this mechanism, until the old process stops
+//     or sees another leader (Standby).
+//   - Two brokers never have the directory open at once: the flock still
+//     decides; the request only asks.
 package embedded
 
 import (
@@ -119,6 +162,14 @@ type Sink struct {
 	b      *broker.Broker
 	stopFn func()
 	fence  func() error
+	// inSession is true from Start to Close. Between sessions the broker
+	// stays open (see "Between sessions"), watched by the goroutine that
+	// lingerStop ends and lingerDone reports.
+	inSession              bool
+	lingerStop, lingerDone chan struct{}
+	// reopen makes the next Start open the broker anew (a topic deleted
+	// since it opened is wanted again).
+	reopen bool
 	// failure is the last Publish error, until a Publish succeeds; it
 	// survives restarts of the sink.
 	failure error
@@ -134,9 +185,11 @@ type Sink struct {
 	// seen holds the identities of the relay's records that the log holds
 	// after the acknowledged offsets, found at Start.
 	seen map[string]struct{}
-	// topics caches topic settings; a topic's partition count never
-	// changes.
+	// topics caches topic settings, until the broker's ConfigVersion
+	// moves.
 	topics map[string]broker.TopicConfig
+	// topicsVersion is the broker's ConfigVersion topics was filled at.
+	topicsVersion int64
 	// enc is the encoding buffer, reused from batch to batch.
 	enc []byte
 }
@@ -187,7 +240,8 @@ func New(cfg Config) (*Sink, error) {
 	return &Sink{cfg: cfg}, nil
 }
 
-// Broker returns the open broker, or nil outside Start..Close.
+// Broker returns the open broker (in a session, or kept open between
+// sessions), or nil.
 func (s *Sink) Broker() *broker.Broker {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -199,11 +253,13 @@ func (s *Sink) Broker() *broker.Broker {
 // removed.
 const legacyIdentityFile = "relay-producer.json"
 
-// Start opens the broker (waiting while another process holds the
-// directory), takes a new epoch of the relay's producer and reads the
-// identities of the unacknowledged tail (steps 1 and 3 of the package doc).
+// Start opens the broker, unless it is still open from an earlier session
+// (waiting while another process holds the directory), takes a new epoch
+// of the relay's producer and reads the identities of the unacknowledged
+// tail (steps 1 and 3 of the package doc).
 func (s *Sink) Start(ctx context.Context, session relay.Session) error {
 	s.Close(ctx)
+	s.stopLinger()
 	if err := os.MkdirAll(s.cfg.Broker.Dir, 0o755); err != nil {
 		return fmt.Errorf("embedded sink: %w", err)
 	}
@@ -213,13 +269,39 @@ func (s *Sink) Start(ctx context.Context, session relay.Session) error {
 			return fmt.Errorf("embedded sink: reading the saved state: %w", err)
 		}
 	}
-	b, err := s.open(ctx)
-	if err != nil {
-		return err
+	s.mu.Lock()
+	b, reopen := s.b, s.reopen
+	s.reopen = false
+	s.mu.Unlock()
+	if b != nil && (reopen || b.Health() != nil) {
+		// A failed fsync is cleared only by reading the log from disk
+		// again, and a deleted topic's name is free again only once the
+		// broker reopened: as before a restart, it is opened anew.
+		s.closeBroker()
+		b = nil
 	}
+	if b == nil {
+		var err error
+		if b, err = s.open(ctx); err != nil {
+			return err
+		}
+		var stop func()
+		if s.cfg.OnOpen != nil {
+			if stop, err = s.cfg.OnOpen(b); err != nil {
+				b.Close()
+				return fmt.Errorf("embedded sink: %w", err)
+			}
+		}
+		s.mu.Lock()
+		s.b, s.stopFn = b, stop
+		s.mu.Unlock()
+	}
+	// The core starts a session only as the leader: a takeover request
+	// left in the directory is from a process that no longer leads.
+	_ = os.Remove(s.requestPath())
 	id, err := b.InitInternalProducer(ctx, producerName)
 	if err != nil {
-		b.Close()
+		s.closeBroker()
 		return fmt.Errorf("embedded sink: taking the relay's producer identity: %w", err)
 	}
 	st := state{LogID: b.LogID(), ProducerID: id.ID, Acked: map[string]map[int32]int64{}}
@@ -232,31 +314,41 @@ func (s *Sink) Start(ctx context.Context, session relay.Session) error {
 	}
 	seen, err := unacknowledged(ctx, b, st, ids)
 	if err != nil {
-		b.Close()
+		s.closeBroker()
 		return err
 	}
 	if len(seen) > 0 {
 		s.cfg.Logger.Info("the log holds unacknowledged events; they will not be appended again", "events", len(seen))
 	}
 	_ = os.Remove(filepath.Join(s.cfg.Broker.Dir, legacyIdentityFile))
-	var stop func()
-	if s.cfg.OnOpen != nil {
-		if stop, err = s.cfg.OnOpen(b); err != nil {
-			b.Close()
-			return fmt.Errorf("embedded sink: %w", err)
-		}
-	}
 	s.id, s.st, s.seen = id, st, seen
 	s.seq, s.topics = map[tp]int32{}, map[string]broker.TopicConfig{}
 	s.mu.Lock()
-	s.b, s.stopFn, s.fence = b, stop, session.CheckFence
+	s.fence, s.inSession = session.CheckFence, true
 	s.mu.Unlock()
 	return nil
 }
 
+// takeoverRequest is the file a process that wants the data directory
+// writes into it while it waits for the lock: a process keeping the broker
+// open between sessions closes it when it sees the file.
+const takeoverRequest = "TAKEOVER-REQUEST"
+
+func (s *Sink) requestPath() string { return filepath.Join(s.cfg.Broker.Dir, takeoverRequest) }
+
+// lingerPoll is how often a broker kept open between sessions looks for a
+// takeover request.
+const lingerPoll = 100 * time.Millisecond
+
 // open opens the broker, waiting while another process holds the
 // directory.
 func (s *Sink) open(ctx context.Context) (*broker.Broker, error) {
+	// Ask first: a process that keeps the directory open between its
+	// sessions gives it up when it sees the request.
+	if err := os.WriteFile(s.requestPath(), fmt.Appendf(nil, "pid %d\n", os.Getpid()), 0o644); err != nil {
+		return nil, fmt.Errorf("embedded sink: asking for the data directory: %w", err)
+	}
+	defer os.Remove(s.requestPath())
 	for waited := false; ; waited = true {
 		b, err := broker.Open(ctx, s.cfg.Broker)
 		if err == nil {
@@ -398,10 +490,10 @@ type appended struct {
 // reported published without being appended.
 func (s *Sink) PublishAsync(ctx context.Context, msgs []relay.Message) (wait func() (relay.PublishResult, error), err error) {
 	s.mu.Lock()
-	b, fence := s.b, s.fence
+	b, fence, in := s.b, s.fence, s.inSession
 	s.mu.Unlock()
-	if b == nil {
-		return nil, errors.New("embedded sink: Publish before Start")
+	if b == nil || !in {
+		return nil, errors.New("embedded sink: Publish outside a session")
 	}
 	res := relay.PublishResult{Failed: map[int]error{}}
 	groups := map[tp]*group{}
@@ -572,6 +664,10 @@ func partitionKey(m relay.Message) []byte {
 // unless WaitForTopics is set; then a missing topic is a
 // relay.DestinationError, asked about again at the next call.
 func (s *Sink) topicConfig(b *broker.Broker, topic string) (broker.TopicConfig, error) {
+	if v := b.ConfigVersion(); v != s.topicsVersion {
+		// A topic was created, altered, repartitioned or deleted.
+		s.topics, s.topicsVersion = map[string]broker.TopicConfig{}, v
+	}
 	if cfg, ok := s.topics[topic]; ok {
 		return cfg, nil
 	}
@@ -589,6 +685,13 @@ func (s *Sink) topicConfig(b *broker.Broker, topic string) (broker.TopicConfig, 
 	} else {
 		info, err = b.EnsureTopic(topic)
 	}
+	if errors.Is(err, broker.ErrRecentlyDeleted) {
+		// The name can be used again once the broker reopened: the next
+		// session opens it anew instead of keeping it.
+		s.mu.Lock()
+		s.reopen = true
+		s.mu.Unlock()
+	}
 	if err != nil {
 		return broker.TopicConfig{}, err
 	}
@@ -600,7 +703,7 @@ func (s *Sink) topicConfig(b *broker.Broker, topic string) (broker.TopicConfig, 
 // keyless record on a compacted topic, or a record whose batch is over the
 // topic's size limit.
 func admissible(m relay.Message, cfg broker.TopicConfig) error {
-	if m.Key == nil && cfg.CleanupPolicy == broker.CleanupCompact {
+	if m.Key == nil && cfg.CleanupPolicy.Compacts() {
 		return broker.ErrKeylessCompacted
 	}
 	// A cheap upper bound first (every varint at its longest); encode only
@@ -648,6 +751,9 @@ func (s *Sink) Ready(context.Context) error {
 	if s.b == nil {
 		return errors.New("embedded broker is not open")
 	}
+	if !s.inSession {
+		return errors.New("embedded sink: between sessions (the relay is not publishing)")
+	}
 	if err := s.b.Health(); err != nil {
 		return fmt.Errorf("embedded broker: %w", err)
 	}
@@ -657,11 +763,34 @@ func (s *Sink) Ready(context.Context) error {
 	return nil
 }
 
-// Close stops the listener hook and closes the broker.
+// Close ends the session. The broker stays open, serving the Kafka
+// listener's consumers, until Shutdown, the next Start needs it reopened,
+// or another process asks for the data directory (see "Between
+// sessions").
 func (s *Sink) Close(context.Context) error {
 	s.mu.Lock()
+	was := s.inSession
+	s.inSession, s.fence = false, nil
+	open := s.b != nil
+	s.mu.Unlock()
+	if was && open {
+		s.startLinger()
+	}
+	return nil
+}
+
+// Shutdown closes the broker and the listener hook: when the relay stops.
+func (s *Sink) Shutdown(ctx context.Context) error {
+	s.Close(ctx)
+	s.stopLinger()
+	return s.closeBroker()
+}
+
+// closeBroker stops the listener hook and closes the broker, if open.
+func (s *Sink) closeBroker() error {
+	s.mu.Lock()
 	b, stop := s.b, s.stopFn
-	s.b, s.stopFn, s.fence = nil, nil, nil
+	s.b, s.stopFn, s.fence, s.inSession = nil, nil, nil, false
 	s.mu.Unlock()
 	if stop != nil {
 		stop()
@@ -670,4 +799,60 @@ func (s *Sink) Close(context.Context) error {
 		return nil
 	}
 	return b.Close()
+}
+
+// startLinger watches the data directory for a takeover request while the
+// broker is open between sessions, and closes the broker on one.
+func (s *Sink) startLinger() {
+	stop, done := make(chan struct{}), make(chan struct{})
+	s.mu.Lock()
+	s.lingerStop, s.lingerDone = stop, done
+	s.mu.Unlock()
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(lingerPoll)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+			if _, err := os.Stat(s.requestPath()); err == nil {
+				s.cfg.Logger.Info("another relay asked for the data directory; closing the broker and its listener", "dir", s.cfg.Broker.Dir)
+				if err := s.closeBroker(); err != nil {
+					s.cfg.Logger.Error("closing the broker", "err", err)
+				}
+				return
+			}
+		}
+	}()
+}
+
+// stopLinger ends the watch of startLinger, if one runs, and waits for it.
+func (s *Sink) stopLinger() {
+	s.mu.Lock()
+	stop, done := s.lingerStop, s.lingerDone
+	s.lingerStop, s.lingerDone = nil, nil
+	s.mu.Unlock()
+	if stop != nil {
+		close(stop)
+		<-done
+	}
+}
+
+// Standby closes a broker kept open between sessions: another relay leads
+// now, and this one's log is no longer the one being written (or is about
+// to be another process's).
+func (s *Sink) Standby() {
+	s.mu.Lock()
+	in := s.inSession
+	s.mu.Unlock()
+	if in {
+		return
+	}
+	s.stopLinger()
+	if err := s.closeBroker(); err != nil {
+		s.cfg.Logger.Error("closing the broker", "err", err)
+	}
 }

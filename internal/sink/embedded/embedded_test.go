@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -100,7 +102,7 @@ func TestRepublishAfterLostAcknowledgement(t *testing.T) {
 			t.Fatalf("republishing %v: %v", r, err)
 		}
 	}
-	s.Close(ctx)
+	s.Shutdown(ctx)
 
 	wantEachOnce(t, readAll(t, dir), 40)
 }
@@ -182,7 +184,7 @@ func TestRedeliveryInAnotherOrderAndSet(t *testing.T) {
 	publishOK(t, s, pick(all, again[:9]...))
 	publishOK(t, s, pick(all, again[9:]...))
 	publishOK(t, s, all[34:])
-	s.Close(ctx)
+	s.Shutdown(ctx)
 
 	wantEachOnce(t, readAll(t, dir), 40)
 }
@@ -211,7 +213,7 @@ func TestReplayIsNotItsOriginal(t *testing.T) {
 			t.Fatal(err)
 		}
 		publishOK(t, s, append(append([]relay.Message(nil), orig...), replayed...))
-		s.Close(ctx)
+		s.Shutdown(ctx)
 	}
 	counts := readAll(t, dir)
 	for i := 0; i < 3; i++ {
@@ -259,7 +261,7 @@ func TestSequenceWrapPoints(t *testing.T) {
 			for i := 12; i < 60; i += 6 {
 				publishOK(t, s, all[i:i+6])
 			}
-			s.Close(ctx)
+			s.Shutdown(ctx)
 			wantEachOnce(t, readAll(t, dir), 60)
 		})
 	}
@@ -272,7 +274,7 @@ func TestClientsCannotProduceAsTheRelay(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	s := startedSink(t, dir)
-	defer s.Close(ctx)
+	defer s.Shutdown(ctx)
 	publishOK(t, s, messages(0, 9))
 	b := s.Broker()
 	var relayID broker.ProducerID
@@ -306,7 +308,7 @@ func TestClientsCannotProduceAsTheRelay(t *testing.T) {
 		}
 	}
 	publishOK(t, s, messages(9, 9))
-	s.Close(ctx)
+	s.Shutdown(ctx)
 	counts := readAll(t, dir)
 	wantEachOnce(t, counts, 18)
 	if counts["forged"] != 0 {
@@ -341,7 +343,7 @@ func TestMissingTopicWaits(t *testing.T) {
 	if err := s.Start(ctx, relay.Session{State: saved}); err != nil {
 		t.Fatal(err)
 	}
-	defer s.Close(ctx)
+	defer s.Shutdown(ctx)
 	batch := messages(5, 10) // 5..9 already in the log, 10..14 not
 	for i := range 5 {
 		m := batch[i+3]
@@ -367,9 +369,62 @@ func TestMissingTopicWaits(t *testing.T) {
 	if err != nil || len(res.Failed) > 0 {
 		t.Fatalf("Publish once the topic exists: %v, failed %v", err, res.Failed)
 	}
-	s.Close(ctx)
+	s.Shutdown(ctx)
 	wantEachOnce(t, readAll(t, dir), 15)
 	if n := len(e2e.ReadLog(t, dir, "payments")); n != 5 {
 		t.Errorf("payments holds %d records, want 5", n)
+	}
+}
+
+// TestBrokerKeptOpenBetweenSessions: after Close the broker stays open
+// (the Kafka listener keeps serving consumers) but takes no publish; the
+// next Start reuses it; another process's Start (a second sink on the
+// directory) makes the first give it up at once; Standby gives it up too.
+func TestBrokerKeptOpenBetweenSessions(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	a := startedSink(t, dir)
+	publishOK(t, a, messages(0, 10))
+	b := a.Broker()
+	a.Close(ctx)
+	if a.Broker() != b {
+		t.Fatal("Close closed the broker")
+	}
+	if _, end, err := b.Offsets("orders", 0); err != nil || end == 0 {
+		t.Fatalf("the broker kept open between sessions: end offset %d, %v", end, err)
+	}
+	if err := a.Ready(ctx); err == nil {
+		t.Error("Ready between sessions: nil, want an error")
+	}
+	if _, err := a.Publish(ctx, messages(10, 1)); err == nil {
+		t.Error("Publish between sessions succeeded")
+	}
+	if err := a.Start(ctx, relay.Session{}); err != nil {
+		t.Fatal(err)
+	}
+	if a.Broker() != b {
+		t.Fatal("the next session opened the broker again instead of reusing it")
+	}
+	publishOK(t, a, messages(0, 20))
+	a.Close(ctx)
+
+	other := newSink(t, dir)
+	started := time.Now()
+	if err := other.Start(ctx, relay.Session{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("a second sink took the directory in %v", time.Since(started))
+	if a.Broker() != nil {
+		t.Fatal("the first sink still holds the broker after the second started")
+	}
+	publishOK(t, other, messages(20, 10))
+	other.Close(ctx)
+	other.Standby()
+	if other.Broker() != nil {
+		t.Fatal("Standby left the broker open")
+	}
+	wantEachOnce(t, readAll(t, dir), 30)
+	if _, err := os.Stat(filepath.Join(dir, "TAKEOVER-REQUEST")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the takeover request is still in the directory: %v", err)
 	}
 }

@@ -79,24 +79,8 @@ func BenchmarkPublishLatency(b *testing.B) {
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
 				<-tick.C
-				msgs := make([]relay.Message, 10)
-				for j := range msgs {
-					id := fmt.Sprint(i*10 + j)
-					msgs[j] = msg("bench", []byte("key-"+id), make([]byte, 200), id)
-				}
 				at := time.Now()
-				var wait func() (relay.PublishResult, error)
-				var err error
-				if v.pipelined {
-					wait, err = s.PublishAsync(ctx, msgs)
-				} else {
-					var res relay.PublishResult
-					res, err = s.Publish(ctx, msgs)
-					wait = func() (relay.PublishResult, error) { return res, nil }
-				}
-				if err != nil {
-					b.Fatal(err)
-				}
+				wait := benchPublish(ctx, b, s, v.pipelined, i, 10)
 				queue <- sent{at, wait}
 			}
 			close(queue)
@@ -141,23 +125,7 @@ func BenchmarkPublishThroughput(b *testing.B) {
 			b.ResetTimer()
 			start := time.Now()
 			for i := 0; i < b.N; i++ {
-				msgs := make([]relay.Message, 1000)
-				for j := range msgs {
-					id := fmt.Sprint(i*1000 + j)
-					msgs[j] = msg("bench", []byte("key-"+id), make([]byte, 200), id)
-				}
-				var wait func() (relay.PublishResult, error)
-				var err error
-				if v.pipelined {
-					wait, err = s.PublishAsync(ctx, msgs)
-				} else {
-					var res relay.PublishResult
-					res, err = s.Publish(ctx, msgs)
-					wait = func() (relay.PublishResult, error) { return res, nil }
-				}
-				if err != nil {
-					b.Fatal(err)
-				}
+				wait := benchPublish(ctx, b, s, v.pipelined, i, 1000)
 				queue <- wait
 			}
 			close(queue)
@@ -167,4 +135,26 @@ func BenchmarkPublishThroughput(b *testing.B) {
 			b.ReportMetric(float64(b.N*1000)/time.Since(start).Seconds(), "events/s")
 		})
 	}
+}
+
+// benchPublish hands the sink batch i of n 200-byte events, pipelined or
+// not, and returns its wait.
+func benchPublish(ctx context.Context, b *testing.B, s *kafka.Sink, pipelined bool, i, n int) func() (relay.PublishResult, error) {
+	msgs := make([]relay.Message, n)
+	for j := range msgs {
+		id := fmt.Sprint(i*n + j)
+		msgs[j] = msg("bench", []byte("key-"+id), make([]byte, 200), id)
+	}
+	if pipelined {
+		wait, err := s.PublishAsync(ctx, msgs)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return wait
+	}
+	res, err := s.Publish(ctx, msgs)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return func() (relay.PublishResult, error) { return res, nil }
 }

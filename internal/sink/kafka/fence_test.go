@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/outboxrelay/relay/internal/sink/kafka"
@@ -43,6 +44,37 @@ func startFenced(t *testing.T, s relay.Sink, state []byte, f *testFence) {
 type produceCounter struct {
 	mu    sync.Mutex
 	count int
+}
+
+// heldProduce is a Produce request the cluster holds until release is
+// closed, then answers with an error code for every partition.
+type heldProduce struct {
+	produces                produceCounter
+	picked                  bool
+	held, release, answered chan struct{}
+}
+
+// holdProduce makes the cluster hold the first Produce request that pick
+// chooses, and count them all.
+func holdProduce(kf *kfake.Cluster, pick func(*kmsg.ProduceRequest) bool, code int16) *heldProduce {
+	h := &heldProduce{held: make(chan struct{}), release: make(chan struct{}), answered: make(chan struct{})}
+	kf.ControlKey(int16(kmsg.Produce), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+		req := kreq.(*kmsg.ProduceRequest)
+		kf.KeepControl()
+		h.produces.mu.Lock()
+		h.produces.count++
+		hold := !h.picked && pick(req)
+		h.picked = h.picked || hold
+		h.produces.mu.Unlock()
+		if !hold {
+			return nil, nil, false
+		}
+		close(h.held)
+		kf.SleepControl(func() { <-h.release })
+		defer close(h.answered)
+		return answerAll(req, code), nil, true
+	})
+	return h
 }
 
 func (p *produceCounter) n() int {
@@ -80,25 +112,7 @@ func TestFenceAbandonsInFlight(t *testing.T) {
 	t.Parallel()
 	c := kafkatest.Start(t)
 	kf := c.Kfake()
-	var produces produceCounter
-	held := make(chan struct{})
-	release := make(chan struct{})
-	answered := make(chan struct{})
-	kf.ControlKey(int16(kmsg.Produce), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
-		req := kreq.(*kmsg.ProduceRequest)
-		kf.KeepControl()
-		produces.mu.Lock()
-		produces.count++
-		first := produces.count == 1
-		produces.mu.Unlock()
-		if !first {
-			return nil, nil, false
-		}
-		close(held)
-		kf.SleepControl(func() { <-release })
-		defer close(answered)
-		return answerAll(req, kerr.NotLeaderForPartition.Code), nil, true
-	})
+	h := holdProduce(kf, func(*kmsg.ProduceRequest) bool { return true }, kerr.NotLeaderForPartition.Code)
 
 	var fence testFence
 	s := newSink(t, c.Addrs(), nil)
@@ -108,16 +122,16 @@ func TestFenceAbandonsInFlight(t *testing.T) {
 		_, err := s.Publish(context.Background(), relaytest.Messages("orders", 0, 50, 4))
 		published <- err
 	}()
-	<-held
+	<-h.held
 	fence.tripped.Store(true)
 	if err := <-published; !errors.Is(err, relay.ErrNotLeader) {
 		t.Fatalf("Publish after the fence failed: %v, want ErrNotLeader", err)
 	}
-	close(release)
-	<-answered
+	close(h.release)
+	<-h.answered
 	// Once closed the client sends nothing: the count is final.
 	s.Close(context.Background())
-	if n := produces.n(); n != 1 {
+	if n := h.produces.n(); n != 1 {
 		t.Errorf("%d produce requests reached the cluster, want only the one held before the fence failed", n)
 	}
 	if records := kafkatest.Read(t, c.Addrs(), "orders", false); len(records) != 0 {

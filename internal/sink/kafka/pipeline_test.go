@@ -27,28 +27,8 @@ func TestPipelinedErrorStopsLaterBatches(t *testing.T) {
 	t.Parallel()
 	c := kafkatest.Start(t)
 	kf := c.Kfake()
-	var produces produceCounter
-	held := make(chan struct{})
-	release := make(chan struct{})
-	kf.ControlKey(int16(kmsg.Produce), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
-		req := kreq.(*kmsg.ProduceRequest)
-		kf.KeepControl()
-		produces.mu.Lock()
-		produces.count++
-		// Hold the first request carrying batch 2's first record
-		// (sequence 20), once.
-		hold := produces.count > 0 && firstSequence(req) == 20
-		if hold {
-			produces.count = -1 << 30
-		}
-		produces.mu.Unlock()
-		if !hold {
-			return nil, nil, false
-		}
-		close(held)
-		kf.SleepControl(func() { <-release })
-		return answerAll(req, kerr.InvalidRecord.Code), nil, true
-	})
+	// Hold the first request carrying batch 2's first record (sequence 20).
+	h := holdProduce(kf, func(req *kmsg.ProduceRequest) bool { return firstSequence(req) == 20 }, kerr.InvalidRecord.Code)
 
 	// One partition: every record is in one sequence.
 	s := newSink(t, c.Addrs(), func(c *kafka.Config) { c.Partitions = 1; c.Compression = "none" })
@@ -70,12 +50,12 @@ func TestPipelinedErrorStopsLaterBatches(t *testing.T) {
 		}
 		waits = append(waits, w)
 		if i == 1 {
-			<-held
+			<-h.held
 		}
 		// Each batch in a request of its own, behind the held one.
 		time.Sleep(20 * time.Millisecond)
 	}
-	close(release)
+	close(h.release)
 	// The waits come late: what the client does after the refusal is not
 	// helped by a wait noticing it.
 	time.Sleep(500 * time.Millisecond)
@@ -133,25 +113,7 @@ func TestPipelinedFenceAbandonsInFlight(t *testing.T) {
 	t.Parallel()
 	c := kafkatest.Start(t)
 	kf := c.Kfake()
-	var produces produceCounter
-	held := make(chan struct{})
-	release := make(chan struct{})
-	answered := make(chan struct{})
-	kf.ControlKey(int16(kmsg.Produce), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
-		req := kreq.(*kmsg.ProduceRequest)
-		kf.KeepControl()
-		produces.mu.Lock()
-		produces.count++
-		first := produces.count == 1
-		produces.mu.Unlock()
-		if !first {
-			return nil, nil, false
-		}
-		close(held)
-		kf.SleepControl(func() { <-release })
-		defer close(answered)
-		return answerAll(req, kerr.NotLeaderForPartition.Code), nil, true
-	})
+	h := holdProduce(kf, func(*kmsg.ProduceRequest) bool { return true }, kerr.NotLeaderForPartition.Code)
 	var fence testFence
 	s := newSink(t, c.Addrs(), nil)
 	startFenced(t, s, nil, &fence)
@@ -164,7 +126,7 @@ func TestPipelinedFenceAbandonsInFlight(t *testing.T) {
 		}
 		waits = append(waits, w)
 		if i == 0 {
-			<-held
+			<-h.held
 		}
 	}
 	fence.tripped.Store(true)
@@ -173,11 +135,11 @@ func TestPipelinedFenceAbandonsInFlight(t *testing.T) {
 			t.Errorf("wait %d after the fence failed: %v, want ErrNotLeader", i+1, err)
 		}
 	}
-	sent := produces.n()
-	close(release)
-	<-answered
+	sent := h.produces.n()
+	close(h.release)
+	<-h.answered
 	s.Close(ctx)
-	if n := produces.n(); n != sent {
+	if n := h.produces.n(); n != sent {
 		t.Errorf("%d produce requests reached the cluster after the fence failed", n-sent)
 	}
 	if records := kafkatest.Read(t, c.Addrs(), "orders", false); len(records) != 0 {

@@ -1,0 +1,120 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+)
+
+// TestTopicChangesSurviveACrash: a deleted topic stays deleted in the
+// crash model, and its batches, still in the journal, do not come back
+// into a new topic of the same name (which the running broker refuses to
+// create until it reopens); a partition increase is durable, and a
+// record acknowledged on a new partition survives.
+func TestTopicChangesSurviveACrash(t *testing.T) {
+	t.Parallel()
+	ffs := newInjectFS()
+	dir := t.TempDir()
+	b := openTest(t, dir, func(o *Options) { o.FS = ffs })
+	mustCreate(t, b, "gone", TopicConfig{Partitions: 2})
+	mustCreate(t, b, "grow", TopicConfig{Partitions: 2})
+	rec := func(v string) []byte {
+		return EncodeBatch(-1, -1, -1, []Record{{Key: []byte(v), Value: []byte(v), Timestamp: time.Now()}})
+	}
+	for i := range 10 {
+		mustAppend(t, b, "gone", int32(i%2), rec(fmt.Sprint("g", i)))
+		mustAppend(t, b, "grow", int32(i%2), rec(fmt.Sprint("w", i)))
+	}
+	if err := b.DeleteTopic("gone"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.CreateTopic("gone", TopicConfig{Partitions: 2}); !errors.Is(err, ErrRecentlyDeleted) {
+		t.Fatalf("recreating before a reopen: %v, want ErrRecentlyDeleted", err)
+	}
+	if _, err := b.AddPartitions("grow", 1); !errors.Is(err, ErrInvalidPartitions) {
+		t.Fatalf("fewer partitions: %v, want ErrInvalidPartitions", err)
+	}
+	if _, err := b.AddPartitions("grow", 4); err != nil {
+		t.Fatal(err)
+	}
+	mustAppend(t, b, "grow", 3, rec("on-a-new-partition"))
+
+	c := openTest(t, ffs.crashCopy(t, dir), nil)
+	if _, err := c.Topic("gone"); !errors.Is(err, ErrUnknownTopicOrPartition) {
+		t.Fatalf("the deleted topic after a crash: %v", err)
+	}
+	mustCreate(t, c, "gone", TopicConfig{Partitions: 2})
+	for p := range int32(2) {
+		if start, end, _ := c.Offsets("gone", p); start != 0 || end != 0 {
+			t.Fatalf("gone/%d recreated after the crash holds offsets %d-%d: the journal brought deleted records back", p, start, end)
+		}
+	}
+	ti, err := c.Topic("grow")
+	if err != nil || len(ti.Partitions) != 4 {
+		t.Fatalf("grow after a crash: %v, %d partitions", err, len(ti.Partitions))
+	}
+	if rs := readAll(t, c, "grow", 3); len(rs) != 1 || string(rs[0].Value) != "on-a-new-partition" {
+		t.Fatalf("grow/3 after a crash: %v", rs)
+	}
+	m, err := c.KeyMovement(context.Background(), "grow", 8)
+	if err != nil || m.Keys != 11 {
+		t.Fatalf("key movement: %+v, %v; want 11 keys", m, err)
+	}
+}
+
+// TestDeleteRecordsAndOffsetsAreDurable: the log start DeleteRecords set
+// and the offsets DeleteOffsets removed stay so after a crash (the crash
+// model) and after a clean reopen, and Inspect reads the same start.
+func TestDeleteRecordsAndOffsetsAreDurable(t *testing.T) {
+	t.Parallel()
+	ffs := newInjectFS()
+	dir := t.TempDir()
+	b := openTest(t, dir, func(o *Options) { o.FS = ffs })
+	mustCreate(t, b, "t", TopicConfig{Partitions: 1, SegmentBytes: 1024})
+	for i := range 40 {
+		mustAppend(t, b, "t", 0, EncodeBatch(-1, -1, -1, []Record{{Value: []byte(fmt.Sprintf("%080d", i)), Timestamp: time.Now()}}))
+	}
+	before := len(b.Topics()[0].Partitions)
+	segs := b.Topics()[0].Partitions[0].Segments
+	start, err := b.DeleteRecords("t", 0, 25)
+	if err != nil || start != 25 {
+		t.Fatalf("DeleteRecords: %d, %v", start, err)
+	}
+	if s := b.Topics()[0].Partitions[0].Segments; s >= segs {
+		t.Fatalf("%d segments before, %d after: the whole ones below 25 stay", segs, s)
+	}
+	for _, g := range []string{"g", "h"} {
+		if err := b.CommitOffsets(context.Background(), g, []OffsetCommit{{Topic: "t", Partition: 0, Offset: 30}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n, err := b.DeleteOffsets("g", []TopicPartition{{Topic: "t", Partition: 0}}); err != nil || n != 1 {
+		t.Fatalf("DeleteOffsets: %d, %v", n, err)
+	}
+	check := func(what string, c *Broker) {
+		t.Helper()
+		if s, _, _ := c.Offsets("t", 0); s != 25 {
+			t.Fatalf("%s: log start %d, want 25", what, s)
+		}
+		if rs := readAll(t, c, "t", 0); rs[0].Offset != 25 || len(rs) != 15 {
+			t.Fatalf("%s: read from %d, %d records", what, rs[0].Offset, len(rs))
+		}
+		if _, ok := c.FetchOffset("g", "t", 0); ok {
+			t.Fatalf("%s: the deleted offset is back", what)
+		}
+		if _, ok := c.FetchOffset("h", "t", 0); !ok {
+			t.Fatalf("%s: the other offset is gone", what)
+		}
+	}
+	check("crash", openTest(t, ffs.crashCopy(t, dir), nil))
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	check("reopen", openTest(t, dir, nil))
+	ins, err := Inspect(context.Background(), dir)
+	if err != nil || ins.Topics[0].Partitions[0].LogStartOffset != 25 || before != 1 {
+		t.Fatalf("Inspect: %v %+v", err, ins.Topics)
+	}
+}
