@@ -355,6 +355,8 @@ func (c *txnCoordinator) finishLocked(ctx context.Context, e *txnEntry, commit b
 			return err
 		}
 	}
+	// Decided: finish even if the request that decided goes away.
+	ctx = context.WithoutCancel(ctx)
 	nowMs := c.b.opts.Now().UnixMilli()
 	var waits []func() error
 	var errs []error
