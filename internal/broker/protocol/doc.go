@@ -99,6 +99,15 @@
 // ListTransactions report the coordinator's state. WriteTxnMarkers is not
 // offered: the single node writes its own markers.
 //
+// franz-go's own transaction test passes against the broker: serve one
+// (this package's test binary does with RELAY_PROTOCOL_TEST_ROLE=broker,
+// RELAY_PROTOCOL_TEST_DIR and RELAY_PROTOCOL_TEST_ADDR set), then in
+// franz-go's pkg/kgo run KGO_SEEDS=addr KGO_TEST_RF=1 go test -run
+// 'TestTxnEtl|TestGroupETL' (with KGO_TEST_UNSAFE too). Of that package's
+// other integration tests only TestConsumeRegex fails, as it expects the
+// __consumer_offsets topic in metadata; DeleteTopics-based cleanup is
+// logged, not failed.
+//
 // # Groups
 //
 // The classic group protocol runs in memory, as Kafka's coordinator does:
