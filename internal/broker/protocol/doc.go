@@ -197,7 +197,8 @@
 //     (TestACLAPIs). It cannot use a transactional id an ACL does not
 //     let it write (TRANSACTIONAL_ID_AUTHORIZATION_FAILED), so it cannot
 //     fence another client's producer or abort its transaction
-//     (TestACLsTransactionalID); an idempotent InitProducerId is not
+//     (TestACLsTransactionalID), though under the default rule (allow)
+//     an id no ACL names is anyone's; an idempotent InitProducerId is not
 //     checked: an id alone writes nothing. Every API has an authorization
 //     rule, and a request type without one closes the connection
 //     (TestEveryAPIHasAnAuthorizationRule).
