@@ -171,7 +171,7 @@ func TestTxnTimeoutAbortsAbandonedTransaction(t *testing.T) {
 	ctx := testContext(t, 60*time.Second)
 	const topic = "txn-timeout"
 	f.createTopic(t, topic, 2)
-	cl := newKgo(t, f.addr, kgo.TransactionalID("slow"), kgo.TransactionTimeout(500*time.Millisecond), kgo.DefaultProduceTopic(topic))
+	cl := newKgo(t, f.addr, kgo.TransactionalID("slow"), kgo.TransactionTimeout(2*time.Second), kgo.DefaultProduceTopic(topic))
 	defer cl.Close()
 	if err := cl.BeginTransaction(); err != nil {
 		t.Fatal(err)
@@ -188,8 +188,8 @@ func TestTxnTimeoutAbortsAbandonedTransaction(t *testing.T) {
 		t.Fatal(err)
 	}
 	d, _ := ds.On("slow", nil)
-	if d.State != "Ongoing" || d.TimeoutMillis != 500 || len(d.Topics[topic]) == 0 {
-		t.Fatalf("described %+v, want Ongoing with timeout 500 and partitions of %s", d, topic)
+	if d.State != "Ongoing" || d.TimeoutMillis != 2000 || len(d.Topics[topic]) == 0 {
+		t.Fatalf("described %+v, want Ongoing with timeout 2000 and partitions of %s", d, topic)
 	}
 	epoch := d.ProducerEpoch
 	for {
