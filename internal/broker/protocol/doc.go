@@ -104,9 +104,9 @@
 // RELAY_PROTOCOL_TEST_DIR and RELAY_PROTOCOL_TEST_ADDR set), then in
 // franz-go's pkg/kgo run KGO_SEEDS=addr KGO_TEST_RF=1 go test -run
 // 'TestTxnEtl|TestGroupETL' (with KGO_TEST_UNSAFE too). Of that package's
-// other integration tests only TestConsumeRegex fails, as it expects the
-// __consumer_offsets topic in metadata; DeleteTopics-based cleanup is
-// logged, not failed.
+// whole suite run so, only TestConsumeRegex fails: it expects the
+// __consumer_offsets topic in metadata (the tests needing SCRAM, OAuth,
+// share groups or KIP-848 skip themselves).
 //
 // # Groups
 //
