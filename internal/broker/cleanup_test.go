@@ -272,6 +272,48 @@ func TestGroupOffsetsDurable(t *testing.T) {
 	}
 }
 
+// TestGroupMembershipDurable: a saved membership survives a reopen and the
+// offsets file's compaction, is not an offset (no topic "" in the group's
+// offsets or lag), is replaced by a later save and deleted with the group.
+func TestGroupMembershipDurable(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	b := openWithTopic(t, dir, func(o *Options) { o.OffsetsCompactBytes = 512 }, "t", TopicConfig{Partitions: 1})
+	for _, st := range []string{"first", "second"} {
+		if err := b.SaveGroupMembership("g", []byte(st)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := b.SaveGroupMembership("other", []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	// Enough commits to compact the file several times.
+	for i := int64(0); i < 50; i++ {
+		if err := b.CommitOffsets(context.Background(), "g", []OffsetCommit{{Topic: "t", Partition: 0, Offset: i}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_ = b.Close()
+	b = openTest(t, dir, nil)
+	if m := b.GroupMemberships(); string(m["g"]) != "second" || string(m["other"]) != "x" || len(m) != 2 {
+		t.Fatalf("memberships after reopen: %q", m)
+	}
+	if offs := b.GroupOffsets("g"); len(offs) != 1 || offs[0].Topic != "t" {
+		t.Fatalf("the membership shows among the offsets: %+v", offs)
+	}
+	if _, err := b.DeleteOffsets("g", nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.SaveGroupMembership("other", nil); err != nil {
+		t.Fatal(err)
+	}
+	_ = b.Close()
+	b = openTest(t, dir, nil)
+	if m := b.GroupMemberships(); len(m) != 0 {
+		t.Fatalf("memberships after deleting the group and clearing the other: %q", m)
+	}
+}
+
 func TestDump(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()

@@ -202,7 +202,13 @@
 // -2^63 deletes it (DeleteOffsets, for Kafka's DeleteGroups and
 // OffsetDelete; a binary older than it would read that as an offset).
 // Each CommitOffsets or DeleteOffsets call writes its frames and fsyncs
-// once. A torn tail is cut aside like a segment's. The
+// once. A frame with topic "" and partition -1 is not an offset but the
+// group's membership (SaveGroupMembership: the Kafka listener's
+// coordinator saves a group's members, generation and assignments each
+// time it becomes Stable or Empty, fsynced, and restores them when it
+// starts, so a restart or takeover keeps the group; a binary older than
+// it would list that frame as an offset of topic ""). A torn tail is cut
+// aside like a segment's. The
 // file is rewritten atomically with only live entries once it passes
 // OffsetsCompactBytes and is at least half superseded frames.
 //

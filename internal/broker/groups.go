@@ -7,9 +7,11 @@ import (
 	"fmt"
 	"hash/crc32"
 	"log/slog"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -51,7 +53,16 @@ type groupStore struct {
 	f       File
 	size    int64
 	offsets map[groupKey]CommittedOffset
+	// memberships are the groups' saved membership states (see
+	// SaveGroupMembership), in frames of their own key.
+	memberships map[string]string
 }
+
+// membershipKey is the key of a group's membership frame: no topic is
+// named "" and no partition is -1, so it never collides with an offset.
+func membershipKey(group string) groupKey { return groupKey{group: group, partition: -1} }
+
+func (k groupKey) isMembership() bool { return k.topic == "" && k.partition == -1 }
 
 const offsetsFile = "offsets.log"
 
@@ -127,7 +138,8 @@ func openGroupStore(fsys FS, dir string, compactBytes int64, logger *slog.Logger
 	if err := fsys.MkdirAll(dir, 0o755); err != nil {
 		return nil, storageErr("create groups dir", err)
 	}
-	g := &groupStore{fs: fsys, dir: dir, compactBytes: compactBytes, logger: logger, health: h, offsets: map[groupKey]CommittedOffset{}}
+	g := &groupStore{fs: fsys, dir: dir, compactBytes: compactBytes, logger: logger, health: h,
+		offsets: map[groupKey]CommittedOffset{}, memberships: map[string]string{}}
 	path := filepath.Join(dir, offsetsFile)
 	data, err := readFile(fsys, path)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -139,9 +151,14 @@ func openGroupStore(fsys FS, dir string, compactBytes int64, logger *slog.Logger
 		if err != nil {
 			break
 		}
-		if c.Offset == deletedOffset {
+		switch {
+		case k.isMembership() && c.Offset == deletedOffset:
+			delete(g.memberships, k.group)
+		case k.isMembership():
+			g.memberships[k.group] = c.Metadata
+		case c.Offset == deletedOffset:
 			delete(g.offsets, k)
-		} else {
+		default:
 			g.offsets[k] = c
 		}
 		pos += n
@@ -199,8 +216,8 @@ func (g *groupStore) commit(group string, commits []OffsetCommit, now time.Time)
 	return nil
 }
 
-// remove durably deletes the committed offsets of keys: one frame each
-// with deletedOffset, one fsync.
+// remove durably deletes the committed offsets of keys (and memberships
+// of membership keys): one frame each with deletedOffset, one fsync.
 func (g *groupStore) remove(keys []groupKey, now time.Time) error {
 	var buf []byte
 	for _, k := range keys {
@@ -208,6 +225,34 @@ func (g *groupStore) remove(keys []groupKey, now time.Time) error {
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	if err := g.writeLocked(buf); err != nil {
+		return err
+	}
+	for _, k := range keys {
+		if k.isMembership() {
+			delete(g.memberships, k.group)
+		} else {
+			delete(g.offsets, k)
+		}
+	}
+	return nil
+}
+
+// saveMembership durably replaces a group's membership state (one fsync).
+func (g *groupStore) saveMembership(group, state string, now time.Time) error {
+	buf := appendOffsetFrame(nil, membershipKey(group), CommittedOffset{CommitTime: now, Metadata: state})
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if err := g.writeLocked(buf); err != nil {
+		return err
+	}
+	g.memberships[group] = state
+	return nil
+}
+
+// writeLocked appends frames and fsyncs them; a failed write is cut off
+// again.
+func (g *groupStore) writeLocked(buf []byte) error {
 	if g.f == nil {
 		return ErrClosed
 	}
@@ -222,9 +267,6 @@ func (g *groupStore) remove(keys []groupKey, now time.Time) error {
 		return err
 	}
 	g.size += int64(len(buf))
-	for _, k := range keys {
-		delete(g.offsets, k)
-	}
 	return nil
 }
 
@@ -248,6 +290,10 @@ func (g *groupStore) compactLocked() error {
 	var buf []byte
 	for _, k := range keys {
 		buf = appendOffsetFrame(buf, k, g.offsets[k])
+	}
+	groups := slices.Sorted(maps.Keys(g.memberships))
+	for _, id := range groups {
+		buf = appendOffsetFrame(buf, membershipKey(id), CommittedOffset{Metadata: g.memberships[id]})
 	}
 	if int64(len(buf))*2 > g.size {
 		return nil
@@ -332,8 +378,8 @@ func (b *Broker) GroupOffsets(group string) []GroupOffset {
 }
 
 // DeleteOffsets durably deletes a group's committed offsets of the given
-// partitions, or all of them when parts is nil, and returns how many it
-// deleted.
+// partitions, or all of them and its saved membership when parts is nil,
+// and returns how many offsets it deleted.
 func (b *Broker) DeleteOffsets(group string, parts []TopicPartition) (int, error) {
 	gs := b.groupStore()
 	if gs == nil {
@@ -355,11 +401,16 @@ func (b *Broker) DeleteOffsets(group string, parts []TopicPartition) (int, error
 			}
 		}
 	}
+	n := len(keys)
+	if _, ok := gs.memberships[group]; ok && parts == nil {
+		// The whole group goes: its membership state with it.
+		keys = append(keys, membershipKey(group))
+	}
 	gs.mu.Unlock()
 	if len(keys) == 0 {
 		return 0, nil
 	}
-	return len(keys), gs.remove(keys, b.opts.Now())
+	return n, gs.remove(keys, b.opts.Now())
 }
 
 // TopicPartition names one partition.
@@ -430,4 +481,35 @@ func (b *Broker) groupStore() *groupStore {
 	b.mu.RLock()
 	defer b.mu.RUnlock()
 	return b.groups
+}
+
+// SaveGroupMembership durably stores a group's membership state, an opaque
+// value of the Kafka listener's group coordinator (its members, generation
+// and assignments), kept in the offsets file beside the group's commits so
+// that a restart or a takeover finds the group as it was. An empty state
+// deletes it.
+func (b *Broker) SaveGroupMembership(group string, state []byte) error {
+	gs := b.groupStore()
+	if gs == nil {
+		return ErrClosed
+	}
+	if len(state) == 0 {
+		return gs.remove([]groupKey{membershipKey(group)}, b.opts.Now())
+	}
+	return gs.saveMembership(group, string(state), b.opts.Now())
+}
+
+// GroupMemberships returns every saved membership state by group.
+func (b *Broker) GroupMemberships() map[string][]byte {
+	gs := b.groupStore()
+	if gs == nil {
+		return nil
+	}
+	gs.mu.Lock()
+	defer gs.mu.Unlock()
+	out := make(map[string][]byte, len(gs.memberships))
+	for id, st := range gs.memberships {
+		out[id] = []byte(st)
+	}
+	return out
 }

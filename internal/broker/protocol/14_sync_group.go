@@ -70,6 +70,7 @@ func (c *coordinator) sync(req *kmsg.SyncGroupRequest) (chan syncResult, syncRes
 		}
 		g.stopTimers()
 		g.state = groupStable
+		g.save()
 		for _, am := range g.members {
 			if am.sync != nil {
 				am.sync <- syncResult{assignment: am.assignment}

@@ -28,7 +28,7 @@ func (c *coordinator) handleDescribe(req *kmsg.DescribeGroupsRequest) kmsg.Respo
 			}
 			dg.State = groupDead.String()
 			if _, found := slices.BinarySearch(committed, id); found {
-				dg.State = groupEmpty.String()
+				dg.State, dg.ProtocolType = groupEmpty.String(), c.savedProtocolType(id)
 			}
 		}
 		resp.Groups = append(resp.Groups, dg)

@@ -30,7 +30,7 @@ func (c *coordinator) handleList(req *kmsg.ListGroupsRequest) kmsg.Response {
 	}
 	for _, id := range c.s.b.Groups() {
 		if !seen[id] {
-			add(id, "", groupEmpty.String())
+			add(id, c.savedProtocolType(id), groupEmpty.String())
 		}
 	}
 	slices.SortFunc(resp.Groups, func(a, b kmsg.ListGroupsResponseGroup) int { return strings.Compare(a.Group, b.Group) })

@@ -38,8 +38,9 @@ func (s groupState) String() string {
 	}
 }
 
-// coordinator runs the membership of every classic group. Membership lives
-// in memory only; committed offsets are durable in the broker.
+// coordinator runs the membership of every classic group. Committed
+// offsets are durable in the broker, and so is each group's last Stable or
+// Empty membership (groups_state.go).
 //
 // Lock order: a group's mu may be held while taking coordinator.mu, never
 // the other way round.
@@ -50,8 +51,12 @@ type coordinator struct {
 	closed bool
 }
 
+// newCoordinator makes the coordinator, with the groups saved in the
+// broker restored.
 func newCoordinator(s *Server) *coordinator {
-	return &coordinator{s: s, groups: map[string]*group{}}
+	c := &coordinator{s: s, groups: map[string]*group{}}
+	c.restore()
+	return c
 }
 
 // group returns the live group with this id, creating it when create is
@@ -65,10 +70,14 @@ func (c *coordinator) group(id string, create bool) *group {
 	}
 	g := c.groups[id]
 	if g == nil && create {
-		g = &group{c: c, id: id, members: map[string]*member{}, pending: map[string]*time.Timer{}, static: map[string]string{}}
+		g = c.newGroup(id)
 		c.groups[id] = g
 	}
 	return g
+}
+
+func (c *coordinator) newGroup(id string) *group {
+	return &group{c: c, id: id, members: map[string]*member{}, pending: map[string]*time.Timer{}, static: map[string]string{}}
 }
 
 // lockGroup returns the live group locked, or nil.
@@ -413,7 +422,9 @@ func (g *group) completeJoin() {
 	}
 	g.generation++
 	if len(g.members) == 0 {
-		g.state, g.protocol, g.protocolType, g.leader = groupEmpty, "", "", ""
+		// The protocol type stays, as Kafka keeps it for an empty group.
+		g.state, g.protocol, g.leader = groupEmpty, "", ""
+		g.save()
 		g.c.retire(g)
 		return
 	}
