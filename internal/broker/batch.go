@@ -176,6 +176,8 @@ type BatchOptions struct {
 	// logAppendTime keeps the timestamp-type bit when compaction re-encodes
 	// a batch.
 	logAppendTime bool
+	// transactional keeps the transactional bit likewise.
+	transactional bool
 }
 
 // EncodeBatch builds an uncompressed record batch v2 for an idempotent
@@ -228,6 +230,9 @@ func appendBatchWithDeltas(dst []byte, opts BatchOptions, records []Record, delt
 	attrs := int16(opts.Compression) & attrCompressionMask
 	if opts.logAppendTime {
 		attrs |= attrLogAppendTime
+	}
+	if opts.transactional {
+		attrs |= attrTransactional
 	}
 	start := len(dst)
 	var body []byte

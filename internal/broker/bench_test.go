@@ -139,7 +139,7 @@ func BenchmarkValidateProduced(b *testing.B) {
 				b.ReportAllocs()
 				b.ResetTimer()
 				for range b.N {
-					if _, err := validateProduced(batch, cfg); err != nil {
+					if _, err := validateProduced(batch, cfg, false); err != nil {
 						b.Fatal(err)
 					}
 				}

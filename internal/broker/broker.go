@@ -201,6 +201,13 @@ type Options struct {
 	// by recreating it empty and reporting the loss (PartitionInfo.Lost);
 	// without it Open fails with ErrPartitionLost.
 	AllowLostPartitions bool
+	// MaxTxnTimeout is the largest transaction.timeout.ms a transactional
+	// producer may ask for (Kafka's transaction.max.timeout.ms, default
+	// 15 minutes).
+	MaxTxnTimeout time.Duration
+	// TxnCheckInterval is how often transactions past their timeout are
+	// aborted (default 1s).
+	TxnCheckInterval time.Duration
 }
 
 func (o Options) withDefaults() Options {
@@ -239,6 +246,12 @@ func (o Options) withDefaults() Options {
 	}
 	if o.ScrubPause <= 0 {
 		o.ScrubPause = time.Minute
+	}
+	if o.MaxTxnTimeout <= 0 {
+		o.MaxTxnTimeout = 15 * time.Minute
+	}
+	if o.TxnCheckInterval <= 0 {
+		o.TxnCheckInterval = time.Second
 	}
 	return o
 }
@@ -296,6 +309,8 @@ type Broker struct {
 
 	metaMu sync.Mutex // serialises meta.json rewrites
 	groups *groupStore
+	// txns is the transaction coordinator (txn.go).
+	txns *txnCoordinator
 	// journal makes appends durable under SyncBeforeAck (journal.go).
 	journal *journal
 
@@ -379,7 +394,12 @@ func (b *Broker) start(ctx context.Context, h *health) error {
 			p.mu.Unlock()
 		}
 	}
+	// Transactions decided before a crash are completed now that the
+	// partitions (journal replayed) take appends again.
+	b.txnCoordinator().recover(ctx)
 	b.running = true
+	b.wg.Add(1)
+	go b.txnLoop()
 	if b.opts.Sync == SyncIntervalUnsafe {
 		b.wg.Add(1)
 		go b.syncLoop()
@@ -403,9 +423,12 @@ func (b *Broker) releaseFiles(clean bool) error {
 	b.mu.Lock()
 	// The closed group store stays in place: readers of committed
 	// offsets keep working, commits fail with ErrClosed.
-	j, g := b.journal, b.groups
+	j, g, tc := b.journal, b.groups, b.txns
 	b.journal, b.topics = nil, map[string]*topic{}
 	b.mu.Unlock()
+	if tc != nil {
+		errs = append(errs, tc.close())
+	}
 	if j != nil {
 		errs = append(errs, j.close(clean && perr == nil && b.health.Load().check() == nil))
 	}
@@ -567,6 +590,13 @@ func (b *Broker) load(ctx context.Context, h *health) error {
 	}
 	b.mu.Lock()
 	b.groups = gs
+	b.mu.Unlock()
+	tc, err := openTxnCoordinator(b, h)
+	if err != nil {
+		return err
+	}
+	b.mu.Lock()
+	b.txns = tc
 	b.mu.Unlock()
 	return nil
 }
@@ -909,6 +939,12 @@ func (b *Broker) Append(ctx context.Context, topicName string, part int32, batch
 // broker keeps no reference to batch once AppendAsync returns: the caller
 // may reuse it.
 func (b *Broker) AppendAsync(ctx context.Context, topicName string, part int32, batch []byte) (AppendResult, func() error, error) {
+	return b.appendAsync(ctx, topicName, part, batch, false)
+}
+
+// appendAsync is AppendAsync; txn admits a transactional batch, which only
+// ProduceTxnAsync passes after the coordinator's checks.
+func (b *Broker) appendAsync(ctx context.Context, topicName string, part int32, batch []byte, txn bool) (AppendResult, func() error, error) {
 	if err := ctx.Err(); err != nil {
 		return AppendResult{}, nil, err
 	}
@@ -919,7 +955,7 @@ func (b *Broker) AppendAsync(ctx context.Context, topicName string, part int32, 
 	if err != nil {
 		return AppendResult{}, nil, err
 	}
-	h, err := validateProduced(batch, t.set.config())
+	h, err := validateProduced(batch, t.set.config(), txn)
 	if err != nil {
 		return AppendResult{}, nil, err
 	}
@@ -947,7 +983,7 @@ func (b *Broker) ProduceAsync(ctx context.Context, topicName string, part int32,
 
 // validateProduced applies the checks a produced batch must pass before
 // anything is written.
-func validateProduced(batch []byte, cfg TopicConfig) (BatchHeader, error) {
+func validateProduced(batch []byte, cfg TopicConfig, txn bool) (BatchHeader, error) {
 	if len(batch) > int(cfg.MaxMessageBytes) {
 		return BatchHeader{}, fmt.Errorf("%w: %d bytes, limit %d", ErrMessageTooLarge, len(batch), cfg.MaxMessageBytes)
 	}
@@ -955,7 +991,7 @@ func validateProduced(batch []byte, cfg TopicConfig) (BatchHeader, error) {
 	if err != nil {
 		return h, err
 	}
-	if h.Transactional() || h.Control() {
+	if h.Control() || (h.Transactional() && !txn) {
 		return h, ErrTransactionalUnsupported
 	}
 	if h.NumRecords < 1 || h.LastOffsetDelta != h.NumRecords-1 {
@@ -1001,7 +1037,34 @@ func (b *Broker) FetchInto(ctx context.Context, topicName string, part int32, of
 	if err != nil {
 		return FetchResult{}, err
 	}
-	return p.fetch(offset, maxBytes, buf)
+	return p.fetch(offset, maxBytes, buf, false)
+}
+
+// FetchCommittedInto is FetchInto for a read_committed consumer: it
+// returns nothing at or past the last stable offset (no record of an open
+// transaction) and lists the aborted transactions among the batches, which
+// the consumer skips.
+func (b *Broker) FetchCommittedInto(ctx context.Context, topicName string, part int32, offset int64, maxBytes int, buf []byte) (FetchResult, error) {
+	if err := ctx.Err(); err != nil {
+		return FetchResult{}, err
+	}
+	_, p, err := b.lookup(topicName, part, false)
+	if err != nil {
+		return FetchResult{}, err
+	}
+	return p.fetch(offset, maxBytes, buf, true)
+}
+
+// LastStableOffset is the partition's last stable offset: the first offset
+// of its oldest open transaction, or the high watermark.
+func (b *Broker) LastStableOffset(topicName string, part int32) (int64, error) {
+	_, p, err := b.lookup(topicName, part, false)
+	if err != nil {
+		return 0, err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.txns.stable(p.hw), nil
 }
 
 // Watch returns a channel closed the next time the partition's high

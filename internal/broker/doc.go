@@ -1,7 +1,7 @@
 // Package broker is Relay's embedded broker storage engine: topics of
 // partitioned, durable logs holding Kafka record batches v2 verbatim, with
-// Kafka's idempotent producer semantics, retention, compaction and durable
-// consumer group offsets. The Kafka wire-protocol listener and the relay's
+// Kafka's idempotent producer semantics and transactions, retention,
+// compaction and durable consumer group offsets. The Kafka wire-protocol listener and the relay's
 // sink are built on its Go API (Open, CreateTopic, Append, Fetch, Wait,
 // InitProducerID, ProducerState, CommitOffsets, ...); KafkaErrorCode maps its
 // errors to protocol error codes.
@@ -11,6 +11,7 @@
 //	DIR/LOCK                     flock held by the open Broker
 //	DIR/meta.json                topics and configs, producer id allocation
 //	DIR/groups/offsets.log       committed consumer group offsets
+//	DIR/txns/state.log           transaction coordinator state
 //	DIR/journal/NNN.journal      write-ahead journal (SyncBeforeAck)
 //	DIR/deleted/                 deleted topics' directories, being removed
 //	DIR/topics/T/P/              one directory per partition P of topic T
@@ -121,11 +122,16 @@
 // and the batch headers after its offset are replayed (with no usable
 // snapshot, the whole log is replayed). Format, big-endian:
 //
-//	"RLPS" | uint16 version (1) | int64 offset | uint32 producer count |
+//	"RLPS" | uint16 version (2) | int64 offset | uint32 producer count |
 //	per producer: int64 id | int16 epoch | uint8 n |
 //	    n × (int32 firstSeq | int32 lastSeq | int64 firstOffset |
 //	         int64 lastOffset | int64 maxTimestamp)
+//	| per producer: int64 first offset of its open transaction (-1: none)
+//	| uint32 aborted count | per aborted transaction: int64 producer id |
+//	    int64 first offset | int64 marker offset
 //	| uint32 CRC32C of everything before
+//
+// Version 1 snapshots (without the transaction part) are still read.
 //
 // The newest two snapshots are kept. Compaction keeps every producer's last
 // batch (emptied of records if need be) so replaying the log still restores
@@ -249,6 +255,67 @@
 // them), and until the broker reopens the name cannot be created again
 // (ErrRecentlyDeleted), since a new topic of that name would take them.
 //
+// # Transactions (txns/state.log)
+//
+// The transaction coordinator (txn.go) follows Kafka's: a transactional id
+// maps to a producer id and epoch; InitTransactional bumps the epoch, which
+// fences every older instance, and aborts a transaction the previous
+// instance left open. AddTxnPartitions and AddTxnGroup move the
+// transaction to Ongoing; transactional batches are accepted only from the
+// current epoch of an Ongoing transaction, for partitions it added;
+// TxnCommitOffsets keeps a group's offsets pending in the transaction;
+// EndTxn writes a control batch (a commit or abort marker, under the
+// producer's id and epoch) to every partition of the transaction and, on
+// commit, stores the pending offsets with the group's others. A
+// transaction left Ongoing past its timeout is aborted by the coordinator
+// with a bumped epoch, which fences the producer that abandoned it; that
+// producer may still abort it and initialise again from its old epoch
+// (KIP-588), until anyone initialises the id.
+//
+// The coordinator's state is an append-only file of frames like the group
+// offsets file's (uint32 length | uint32 CRC32C | payload), the payload a
+// JSON object with the whole state of one transactional id (producer id,
+// epoch, timeout, state, partitions, groups, pending offsets, start time);
+// the last frame per id wins, a torn tail is cut aside, and the file is
+// rewritten atomically with live entries only once it passes 4 MiB and is
+// mostly superseded. Every state change is written and fsynced before it is
+// acted on or answered:
+//
+//	step                         persisted first                 then
+//	InitProducerId               (new id: meta.json) Empty,e+1   answer
+//	AddPartitionsToTxn/Offsets   Ongoing with the new members    answer
+//	TxnOffsetCommit              Ongoing with the pending offsets answer
+//	EndTxn                       PrepareCommit|PrepareAbort      markers (each fsynced,
+//	                                                             under either sync policy),
+//	                                                             offsets (commit), then
+//	                                                             CompleteCommit|Abort, answer
+//	timeout, fencing             PrepareAbort at epoch e+1       markers, CompleteAbort
+//
+// Recovery on open, after the journal replay: an id found in PrepareCommit
+// or PrepareAbort has its markers written again to every partition and (on
+// commit) its offsets stored again, then is completed; a second marker for a
+// transaction a partition already closed changes nothing, and the offsets
+// are the same values, so redoing a step a crash interrupted is harmless. An
+// Ongoing transaction stays open (its producer may continue after the
+// restart, as with a Kafka coordinator failover) until it ends or times out.
+// The decision to commit is durable before any marker is written, so a
+// read_committed consumer never sees data of a transaction that a crash
+// could still abort.
+//
+// Each partition keeps its transactions in its producer state: per producer
+// the first offset of its open transaction, and the list of aborted
+// transactions (producer id, first offset, offset of the abort marker).
+// Snapshot version 2 stores both (see Producer state); replaying the
+// batch headers after the snapshot restores the rest, reading the marker
+// type from each control batch. The last stable offset (LSO) is the
+// smallest first offset of an open transaction, or the high watermark;
+// read_committed fetches stop there and carry the aborted transactions
+// overlapping what they return. Retention deletes a segment only when it
+// ends at or below the LSO (it never deletes data of an open transaction),
+// and compaction cleans only segments below the LSO, keeps every control
+// batch, and lets no record of an aborted transaction shadow an older
+// committed value of its key (aborted records are dropped instead).
+//
 // # Fault model
 //
 // What the log survives, and the test that shows it. The fault-injecting
@@ -260,12 +327,16 @@
 //
 //   - Process kill at any point (SIGKILL): nothing acknowledged lost, no
 //     duplicate; TestKillDuringAppend.
+//
 //   - Power loss: segments lose what no fsync covered, the journal restores
 //     it; TestJournalRestoresWhatSegmentsLost,
 //     TestJournalTornWriteKeepsEarlierBatches.
+//
 //   - Torn or zero-filled tail: cut aside; TestCorruptTailRecovery.
+//
 //   - Full disk, short writes (ENOSPC): the append fails, the next one
 //     works; TestDiskFaults, TestWriteAndReadFaults.
+//
 //   - fsync EIO on a segment or on the journal, under load: no append that
 //     starts after the failure is acknowledged and the waiting ones fail;
 //     nothing acknowledged is lost in the crash model; Reopen brings the
@@ -274,32 +345,48 @@
 //     TestFsyncEIOUnderLoad, TestDiskFaults,
 //     TestJournalBoundsFileAfterFailedFsync,
 //     TestReopensItselfWhenTheDiskWorksAgain.
+//
 //   - EIO on read: the fetch fails with ErrStorage (KAFKA_STORAGE_ERROR,
 //     which clients retry) and nothing is reported lost;
 //     TestWriteAndReadFaults.
+//
 //   - A flipped bit in the active segment: repaired from the journal when
 //     it covers the batch (after a kill), else reported lost with the exact
 //     offsets and the later batches kept (after a clean stop);
 //     TestFlippedByteInActiveSegmentAfterKill,
 //     TestFlippedByteInActiveSegmentAfterCleanStop.
+//
 //   - A flipped bit in an inactive segment: found by a read, by the
 //     background check, or on open when in its last batches, and reported
 //     with the exact offsets; TestFlippedByteInInactiveSegment,
 //     TestFlippedLastBatchOfInactiveSegmentFoundOnOpen, TestDumpReportsLostData,
 //     and TestKgoConsumerGetsAnErrorForLostData in the protocol package.
+//
 //   - Offsets missing from every file (a segment cut while the journal
 //     holds later batches, an inactive segment cut short): reported as a
 //     gap; TestGapIsReported.
+//
 //   - A deleted partition directory: refused, or recreated and reported;
 //     TestVanishedPartitionDirectory.
+//
 //   - A crash after DeleteTopic or AddPartitions: the topic stays deleted
 //     and its journaled batches do not return under its name; the new
 //     partitions and what was acknowledged on them stay;
 //     TestTopicChangesSurviveACrash.
 //
-// Not survived: damage to meta.json or the group offsets file beyond a
-// torn tail; damage to a journal record whose batch no segment holds
-// (reported lost, not repaired); damage in an inactive segment (reported,
+//   - Crash or restart at any step of a transaction: an acknowledged
+//     AddPartitionsToTxn, TxnOffsetCommit or EndTxn is never undone; a commit
+//     decided (PrepareCommit durable) completes on restart, an undecided
+//     transaction stays open until it ends or times out; a read_committed
+//     consumer sees each committed record once and no aborted one;
+//     TestTxnCoordinatorRecovery, TestTxnCrashAfterDecision,
+//     TestTxnCompactionAndRetention, the consume-transform-produce tests
+//     in the protocol package (processor and broker process SIGKILLed)
+//     and TestRelayKilledDuringConsumeTransformProduce in internal/faults.
+//
+// Not survived: damage to meta.json, the group offsets file or the
+// transaction state file beyond a torn tail; damage to a journal record
+// whose batch no segment holds (reported lost, not repaired); damage in an inactive segment (reported,
 // not repaired: the journal only covers active segments once they rolled
 // and were fsynced); under SyncIntervalUnsafe, anything written since the
 // last interval fsync.

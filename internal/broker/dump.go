@@ -3,6 +3,7 @@ package broker
 import (
 	"context"
 	"encoding/base64"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -53,6 +54,11 @@ type dumpRecord struct {
 	Headers      map[string]string `json:"headers,omitempty"`
 	ProducerID   int64             `json:"producer_id"`
 	BaseSequence int32             `json:"base_sequence"`
+	// Transactional marks a record of a transaction; Control, "commit"
+	// or "abort", a transaction marker (whose key and value are the
+	// marker's, not data).
+	Transactional bool   `json:"transactional,omitempty"`
+	Control       string `json:"control,omitempty"`
 }
 
 // Dump prints the records stored under DataDir. It only reads: it takes no
@@ -221,6 +227,13 @@ func writeDumpRecord(w io.Writer, enc *json.Encoder, format, topicName string, p
 		Timestamp: r.Timestamp.UTC().Format(time.RFC3339Nano),
 		Key:       dumpBytes(r.Key, binaryData), Value: dumpBytes(r.Value, binaryData),
 		ProducerID: h.ProducerID, BaseSequence: h.BaseSequence,
+		Transactional: h.Transactional(),
+	}
+	if h.Control() {
+		d.Control = "abort"
+		if len(r.Key) >= 4 && binary.BigEndian.Uint16(r.Key[2:]) == controlCommit {
+			d.Control = "commit"
+		}
 	}
 	if binaryData {
 		d.Encoding = "base64"
@@ -247,7 +260,17 @@ func writeDumpRecord(w io.Writer, enc *json.Encoder, format, topicName string, p
 		}
 		return strconv.Quote(*p)
 	}
+	if d.Control != "" {
+		_, err := fmt.Fprintf(w, "%s/%d offset=%d timestamp=%s control=%s producer_id=%d\n", topicName, part, r.Offset, d.Timestamp, d.Control, h.ProducerID)
+		if err != nil {
+			return fmt.Errorf("broker: write dump: %w", err)
+		}
+		return nil
+	}
 	line := fmt.Sprintf("%s/%d offset=%d timestamp=%s key=%s value=%s", topicName, part, r.Offset, d.Timestamp, str(d.Key), str(d.Value))
+	if d.Transactional {
+		line += " transactional=true"
+	}
 	for _, hd := range r.Headers {
 		line += fmt.Sprintf(" header[%s]=%s", strconv.Quote(hd.Key), str(dumpBytes(hd.Value, binaryData)))
 	}

@@ -58,9 +58,29 @@ var (
 	// ErrKeylessCompacted means a record without a key was sent to a topic
 	// with cleanup.policy=compact.
 	ErrKeylessCompacted = errors.New("broker: compacted topic requires record keys")
-	// ErrTransactionalUnsupported means the batch is transactional or a
-	// control batch; this broker stores idempotent batches only.
+	// ErrTransactionalUnsupported means a client sent a control batch
+	// (only the coordinator writes markers), or a transactional batch
+	// outside ProduceTxnAsync (without a transactional id).
 	ErrTransactionalUnsupported = errors.New("broker: transactional batches are not supported")
+	// ErrProducerFenced means a newer instance of the transactional id
+	// (or the coordinator, aborting a timed-out transaction) bumped the
+	// producer epoch: the caller is a zombie and may not continue.
+	ErrProducerFenced = errors.New("broker: producer fenced by a newer epoch")
+	// ErrInvalidProducerIDMapping means the producer id is not the one
+	// the transactional id maps to.
+	ErrInvalidProducerIDMapping = errors.New("broker: producer id does not match the transactional id")
+	// ErrInvalidTxnState means the request does not fit the state of the
+	// transaction (a transactional batch for a partition not added, an
+	// EndTxn with no transaction, a commit of an aborted one).
+	ErrInvalidTxnState = errors.New("broker: invalid transaction state")
+	// ErrConcurrentTransactions means the previous transaction of the id
+	// is still being completed; the client retries.
+	ErrConcurrentTransactions = errors.New("broker: the previous transaction is still being completed")
+	// ErrInvalidTransactionTimeout means transaction.timeout.ms is not
+	// above zero or above the broker's maximum.
+	ErrInvalidTransactionTimeout = errors.New("broker: invalid transaction timeout")
+	// ErrUnknownTransactionalID means the id never initialised.
+	ErrUnknownTransactionalID = errors.New("broker: unknown transactional id")
 	// ErrClosed means the broker was closed.
 	ErrClosed = errors.New("broker: closed")
 	// ErrStorage means a write, fsync or read of the log failed; the append
@@ -176,6 +196,18 @@ func KafkaErrorCode(err error) int16 {
 		return kerr.InvalidProducerEpoch.Code
 	case errors.Is(err, ErrUnknownProducerID):
 		return kerr.UnknownProducerID.Code
+	case errors.Is(err, ErrProducerFenced):
+		return kerr.ProducerFenced.Code
+	case errors.Is(err, ErrInvalidProducerIDMapping):
+		return kerr.InvalidProducerIDMapping.Code
+	case errors.Is(err, ErrInvalidTxnState):
+		return kerr.InvalidTxnState.Code
+	case errors.Is(err, ErrConcurrentTransactions):
+		return kerr.ConcurrentTransactions.Code
+	case errors.Is(err, ErrInvalidTransactionTimeout):
+		return kerr.InvalidTransactionTimeout.Code
+	case errors.Is(err, ErrUnknownTransactionalID):
+		return kerr.TransactionalIDNotFound.Code
 	case errors.Is(err, ErrReservedProducerID):
 		return kerr.InvalidProducerIDMapping.Code
 	case errors.Is(err, ErrKeylessCompacted):

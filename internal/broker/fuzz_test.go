@@ -117,8 +117,8 @@ func FuzzValidateProduced(f *testing.F) {
 	compactCfg := TopicConfig{CleanupPolicy: CleanupCompact}.withDefaults(1)
 	f.Fuzz(func(t *testing.T, data []byte) {
 		batch := append([]byte(nil), data...)
-		_, compactErr := validateProduced(batch, compactCfg)
-		_, deleteErr := validateProduced(batch, deleteCfg)
+		_, compactErr := validateProduced(batch, compactCfg, false)
+		_, deleteErr := validateProduced(batch, deleteCfg, false)
 		h, rs, decErr := DecodeBatch(data)
 		if decErr != nil {
 			if compactErr == nil {

@@ -135,8 +135,11 @@ func (p *partition) enforceRetention(nowMs int64) error {
 	for _, s := range p.segs {
 		total += s.size
 	}
+	// A segment goes only when it ends at or below the last stable
+	// offset: the data of an open transaction stays until it ends.
+	lso := p.txns.stable(p.hw)
 	n := 0
-	for n < len(p.segs)-1 {
+	for n < len(p.segs)-1 && p.segs[n+1].base <= lso {
 		s := p.segs[n]
 		expired := cfg.RetentionMs >= 0 && s.maxTS < nowMs-cfg.RetentionMs
 		oversize := cfg.RetentionBytes >= 0 && total-s.size >= cfg.RetentionBytes
@@ -148,6 +151,7 @@ func (p *partition) enforceRetention(nowMs int64) error {
 	}
 	gone := p.segs[:n]
 	p.segs = append([]*segment(nil), p.segs[n:]...)
+	p.txns.prune(p.segs[0].base)
 	for _, s := range gone {
 		s.deleted = true
 		if s.refs == 0 {
@@ -197,14 +201,18 @@ func (p *partition) compact(ctx context.Context, nowMs int64) error {
 		p.mu.Unlock()
 		return nil
 	}
+	// Only segments below the last stable offset: an open transaction's
+	// records may still be aborted, so they cannot shadow older values.
+	lso := p.txns.stable(p.hw)
 	lagCutoff := nowMs - p.set.config().MinCompactionLagMs
 	var segs []*segment
-	for _, s := range p.segs[:len(p.segs)-1] {
-		if p.set.config().MinCompactionLagMs > 0 && s.maxTS >= lagCutoff {
+	for i, s := range p.segs[:len(p.segs)-1] {
+		if p.segs[i+1].base > lso || p.set.config().MinCompactionLagMs > 0 && s.maxTS >= lagCutoff {
 			break
 		}
 		segs = append(segs, s)
 	}
+	txns := p.txns.clone()
 	keepBatch := map[int64]bool{}
 	for _, e := range p.producers {
 		if len(e.batches) > 0 {
@@ -220,7 +228,12 @@ func (p *partition) compact(ctx context.Context, nowMs int64) error {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		err := p.scanSegmentRecords(s, func(_ BatchHeader, _ []byte, recs []Record) error {
+		err := p.scanSegmentRecords(s, func(h BatchHeader, _ []byte, recs []Record) error {
+			// Markers have keys of their own, and an aborted record must
+			// not hide the committed value before it.
+			if h.Control() || (h.Transactional() && txns.isAborted(h.ProducerID, h.BaseOffset)) {
+				return nil
+			}
 			for _, r := range recs {
 				latest[hashKey(r.Key)] = r.Offset
 			}
@@ -275,6 +288,16 @@ func (p *partition) cleanSegment(s *segment, latest map[keyHash]int64, keepBatch
 	ns := &segment{dir: p.dir, base: s.base, maxTS: -1, loaded: true}
 	changed := false
 	err = p.scanSegmentRecords(s, func(h BatchHeader, b []byte, recs []Record) error {
+		if h.Control() {
+			// Kept for good: a read_committed consumer needs the marker
+			// that ends a transaction whose records it is skipping.
+			ns.noteBatch(h, ns.size, p.set.indexInterval)
+			if _, err := out.Write(b); err != nil {
+				return storageErr("write cleaned segment", err)
+			}
+			ns.size += int64(len(b))
+			return nil
+		}
 		var kept []Record
 		var deltas []int32
 		for _, r := range recs {
@@ -297,6 +320,7 @@ func (p *partition) cleanSegment(s *segment, latest map[keyHash]int64, keepBatch
 			data, err = appendBatchWithDeltas(nil, BatchOptions{
 				ProducerID: h.ProducerID, ProducerEpoch: h.ProducerEpoch, BaseSequence: h.BaseSequence,
 				Compression: h.Compression(), BaseOffset: h.BaseOffset, logAppendTime: h.Attributes&attrLogAppendTime != 0,
+				transactional: h.Transactional(),
 			}, kept, deltas, h.LastOffsetDelta, h.BaseTimestamp, h.MaxTimestamp, true)
 			if err != nil {
 				return err

@@ -65,7 +65,10 @@ type partition struct {
 	gen         int
 	resetPoints []int64
 	producers   producerTable
-	hwCh        chan struct{}
+	// txns are the partition's open and aborted transactions, rebuilt
+	// with producers.
+	txns txnIndex
+	hwCh chan struct{}
 	// lost are the ranges reported lost (lost.go); candidates is damage
 	// found while opening that the journal may still repair.
 	lost       []LostRange
@@ -369,10 +372,11 @@ func (p *partition) settleDamageLocked() {
 // rebuildProducersLocked loads the newest usable snapshot and replays the
 // batch headers after it.
 func (p *partition) rebuildProducersLocked(snaps []int64) {
-	from, table := loadNewestSnapshot(p.set.fs, p.dir, snaps, p.next)
+	from, table, txns := loadNewestSnapshot(p.set.fs, p.dir, snaps, p.next)
 	if from < 0 {
 		from = p.segs[0].base
 	}
+	var peek [controlPeek]byte
 	for i, s := range p.segs {
 		if i+1 < len(p.segs) && p.segs[i+1].base <= from {
 			continue
@@ -386,10 +390,17 @@ func (p *partition) rebuildProducersLocked(snaps []int64) {
 				continue
 			}
 		}
-		_, err := scanBatchesSkip(f, 0, s.size, false, s.damaged, func(h BatchHeader, _ int64, _ []byte) error {
-			if h.BaseOffset >= from {
-				table.update(h)
+		_, err := scanBatchesSkip(f, 0, s.size, false, s.damaged, func(h BatchHeader, pos int64, _ []byte) error {
+			if h.BaseOffset < from {
+				return nil
 			}
+			table.update(h)
+			marker := int16(-1)
+			if h.Control() {
+				n, _ := f.ReadAt(peek[:min(len(peek), h.Size())], pos)
+				marker = controlType(peek[:n])
+			}
+			txns.note(h, marker)
 			return nil
 		})
 		if err != nil {
@@ -400,6 +411,8 @@ func (p *partition) rebuildProducersLocked(snaps []int64) {
 		}
 	}
 	p.producers = table
+	txns.prune(p.segs[0].base)
+	p.txns = txns
 }
 
 // producerStateIncomplete reports that rebuilding producer state could not
@@ -509,6 +522,11 @@ func (p *partition) appendLocked(batch []byte, h BatchHeader, j *journal) (*segm
 	}
 	active.noteBatch(h, pos, p.set.indexInterval)
 	p.producers.update(h)
+	marker := int16(-1)
+	if h.Control() {
+		marker = controlType(batch)
+	}
+	p.txns.note(h, marker)
 	p.next = h.LastOffset() + 1
 	p.appended += int64(len(batch))
 	return active, nil
@@ -556,7 +574,7 @@ func (p *partition) rollLocked() error {
 	p.segs = append(append([]*segment(nil), p.segs...), ns)
 	p.durablePos, p.hwPos = 0, 0
 	p.notifyLocked()
-	if err := writeSnapshot(fsys, p.dir, p.next, p.producers); err != nil {
+	if err := writeSnapshot(fsys, p.dir, p.next, p.producers, p.txns); err != nil {
 		// Not fatal: recovery replays from an older snapshot or the log.
 		p.set.logger.Warn("producer snapshot failed", "topic", p.topic, "partition", p.id, "err", err)
 	}
@@ -982,21 +1000,33 @@ type FetchResult struct {
 	Batches        []byte
 	HighWatermark  int64
 	LogStartOffset int64
+	// LastStableOffset is the first offset of the oldest open
+	// transaction, or the high watermark when none is open.
+	LastStableOffset int64
+	// Aborted lists, for a read_committed fetch, the aborted transactions
+	// overlapping the returned batches.
+	Aborted []AbortedTxn
 }
 
-func (p *partition) fetch(offset int64, maxBytes int, buf []byte) (FetchResult, error) {
+// fetch reads from offset; committed stops at the last stable offset and
+// fills the aborted transactions (read_committed).
+func (p *partition) fetch(offset int64, maxBytes int, buf []byte, committed bool) (FetchResult, error) {
 	for {
 		p.mu.Lock()
 		if p.closed {
 			p.mu.Unlock()
 			return FetchResult{}, ErrClosed
 		}
-		res := FetchResult{HighWatermark: p.hw, LogStartOffset: p.logStartLocked()}
+		res := FetchResult{HighWatermark: p.hw, LogStartOffset: p.logStartLocked(), LastStableOffset: p.txns.stable(p.hw)}
 		if offset < res.LogStartOffset || offset > p.hw {
 			p.mu.Unlock()
 			return res, fmt.Errorf("%w: offset %d, log %s/%d has [%d, %d]", ErrOffsetOutOfRange, offset, p.topic, p.id, res.LogStartOffset, p.hw)
 		}
-		if offset == p.hw {
+		bound := p.hw
+		if committed {
+			bound = res.LastStableOffset
+		}
+		if offset >= bound {
 			p.mu.Unlock()
 			return res, nil
 		}
@@ -1061,8 +1091,17 @@ func (p *partition) fetch(offset int64, maxBytes int, buf []byte) (FetchResult, 
 				return res, p.lostErr(r)
 			}
 		}
+		if bound < res.HighWatermark && len(data) > 0 {
+			data = batchesBefore(data, bound)
+		}
 		if len(data) > 0 || nextBase < 0 {
 			res.Batches = data
+			if committed && len(data) > 0 {
+				last := lastOffsetIn(data)
+				p.mu.Lock()
+				res.Aborted = p.txns.abortedIn(offset, last)
+				p.mu.Unlock()
+			}
 			return res, nil
 		}
 		// The rest of this segment was compacted away: continue in the next.
@@ -1080,6 +1119,20 @@ func nextLost(lost []LostRange, offset int64) (LostRange, bool) {
 		}
 	}
 	return next, found
+}
+
+// lastOffsetIn is the last offset of the last whole batch in b.
+func lastOffsetIn(b []byte) int64 {
+	last := int64(-1)
+	for pos := 0; pos+BatchHeaderSize <= len(b); {
+		h, err := ParseBatchHeader(b[pos:])
+		if err != nil {
+			break
+		}
+		last = h.LastOffset()
+		pos += h.Size()
+	}
+	return last
 }
 
 // batchesBefore cuts b before its first batch reaching offset end.
@@ -1278,7 +1331,7 @@ func (p *partition) closeLocked() error {
 			errs = append(errs, err)
 		} else if p.broken == nil {
 			p.durable = p.next
-			if err := writeSnapshot(p.set.fs, p.dir, p.next, p.producers); err != nil {
+			if err := writeSnapshot(p.set.fs, p.dir, p.next, p.producers, p.txns); err != nil {
 				errs = append(errs, err)
 			}
 		}

@@ -66,6 +66,13 @@ func (t producerTable) check(h BatchHeader) (dup *ProducerBatch, err error) {
 	if e == nil {
 		return nil, nil
 	}
+	if h.Control() {
+		// A marker carries no sequence; only its epoch is checked.
+		if h.ProducerEpoch < e.epoch {
+			return nil, fmt.Errorf("%w: marker of producer %d epoch %d, current %d", ErrInvalidProducerEpoch, h.ProducerID, h.ProducerEpoch, e.epoch)
+		}
+		return nil, nil
+	}
 	last := h.LastSequence()
 	if h.ProducerEpoch == e.epoch {
 		for i := range e.batches {
@@ -107,6 +114,11 @@ func (t producerTable) update(h BatchHeader) {
 		e.epoch = h.ProducerEpoch
 		e.batches = e.batches[:0]
 	}
+	if h.Control() {
+		// A marker moves the epoch (a fencing abort bumps it) and ends
+		// the transaction; the sequence continues past it.
+		return
+	}
 	if len(e.batches) == producerBatchesKept {
 		copy(e.batches, e.batches[1:])
 		e.batches = e.batches[:producerBatchesKept-1]
@@ -128,18 +140,28 @@ func (t producerTable) state(id int64) (ProducerState, bool) {
 	return ProducerState{ProducerID: id, Epoch: e.epoch, Batches: append([]ProducerBatch(nil), e.batches...)}, true
 }
 
-// Snapshot file: "RLPS" | u16 version 1 | i64 offset | u32 producer count |
+// Snapshot file: "RLPS" | u16 version 2 | i64 offset | u32 producer count |
 // per producer: i64 id, i16 epoch, u8 n, n × (i32 firstSeq, i32 lastSeq,
-// i64 firstOffset, i64 lastOffset, i64 maxTimestamp) | u32 CRC32C of all
-// preceding bytes.
+// i64 firstOffset, i64 lastOffset, i64 maxTimestamp) | version 2 only:
+// per producer i64 first offset of its open transaction (-1: none), u32
+// aborted count, per aborted transaction i64 producer id, i64 first, i64
+// last | u32 CRC32C of all preceding bytes. Version 1 (no transactions)
+// is still read.
 var snapshotMagic = []byte("RLPS")
 
 const (
-	snapshotVersion   = 1
+	snapshotVersion   = 2
 	snapshotBatchSize = 4 + 4 + 8 + 8 + 8
 )
 
-func encodeSnapshot(offset int64, t producerTable) []byte {
+func encodeSnapshot(offset int64, t producerTable, x txnIndex) []byte {
+	for id := range x.open {
+		if t[id] == nil {
+			// Every open transaction's producer has an entry; keep the
+			// snapshot whole should that ever not hold.
+			t[id] = &producerEntry{}
+		}
+	}
 	ids := make([]int64, 0, len(t))
 	for id := range t {
 		ids = append(ids, id)
@@ -162,33 +184,37 @@ func encodeSnapshot(offset int64, t producerTable) []byte {
 			b = binary.BigEndian.AppendUint64(b, uint64(pb.MaxTimestamp))
 		}
 	}
+	b = appendTxnSnapshot(b, ids, x)
 	return binary.BigEndian.AppendUint32(b, crc32.Checksum(b, castagnoli))
 }
 
 var errBadSnapshot = errors.New("broker: invalid producer snapshot")
 
-func decodeSnapshot(b []byte) (int64, producerTable, error) {
+func decodeSnapshot(b []byte) (int64, producerTable, txnIndex, error) {
+	x := newTxnIndex()
 	if len(b) < 4+2+8+4+4 || string(b[:4]) != string(snapshotMagic) {
-		return 0, nil, errBadSnapshot
+		return 0, nil, x, errBadSnapshot
 	}
 	body, sum := b[:len(b)-4], binary.BigEndian.Uint32(b[len(b)-4:])
-	if crc32.Checksum(body, castagnoli) != sum || binary.BigEndian.Uint16(body[4:]) != snapshotVersion {
-		return 0, nil, errBadSnapshot
+	version := binary.BigEndian.Uint16(body[4:])
+	if crc32.Checksum(body, castagnoli) != sum || (version != 1 && version != snapshotVersion) {
+		return 0, nil, x, errBadSnapshot
 	}
 	offset := int64(binary.BigEndian.Uint64(body[6:]))
 	n := binary.BigEndian.Uint32(body[14:])
 	body = body[18:]
 	t := make(producerTable, min(int(n), len(body)/11))
+	ids := make([]int64, 0, min(int(n), len(body)/11))
 	for i := uint32(0); i < n; i++ {
 		if len(body) < 11 {
-			return 0, nil, errBadSnapshot
+			return 0, nil, x, errBadSnapshot
 		}
 		id := int64(binary.BigEndian.Uint64(body))
 		e := &producerEntry{epoch: int16(binary.BigEndian.Uint16(body[8:]))}
 		nb := int(body[10])
 		body = body[11:]
 		if nb > producerBatchesKept || len(body) < nb*snapshotBatchSize {
-			return 0, nil, errBadSnapshot
+			return 0, nil, x, errBadSnapshot
 		}
 		for j := 0; j < nb; j++ {
 			e.batches = append(e.batches, ProducerBatch{
@@ -201,16 +227,23 @@ func decodeSnapshot(b []byte) (int64, producerTable, error) {
 			body = body[snapshotBatchSize:]
 		}
 		t[id] = e
+		ids = append(ids, id)
+	}
+	if version >= 2 {
+		var err error
+		if x, body, err = decodeTxnSnapshot(body, ids); err != nil {
+			return 0, nil, x, err
+		}
 	}
 	if len(body) != 0 {
-		return 0, nil, errBadSnapshot
+		return 0, nil, x, errBadSnapshot
 	}
-	return offset, t, nil
+	return offset, t, x, nil
 }
 
 // loadNewestSnapshot returns the newest readable snapshot at or below
 // maxOffset; with none it returns offset -1 and an empty table.
-func loadNewestSnapshot(fsys FS, dir string, snaps []int64, maxOffset int64) (int64, producerTable) {
+func loadNewestSnapshot(fsys FS, dir string, snaps []int64, maxOffset int64) (int64, producerTable, txnIndex) {
 	for i := len(snaps) - 1; i >= 0; i-- {
 		if snaps[i] > maxOffset {
 			_ = fsys.Remove(segmentName(dir, snaps[i], snapshotSuffix))
@@ -220,19 +253,19 @@ func loadNewestSnapshot(fsys FS, dir string, snaps []int64, maxOffset int64) (in
 		if err != nil {
 			continue
 		}
-		off, t, err := decodeSnapshot(b)
+		off, t, x, err := decodeSnapshot(b)
 		if err != nil || off != snaps[i] {
 			continue
 		}
-		return off, t
+		return off, t, x
 	}
-	return -1, producerTable{}
+	return -1, producerTable{}, newTxnIndex()
 }
 
 // writeSnapshot persists t as of offset and prunes all but the two newest
 // snapshots.
-func writeSnapshot(fsys FS, dir string, offset int64, t producerTable) error {
-	if err := writeFileAtomic(fsys, segmentName(dir, offset, snapshotSuffix), encodeSnapshot(offset, t)); err != nil {
+func writeSnapshot(fsys FS, dir string, offset int64, t producerTable, x txnIndex) error {
+	if err := writeFileAtomic(fsys, segmentName(dir, offset, snapshotSuffix), encodeSnapshot(offset, t, x)); err != nil {
 		return storageErr("write producer snapshot", err)
 	}
 	_, snaps, err := listSegmentBases(fsys, dir, false)

@@ -15,13 +15,16 @@ import (
 // writes the response only after wait, so with acks=1 and acks=-1 alike a
 // success means durable; meanwhile the next request on the connection is
 // already being written to the log. acks=0 gets no response, but wait
-// still runs.
+// still runs. A request with a transactional id goes through the
+// transaction coordinator's checks (broker.ProduceTxnAsync); transactional
+// batches without one are refused.
 func (s *Server) handleProduce(ctx context.Context, req *kmsg.ProduceRequest) (kmsg.Response, func()) {
 	resp := req.ResponseKind().(*kmsg.ProduceResponse)
 	var code int16
 	switch {
-	case req.TransactionID != nil:
-		code = kerr.InvalidRequest.Code
+	case req.TransactionID != nil && req.Acks != -1:
+		// Kafka requires acks=all of a transactional producer.
+		code = kerr.InvalidRequiredAcks.Code
 	case req.Acks != 0 && req.Acks != 1 && req.Acks != -1:
 		code = kerr.InvalidRequiredAcks.Code
 	}
@@ -46,7 +49,14 @@ func (s *Server) handleProduce(ctx context.Context, req *kmsg.ProduceRequest) (k
 				p.ErrorCode = code
 				continue
 			}
-			res, wait, err := s.b.ProduceAsync(ctx, rt.Topic, rp.Partition, rp.Records)
+			var res broker.AppendResult
+			var wait func() error
+			var err error
+			if req.TransactionID != nil && *req.TransactionID != "" {
+				res, wait, err = s.b.ProduceTxnAsync(ctx, *req.TransactionID, rt.Topic, rp.Partition, rp.Records)
+			} else {
+				res, wait, err = s.b.ProduceAsync(ctx, rt.Topic, rp.Partition, rp.Records)
+			}
 			if err != nil {
 				setProduceError(p, err)
 				continue

@@ -20,8 +20,10 @@ import (
 // the first batch found is always returned whole so that a consumer can
 // make progress past a batch larger than its limits. There are no fetch
 // sessions: every response carries session id 0, which tells clients to
-// send full requests. Transactions do not exist, so both isolation levels
-// read up to the high watermark.
+// send full requests. read_uncommitted reads up to the high watermark;
+// read_committed (isolation level 1) up to the last stable offset, with
+// the aborted transactions among the returned batches listed so the
+// client skips their records (it also skips the control batches).
 //
 // The record batches are read into pooled buffers that the response
 // aliases; release returns them once the response is written.
@@ -142,14 +144,22 @@ func (s *Server) fillFetch(ctx context.Context, req *kmsg.FetchRequest, resp *km
 				earliest, latest, err := s.b.Offsets(rt.Topic, rp.Partition)
 				if err == nil {
 					p.HighWatermark, p.LastStableOffset, p.LogStartOffset = latest, latest, earliest
+					if lso, err := s.b.LastStableOffset(rt.Topic, rp.Partition); err == nil {
+						p.LastStableOffset = lso
+					}
 				} else {
 					p.ErrorCode = broker.KafkaErrorCode(err)
 				}
 				t.Partitions = append(t.Partitions, p)
 				continue
 			}
-			res, err := bufs.fetch(ctx, s.b, rt.Topic, rp.Partition, rp.FetchOffset, max(limit, 1))
-			p.HighWatermark, p.LastStableOffset, p.LogStartOffset = res.HighWatermark, res.HighWatermark, res.LogStartOffset
+			res, err := bufs.fetch(ctx, s.b, rt.Topic, rp.Partition, rp.FetchOffset, max(limit, 1), req.IsolationLevel == 1)
+			p.HighWatermark, p.LastStableOffset, p.LogStartOffset = res.HighWatermark, res.LastStableOffset, res.LogStartOffset
+			for _, a := range res.Aborted {
+				at := kmsg.NewFetchResponseTopicPartitionAbortedTransaction()
+				at.ProducerID, at.FirstOffset = a.ProducerID, a.FirstOffset
+				p.AbortedTransactions = append(p.AbortedTransactions, at)
+			}
 			if err != nil {
 				p.ErrorCode = broker.KafkaErrorCode(err)
 				if errors.Is(err, broker.ErrDataLost) {
@@ -316,9 +326,13 @@ var readBufferPool = sync.Pool{New: func() any { b := make([]byte, 0, 1<<20); re
 const maxPooledReadBuffer = 8 << 20
 
 // fetch reads one partition into a pooled buffer held until release.
-func (rb *readBuffers) fetch(ctx context.Context, b *broker.Broker, topic string, part int32, offset int64, maxBytes int) (broker.FetchResult, error) {
+func (rb *readBuffers) fetch(ctx context.Context, b *broker.Broker, topic string, part int32, offset int64, maxBytes int, committed bool) (broker.FetchResult, error) {
 	buf := readBufferPool.Get().(*[]byte)
-	res, err := b.FetchInto(ctx, topic, part, offset, maxBytes, (*buf)[:0])
+	fetch := b.FetchInto
+	if committed {
+		fetch = b.FetchCommittedInto
+	}
+	res, err := fetch(ctx, topic, part, offset, maxBytes, (*buf)[:0])
 	if len(res.Batches) == 0 {
 		readBufferPool.Put(buf)
 		return res, err

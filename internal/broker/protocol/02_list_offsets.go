@@ -16,7 +16,8 @@ const (
 )
 
 // handleListOffsets answers earliest (-2: the log start offset), latest
-// (-1: the high watermark) and, for a timestamp, the first offset whose
+// (-1: the high watermark; under read_committed the last stable offset)
+// and, for a timestamp, the first offset whose
 // record is at least that recent (-1 when none is), from the time index.
 // The max-timestamp query (-3) is not supported.
 func (s *Server) handleListOffsets(req *kmsg.ListOffsetsRequest) kmsg.Response {
@@ -28,7 +29,7 @@ func (s *Server) handleListOffsets(req *kmsg.ListOffsetsRequest) kmsg.Response {
 			p := kmsg.NewListOffsetsResponseTopicPartition()
 			p.Partition = rp.Partition
 			p.Offset, p.Timestamp, p.LeaderEpoch = -1, -1, 0
-			p.ErrorCode = s.listOffset(rt.Topic, rp, &p)
+			p.ErrorCode = s.listOffset(rt.Topic, rp, req.IsolationLevel == 1, &p)
 			if p.ErrorCode != 0 {
 				p.LeaderEpoch = -1
 			}
@@ -39,7 +40,7 @@ func (s *Server) handleListOffsets(req *kmsg.ListOffsetsRequest) kmsg.Response {
 	return resp
 }
 
-func (s *Server) listOffset(topic string, rp kmsg.ListOffsetsRequestTopicPartition, p *kmsg.ListOffsetsResponseTopicPartition) int16 {
+func (s *Server) listOffset(topic string, rp kmsg.ListOffsetsRequestTopicPartition, committed bool, p *kmsg.ListOffsetsResponseTopicPartition) int16 {
 	if rp.CurrentLeaderEpoch > 0 {
 		return kerr.UnknownLeaderEpoch.Code
 	}
@@ -52,6 +53,10 @@ func (s *Server) listOffset(topic string, rp kmsg.ListOffsetsRequestTopicPartiti
 		p.Offset = latest
 		if ts == listEarliest {
 			p.Offset = earliest
+		} else if committed {
+			if p.Offset, err = s.b.LastStableOffset(topic, rp.Partition); err != nil {
+				return broker.KafkaErrorCode(err)
+			}
 		}
 		return 0
 	case listMaxTime:

@@ -1,12 +1,16 @@
 package protocol
 
 import (
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // handleOffsetFetch returns committed offsets (-1 where none), for the
 // named partitions or, when topics are null, for everything the group
-// committed. v8+ asks for several groups at once.
+// committed. v8+ asks for several groups at once. With require_stable
+// (v7+), a partition whose offset an open transaction is about to commit
+// answers UNSTABLE_OFFSET_COMMIT, which the client retries, so that a
+// consumer taking over does not start from the offset before it.
 func (s *Server) handleOffsetFetch(req *kmsg.OffsetFetchRequest) kmsg.Response {
 	resp := req.ResponseKind().(*kmsg.OffsetFetchResponse)
 	if req.Version >= 8 {
@@ -20,12 +24,12 @@ func (s *Server) handleOffsetFetch(req *kmsg.OffsetFetchRequest) kmsg.Response {
 					topics = append(topics, kmsg.OffsetFetchRequestTopic{Topic: t.Topic, Partitions: t.Partitions})
 				}
 			}
-			for _, t := range s.committed(rg.Group, topics) {
+			for _, t := range s.committed(rg.Group, topics, req.RequireStable) {
 				gt := kmsg.NewOffsetFetchResponseGroupTopic()
 				gt.Topic = t.Topic
 				for _, p := range t.Partitions {
 					gp := kmsg.NewOffsetFetchResponseGroupTopicPartition()
-					gp.Partition, gp.Offset, gp.LeaderEpoch, gp.Metadata = p.Partition, p.Offset, p.LeaderEpoch, p.Metadata
+					gp.Partition, gp.Offset, gp.LeaderEpoch, gp.Metadata, gp.ErrorCode = p.Partition, p.Offset, p.LeaderEpoch, p.Metadata, p.ErrorCode
 					gt.Partitions = append(gt.Partitions, gp)
 				}
 				g.Topics = append(g.Topics, gt)
@@ -38,18 +42,22 @@ func (s *Server) handleOffsetFetch(req *kmsg.OffsetFetchRequest) kmsg.Response {
 	if req.Version < 2 && topics == nil {
 		topics = []kmsg.OffsetFetchRequestTopic{}
 	}
-	resp.Topics = s.committed(req.Group, topics)
+	resp.Topics = s.committed(req.Group, topics, req.Version >= 7 && req.RequireStable)
 	return resp
 }
 
 // committed answers one group's offsets; nil topics means all.
-func (s *Server) committed(group string, topics []kmsg.OffsetFetchRequestTopic) []kmsg.OffsetFetchResponseTopic {
+func (s *Server) committed(group string, topics []kmsg.OffsetFetchRequestTopic, stable bool) []kmsg.OffsetFetchResponseTopic {
 	var out []kmsg.OffsetFetchResponseTopic
 	partition := func(topic string, part int32) kmsg.OffsetFetchResponseTopicPartition {
 		p := kmsg.NewOffsetFetchResponseTopicPartition()
 		p.Partition, p.Offset, p.LeaderEpoch = part, -1, -1
 		empty := ""
 		p.Metadata = &empty
+		if stable && s.b.TxnOffsetsPending(group, topic, part) {
+			p.ErrorCode = kerr.UnstableOffsetCommit.Code
+			return p
+		}
 		if c, ok := s.b.FetchOffset(group, topic, part); ok {
 			md := c.Metadata
 			p.Offset, p.LeaderEpoch, p.Metadata = c.Offset, c.LeaderEpoch, &md

@@ -11,19 +11,15 @@ const (
 	coordinatorTransaction = 1
 )
 
-// handleFindCoordinator names this node the coordinator of every group.
-// Transactions are not supported, so transaction coordinators are refused.
+// handleFindCoordinator names this node the coordinator of every group and
+// every transactional id.
 func (s *Server) handleFindCoordinator(c *conn, req *kmsg.FindCoordinatorRequest) kmsg.Response {
 	resp := req.ResponseKind().(*kmsg.FindCoordinatorResponse)
 	host, port := s.advertised(c.nc.LocalAddr())
 	code := int16(0)
 	var msg *string
 	switch req.CoordinatorType {
-	case coordinatorGroup:
-	case coordinatorTransaction:
-		code = kerr.InvalidRequest.Code
-		m := "transactions are not supported by the embedded broker"
-		msg = &m
+	case coordinatorGroup, coordinatorTransaction:
 	default:
 		code = kerr.InvalidRequest.Code
 	}

@@ -217,8 +217,8 @@ func TestAdminAPIsThroughKadm(t *testing.T) {
 }
 
 // TestEveryAPIIsAuthorized: each API the listener advertises is named
-// here with how it is authorized, so that a new one cannot slip through
-// authorizeSync's default (allow) unnoticed.
+// here with how it is authorized, so that a new one is not added without
+// a rule (authorizeSync refuses one without, TestEveryAPIHasAnAuthorizationRule).
 func TestEveryAPIIsAuthorized(t *testing.T) {
 	checked := map[int16]string{
 		kmsg.Produce.Int16(): "Write", kmsg.Fetch.Int16(): "Read", kmsg.ListOffsets.Int16(): "Describe", kmsg.Metadata.Int16(): "Describe",
@@ -230,7 +230,11 @@ func TestEveryAPIIsAuthorized(t *testing.T) {
 		kmsg.DeleteGroups.Int16(): "Delete", kmsg.OffsetDelete.Int16(): "Delete group, Read topic",
 		kmsg.DescribeConfigs.Int16(): "DescribeConfigs", kmsg.AlterConfigs.Int16(): "AlterConfigs", kmsg.IncrementalAlterConfigs.Int16(): "AlterConfigs",
 		kmsg.DescribeACLs.Int16(): "Describe cluster", kmsg.CreateACLs.Int16(): "Alter cluster", kmsg.DeleteACLs.Int16(): "Alter cluster",
-		kmsg.ApiVersions.Int16(): "none", kmsg.SASLHandshake.Int16(): "none", kmsg.SASLAuthenticate.Int16(): "none", kmsg.InitProducerID.Int16(): "none (Write to produce)",
+		kmsg.ApiVersions.Int16(): "none", kmsg.SASLHandshake.Int16(): "none", kmsg.SASLAuthenticate.Int16(): "none",
+		kmsg.InitProducerID.Int16():     "Write transactional id (none when idempotent: Write to produce)",
+		kmsg.AddPartitionsToTxn.Int16(): "Write transactional id, Write topic", kmsg.AddOffsetsToTxn.Int16(): "Write transactional id, Read group",
+		kmsg.TxnOffsetCommit.Int16(): "Write transactional id, Read group, Read topic", kmsg.EndTxn.Int16(): "Write transactional id",
+		kmsg.DescribeTransactions.Int16(): "Describe transactional id", kmsg.ListTransactions.Int16(): "Describe transactional id",
 	}
 	for key := range supportedVersions {
 		if _, ok := checked[key]; !ok {

@@ -2,6 +2,7 @@ package protocol
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -14,7 +15,8 @@ import (
 // GROUP_AUTHORIZATION_FAILED, CLUSTER_AUTHORIZATION_FAILED) and the rest
 // of the request is served. The operations checked are Kafka's:
 //
-//	Produce                 Write on each topic
+//	Produce                 Write on each topic (transactional: and Write on the
+//	                        TransactionalId)
 //	Fetch, OffsetCommit     Read on each topic (OffsetCommit: and Read on the group)
 //	ListOffsets, Metadata   Describe on each topic (Metadata lists only those)
 //	auto-creating Metadata  Create on the topic
@@ -35,10 +37,22 @@ import (
 //	Describe/Create/DeleteAcls  Describe/Alter on the cluster
 //	DescribeConfigs         DescribeConfigs on each topic (the cluster for the broker)
 //	(Incremental)AlterConfigs  AlterConfigs on each topic (the cluster for the broker)
+//	InitProducerId with a   Write on the TransactionalId
+//	transactional id
+//	FindCoordinator (txn)   Describe on the TransactionalId
+//	AddPartitionsToTxn      Write on the TransactionalId and on each topic
+//	AddOffsetsToTxn         Write on the TransactionalId, Read on the group
+//	TxnOffsetCommit         Write on the TransactionalId, Read on the group and
+//	                        on each topic
+//	EndTxn                  Write on the TransactionalId
+//	DescribeTransactions    Describe on each TransactionalId (ListTransactions
+//	                        lists only those)
 //
-// ApiVersions, the SASL requests and InitProducerId (an id for an
-// idempotent producer, which then still needs Write on each topic) are
-// not checked.
+// ApiVersions, the SASL requests and InitProducerId without a
+// transactional id (an id for an idempotent producer, which then still
+// needs Write on each topic) are not checked. Any other request type fails
+// closed: authorizeSync refuses it and the connection is closed, so an API
+// added to the server without a check here is never served unchecked.
 
 // can reports whether c may do op on the resource; everything is allowed
 // without an Authorizer.
@@ -52,6 +66,10 @@ func (s *Server) canTopic(c *conn, op kmsg.ACLOperation, topic string) bool {
 
 func (s *Server) canGroup(c *conn, op kmsg.ACLOperation, group string) bool {
 	return s.can(c, op, kmsg.ACLResourceTypeGroup, group)
+}
+
+func (s *Server) canTxn(c *conn, op kmsg.ACLOperation, txnID string) bool {
+	return s.can(c, op, kmsg.ACLResourceTypeTransactionalId, txnID)
 }
 
 // canConfigs reports whether c may do op (DescribeConfigs or
@@ -88,6 +106,7 @@ func configsDenied(rt kmsg.ConfigResourceType) int16 {
 
 var topicDenied = kerr.TopicAuthorizationFailed.Code
 var groupDenied = kerr.GroupAuthorizationFailed.Code
+var txnDenied = kerr.TransactionalIDAuthorizationFailed.Code
 
 // authorizeProduce takes the topics c may not write out of req and
 // returns a function that adds them to the response, refused.
@@ -95,7 +114,12 @@ func (s *Server) authorizeProduce(c *conn, req *kmsg.ProduceRequest) func(kmsg.R
 	if s.authz == nil {
 		return nil
 	}
-	kept, denied := split(req.Topics, func(t kmsg.ProduceRequestTopic) bool { return s.canTopic(c, kmsg.ACLOperationWrite, t.Topic) })
+	code := topicDenied
+	txnOK := req.TransactionID == nil || s.canTxn(c, kmsg.ACLOperationWrite, *req.TransactionID)
+	if !txnOK {
+		code = txnDenied
+	}
+	kept, denied := split(req.Topics, func(t kmsg.ProduceRequestTopic) bool { return txnOK && s.canTopic(c, kmsg.ACLOperationWrite, t.Topic) })
 	if len(denied) == 0 {
 		return nil
 	}
@@ -107,7 +131,7 @@ func (s *Server) authorizeProduce(c *conn, req *kmsg.ProduceRequest) func(kmsg.R
 			t.Topic = rt.Topic
 			for _, rp := range rt.Partitions {
 				p := kmsg.NewProduceResponseTopicPartition()
-				p.Partition, p.ErrorCode = rp.Partition, topicDenied
+				p.Partition, p.ErrorCode = rp.Partition, code
 				p.BaseOffset, p.LogAppendTime, p.LogStartOffset = -1, -1, -1
 				t.Partitions = append(t.Partitions, p)
 			}
@@ -143,13 +167,54 @@ func (s *Server) authorizeFetch(c *conn, req *kmsg.FetchRequest) func(kmsg.Respo
 	}
 }
 
+// errUnauthorizedAPI refuses a request type authorizeSync has no check
+// for.
+var errUnauthorizedAPI = fmt.Errorf("%w: no authorization check for this API", errBadRequest)
+
 // authorizeSync checks the requests answered by handleSync: it returns a
-// complete refusal, or a function that fixes the response up, or neither.
-func (s *Server) authorizeSync(ctx context.Context, c *conn, r request) (kmsg.Response, func(kmsg.Response)) {
+// complete refusal, or a function that fixes the response up, or neither;
+// or, for a request type it has no rule for, errUnauthorizedAPI, which
+// closes the connection (fail closed).
+func (s *Server) authorizeSync(ctx context.Context, c *conn, r request) (kmsg.Response, func(kmsg.Response), error) {
 	if s.authz == nil {
-		return nil, nil
+		return nil, nil, nil
 	}
-	switch req := r.req.(type) {
+	refused, fix, known := s.authorizeRequest(c, r.req)
+	if !known {
+		return nil, nil, fmt.Errorf("%w: %s", errUnauthorizedAPI, kmsg.NameForKey(r.key))
+	}
+	return refused, fix, nil
+}
+
+// authorizeRequest is authorizeSync's table; known is false for a request
+// type without a rule.
+func (s *Server) authorizeRequest(c *conn, r kmsg.Request) (refused kmsg.Response, fix func(kmsg.Response), known bool) {
+	refused, fix, known = s.authorizeTxn(c, r)
+	if known {
+		return refused, fix, true
+	}
+	switch r.(type) {
+	case *kmsg.ApiVersionsRequest, *kmsg.SASLHandshakeRequest, *kmsg.SASLAuthenticateRequest,
+		*kmsg.MetadataRequest, *kmsg.DescribeACLsRequest, *kmsg.CreateACLsRequest, *kmsg.DeleteACLsRequest:
+		// ApiVersions and SASL are open to all; Metadata filters by
+		// topic in its handler, and the ACL APIs check the cluster
+		// resource in theirs (acl.go).
+		return nil, nil, true
+	case *kmsg.JoinGroupRequest, *kmsg.SyncGroupRequest, *kmsg.HeartbeatRequest, *kmsg.LeaveGroupRequest,
+		*kmsg.FindCoordinatorRequest, *kmsg.OffsetCommitRequest, *kmsg.OffsetFetchRequest,
+		*kmsg.DescribeGroupsRequest, *kmsg.ListGroupsRequest, *kmsg.ListOffsetsRequest,
+		*kmsg.DescribeConfigsRequest, *kmsg.AlterConfigsRequest, *kmsg.IncrementalAlterConfigsRequest,
+		*kmsg.CreateTopicsRequest, *kmsg.CreatePartitionsRequest, *kmsg.DeleteTopicsRequest, *kmsg.DeleteRecordsRequest,
+		*kmsg.DeleteGroupsRequest, *kmsg.OffsetDeleteRequest, *kmsg.DescribeLogDirsRequest, *kmsg.DescribeClusterRequest:
+		refused, fix = s.authorizeClassic(c, r)
+		return refused, fix, true
+	}
+	return nil, nil, false
+}
+
+// authorizeClassic checks the group, topic and config requests.
+func (s *Server) authorizeClassic(c *conn, r kmsg.Request) (kmsg.Response, func(kmsg.Response)) {
+	switch req := r.(type) {
 	case *kmsg.JoinGroupRequest:
 		if !s.canGroup(c, kmsg.ACLOperationRead, req.Group) {
 			resp := req.ResponseKind().(*kmsg.JoinGroupResponse)

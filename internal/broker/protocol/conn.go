@@ -501,7 +501,11 @@ func (s *Server) handle(ctx context.Context, c *conn, r request) (resp kmsg.Resp
 			<-c.fetching
 		}, nil
 	}
-	refused, fix := s.authorizeSync(ctx, c, r)
+	refused, fix, err := s.authorizeSync(ctx, c, r)
+	if err != nil {
+		s.log.Error("refusing a request no authorization rule covers; closing the connection", "api", kmsg.NameForKey(r.key), "err", err)
+		return nil, nil, nil, err
+	}
 	if refused != nil {
 		return refused, nil, nil, nil
 	}
@@ -523,6 +527,18 @@ func (s *Server) handleSync(ctx context.Context, c *conn, r request) (kmsg.Respo
 		return s.handleListOffsets(req), nil
 	case *kmsg.InitProducerIDRequest:
 		return s.handleInitProducerID(ctx, req), nil
+	case *kmsg.AddPartitionsToTxnRequest:
+		return s.handleAddPartitionsToTxn(ctx, req), nil
+	case *kmsg.AddOffsetsToTxnRequest:
+		return s.handleAddOffsetsToTxn(ctx, req), nil
+	case *kmsg.EndTxnRequest:
+		return s.handleEndTxn(ctx, req), nil
+	case *kmsg.TxnOffsetCommitRequest:
+		return s.handleTxnOffsetCommit(ctx, req), nil
+	case *kmsg.DescribeTransactionsRequest:
+		return s.handleDescribeTransactions(req), nil
+	case *kmsg.ListTransactionsRequest:
+		return s.handleListTransactions(req), nil
 	case *kmsg.FindCoordinatorRequest:
 		return s.handleFindCoordinator(c, req), nil
 	case *kmsg.JoinGroupRequest:

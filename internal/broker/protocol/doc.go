@@ -29,6 +29,8 @@
 //	CreatePartitions 0-3 DeleteTopics 0-6      DeleteRecords 0-2
 //	DescribeLogDirs 0-4  DescribeCluster 0-2   DeleteGroups 0-3
 //	OffsetDelete 0
+//	AddPartitionsToTxn 0-3  AddOffsetsToTxn 0-3  EndTxn 0-3
+//	TxnOffsetCommit 0-3  DescribeTransactions 0  ListTransactions 0-1
 //
 // Topic configs (topic_config.go) are those the broker keeps:
 // cleanup.policy (a list: delete, compact or both), retention.ms,
@@ -61,8 +63,7 @@
 // already appended: an idempotent producer's five in-flight requests share
 // fsyncs, and each partition still sees the batches in the order they were
 // sent. Idempotent producers get ids from InitProducerId; the broker
-// deduplicates and orders their batches. Transactions are not supported: a transactional id is
-// refused with INVALID_REQUEST.
+// deduplicates and orders their batches.
 //
 // Fetch serves the stored batches byte for byte, bounded by each
 // partition's and the response's max bytes except that the first batch is
@@ -70,8 +71,42 @@
 // until MinBytes are there or MaxWaitMillis passes. Fetch sessions are not
 // kept (session id 0 in every response; clients then send full requests).
 // ListOffsets answers earliest, latest and by timestamp (not -3, max
-// timestamp). Both isolation levels read to the high watermark, which only
-// advances over durable data.
+// timestamp). read_uncommitted reads to the high watermark, which only
+// advances over durable data; read_committed to the last stable offset
+// (see Transactions).
+//
+// # Transactions
+//
+// The server is the transaction coordinator of every transactional id
+// (FindCoordinator answers this node for key type 1); the coordinator
+// itself, its durable state and its fault model are the broker's (see
+// internal/broker, "Transactions"). InitProducerId with a transactional id
+// bumps the id's epoch, fencing older producers, and aborts what they left
+// open; AddPartitionsToTxn, AddOffsetsToTxn, TxnOffsetCommit and EndTxn
+// answer once their state change is durable, EndTxn once the markers are
+// durable in every partition of the transaction. A Produce request with a
+// transactional id (acks must be -1) is appended only for the current
+// epoch of an Ongoing transaction that added the partition; a fenced
+// producer gets INVALID_PRODUCER_EPOCH, the other requests PRODUCER_FENCED
+// (INVALID_PRODUCER_EPOCH before the versions that know it). A Fetch or
+// ListOffsets at read_committed stops at the last stable offset, and
+// Fetch lists the aborted transactions among the batches it returns, which
+// the client skips with the control batches. OffsetFetch with
+// require_stable answers UNSTABLE_OFFSET_COMMIT while a transaction holds
+// offsets of the partition that are not committed yet; TxnOffsetCommit v3
+// checks the member and generation like OffsetCommit (KIP-447), so a
+// zombie of an old generation cannot commit. DescribeTransactions and
+// ListTransactions report the coordinator's state. WriteTxnMarkers is not
+// offered: the single node writes its own markers.
+//
+// franz-go's own transaction test passes against the broker: serve one
+// (this package's test binary does with RELAY_PROTOCOL_TEST_ROLE=broker,
+// RELAY_PROTOCOL_TEST_DIR and RELAY_PROTOCOL_TEST_ADDR set), then in
+// franz-go's pkg/kgo run KGO_SEEDS=addr KGO_TEST_RF=1 go test -run
+// 'TestTxnEtl|TestGroupETL' (with KGO_TEST_UNSAFE too). Of that package's
+// whole suite run so, only TestConsumeRegex fails: it expects the
+// __consumer_offsets topic in metadata (the tests needing SCRAM, OAuth,
+// share groups or KIP-848 skip themselves).
 //
 // # Groups
 //
@@ -159,8 +194,14 @@
 //     header is the relay's (TestACLsProduceToRelayTopicsRefused); it
 //     cannot join, commit for or list a group an ACL reserves for others
 //     (TestACLsGroupDeniesForeignGroup); it cannot grant itself rights
-//     (TestACLAPIs). InitProducerId is not checked: an id alone writes
-//     nothing.
+//     (TestACLAPIs). It cannot use a transactional id an ACL does not
+//     let it write (TRANSACTIONAL_ID_AUTHORIZATION_FAILED), so it cannot
+//     fence another client's producer or abort its transaction
+//     (TestACLsTransactionalID), though under the default rule (allow)
+//     an id no ACL names is anyone's; an idempotent InitProducerId is not
+//     checked: an id alone writes nothing. Every API has an authorization
+//     rule, and a request type without one closes the connection
+//     (TestEveryAPIHasAnAuthorizationRule).
 //   - Exhaust memory: no. Every request frame waits for its bytes of the
 //     requests' half of Config.MaxInFlightBytes before it is read and
 //     holds them until handled; a frame may be a quarter of the budget at

@@ -1,0 +1,60 @@
+package protocol
+
+import (
+	"context"
+	"errors"
+
+	"github.com/outboxrelay/relay/internal/broker"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// handleTxnOffsetCommit records a group's offsets in the producer's
+// transaction: they are committed with it, or dropped when it aborts.
+// From v3 on, a commit naming a member and generation (KIP-447) is checked
+// against the live group as OffsetCommit is, so a zombie of a past
+// generation cannot commit.
+func (s *Server) handleTxnOffsetCommit(ctx context.Context, req *kmsg.TxnOffsetCommitRequest) kmsg.Response {
+	var code int16
+	if req.Version >= 3 && req.Generation >= 0 {
+		code = s.groups.checkCommit(req.Group, req.MemberID, req.InstanceID, req.Generation)
+	}
+	var commits []broker.OffsetCommit
+	for _, rt := range req.Topics {
+		for _, rp := range rt.Partitions {
+			oc := broker.OffsetCommit{Topic: rt.Topic, Partition: rp.Partition, Offset: rp.Offset, LeaderEpoch: -1}
+			if req.Version >= 2 {
+				oc.LeaderEpoch = rp.LeaderEpoch
+			}
+			if rp.Metadata != nil {
+				oc.Metadata = *rp.Metadata
+			}
+			commits = append(commits, oc)
+		}
+	}
+	if code == 0 && len(commits) > 0 {
+		err := s.b.TxnCommitOffsets(ctx, req.TransactionalID, broker.ProducerID{ID: req.ProducerID, Epoch: req.ProducerEpoch}, req.Group, commits)
+		code = txnErrorCode(err, req.Version, 3)
+		if errors.Is(err, broker.ErrUnknownTopicOrPartition) {
+			code = kerr.UnknownTopicOrPartition.Code
+		}
+	}
+	return txnOffsetCommitResponse(req, func(string) int16 { return code })
+}
+
+// txnOffsetCommitResponse answers every partition of req with the code of
+// its topic.
+func txnOffsetCommitResponse(req *kmsg.TxnOffsetCommitRequest, code func(topic string) int16) *kmsg.TxnOffsetCommitResponse {
+	resp := req.ResponseKind().(*kmsg.TxnOffsetCommitResponse)
+	for _, rt := range req.Topics {
+		t := kmsg.NewTxnOffsetCommitResponseTopic()
+		t.Topic, t.TopicID = rt.Topic, rt.TopicID
+		for _, rp := range rt.Partitions {
+			p := kmsg.NewTxnOffsetCommitResponseTopicPartition()
+			p.Partition, p.ErrorCode = rp.Partition, code(rt.Topic)
+			t.Partitions = append(t.Partitions, p)
+		}
+		resp.Topics = append(resp.Topics, t)
+	}
+	return resp
+}

@@ -1,0 +1,75 @@
+package protocol
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/signal"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/outboxrelay/relay/internal/broker"
+)
+
+// The test binary doubles as the helper processes of the crash tests
+// (txn_eos_test.go): with envTxnRole set it runs that role until killed
+// instead of the tests.
+const (
+	envTxnRole = "RELAY_PROTOCOL_TEST_ROLE" // "processor" or "broker"
+	envTxnAddr = "RELAY_PROTOCOL_TEST_ADDR"
+	envTxnDir  = "RELAY_PROTOCOL_TEST_DIR"
+)
+
+func TestMain(m *testing.M) {
+	switch role := os.Getenv(envTxnRole); role {
+	case "":
+		os.Exit(m.Run())
+	case "processor":
+		err := eosJob(os.Getenv(envTxnAddr), func(format string, args ...any) {
+			fmt.Fprintf(os.Stderr, format+"\n", args...)
+		}).Run(context.Background())
+		fmt.Fprintln(os.Stderr, "processor:", err)
+		os.Exit(1)
+	case "broker":
+		if err := runBrokerProcess(os.Getenv(envTxnDir), os.Getenv(envTxnAddr)); err != nil {
+			fmt.Fprintln(os.Stderr, "broker:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	default:
+		fmt.Fprintln(os.Stderr, "unknown role", role)
+		os.Exit(2)
+	}
+}
+
+// runBrokerProcess serves a broker on dir at addr until SIGTERM (or a
+// SIGKILL, which is the point).
+func runBrokerProcess(dir, addr string) error {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	b, err := broker.Open(ctx, broker.Options{Dir: dir, JanitorInterval: -1, TxnCheckInterval: 200 * time.Millisecond})
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	srv, err := NewServer(b, Config{MinSessionTimeout: 500 * time.Millisecond, InitialRebalanceDelay: 100 * time.Millisecond, AutoCreateTopics: true})
+	if err != nil {
+		return err
+	}
+	defer srv.Close()
+	var ln net.Listener
+	for i := 0; ; i++ {
+		// The port of the killed incarnation may take a moment to free.
+		if ln, err = net.Listen("tcp", addr); err == nil || i == 50 {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err != nil {
+		return err
+	}
+	fmt.Println("serving", addr)
+	return srv.Serve(ctx, ln)
+}
