@@ -110,7 +110,10 @@
 //
 // # Groups
 //
-// The classic group protocol runs in memory, as Kafka's coordinator does:
+// The classic group protocol runs as Kafka's coordinator does, its last
+// Stable or Empty membership saved in the broker beside the offsets and
+// restored at start (groups_state.go), so a relay restart or takeover
+// does not rebalance members that come back within their session timeout:
 // Empty -> PreparingRebalance -> CompletingRebalance -> Stable. A join, a
 // leave, a protocol change or a member's departure starts a rebalance;
 // every member must rejoin within the largest rebalance timeout or is
