@@ -4,11 +4,19 @@ package topicname
 
 import "fmt"
 
+// Kafka's internal topics: no event may name them (Kafka refuses clients'
+// writes to them), and the embedded broker's listener lists
+// __consumer_offsets as Kafka does, marked internal.
+const (
+	ConsumerOffsets  = "__consumer_offsets"
+	TransactionState = "__transaction_state"
+)
+
 // MaxLen is the longest topic name Kafka accepts.
 const MaxLen = 249
 
 // Check returns nil for a valid Kafka topic name: 1 to 249 characters of
-// [a-zA-Z0-9._-], and neither "." nor "..". Its error names the rule that
+// [a-zA-Z0-9._-], neither "." nor "..", and not an internal topic. Its error names the rule that
 // failed; callers wrap it in their own sentinel.
 func Check(name string) error {
 	if len(name) == 0 || len(name) > MaxLen {
@@ -16,6 +24,9 @@ func Check(name string) error {
 	}
 	if name == "." || name == ".." {
 		return fmt.Errorf("%q is not a topic name", name)
+	}
+	if name == ConsumerOffsets || name == TransactionState {
+		return fmt.Errorf("%q is one of Kafka's internal topics", name)
 	}
 	for i := 0; i < len(name); i++ {
 		c := name[i]

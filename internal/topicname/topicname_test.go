@@ -11,7 +11,7 @@ func TestCheck(t *testing.T) {
 			t.Errorf("Check(%q) = %v, want nil", ok, err)
 		}
 	}
-	for _, bad := range []string{"", ".", "..", strings.Repeat("x", 250), "bad topic", "t/1", "é", "a\x00"} {
+	for _, bad := range []string{"", ".", "..", strings.Repeat("x", 250), "bad topic", "t/1", "é", "a\x00", ConsumerOffsets, TransactionState} {
 		if err := Check(bad); err == nil {
 			t.Errorf("Check(%q) = nil, want an error", bad)
 		}

@@ -5,6 +5,7 @@ import (
 	"errors"
 
 	"github.com/outboxrelay/relay/internal/broker"
+	"github.com/outboxrelay/relay/internal/topicname"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
@@ -34,6 +35,9 @@ func (s *Server) handleMetadata(c *conn, req *kmsg.MetadataRequest) kmsg.Respons
 			if s.canTopic(c, kmsg.ACLOperationDescribe, ti.Name) {
 				resp.Topics = append(resp.Topics, metadataTopic(ti))
 			}
+		}
+		if s.canTopic(c, kmsg.ACLOperationDescribe, topicname.ConsumerOffsets) {
+			resp.Topics = append(resp.Topics, offsetsTopicMetadata())
 		}
 		return resp
 	}
@@ -68,6 +72,10 @@ func (s *Server) handleMetadata(c *conn, req *kmsg.MetadataRequest) kmsg.Respons
 			resp.Topics = append(resp.Topics, t)
 			continue
 		}
+		if name == topicname.ConsumerOffsets {
+			resp.Topics = append(resp.Topics, offsetsTopicMetadata())
+			continue
+		}
 		ti, err := s.b.Topic(name)
 		if errors.Is(err, broker.ErrUnknownTopicOrPartition) {
 			if verr := broker.ValidateTopicName(name); verr != nil {
@@ -89,6 +97,18 @@ func (s *Server) handleMetadata(c *conn, req *kmsg.MetadataRequest) kmsg.Respons
 		resp.Topics = append(resp.Topics, metadataTopic(ti))
 	}
 	return resp
+}
+
+// offsetsTopicMetadata describes __consumer_offsets as Kafka lists it:
+// internal, so that clients (regex subscriptions, admin tools) tell it from
+// the users' topics. Group offsets live in the broker's own file, not in a
+// topic: the listed partition holds nothing, and a Fetch, ListOffsets or
+// Produce naming it is answered UNKNOWN_TOPIC_OR_PARTITION, as for any
+// topic the broker does not have.
+func offsetsTopicMetadata() kmsg.MetadataResponseTopic {
+	t := metadataTopic(broker.TopicInfo{Name: topicname.ConsumerOffsets, Partitions: []broker.PartitionInfo{{Partition: 0}}})
+	t.IsInternal = true
+	return t
 }
 
 func metadataTopic(ti broker.TopicInfo) kmsg.MetadataResponseTopic {
