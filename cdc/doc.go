@@ -19,6 +19,18 @@
 // (usually its own previous walsender, not yet gone) retries for
 // Config.SlotBusyTimeout before failing.
 //
+// # Slot and publication names
+//
+// Slots are named per cluster, publications per database. Without
+// Config.SlotName the slot is "relay_<schema>_<database oid>", so outboxes
+// in several databases of one cluster each get their own; but when a slot
+// named "relay_<schema>" (the default of earlier relays) exists in this
+// database, that one is used, so an upgraded relay keeps its slot and
+// position. The choice is made once, on the first connection, and logged
+// when it is the earlier name. The publication defaults to
+// "relay_<schema>". TestE2ETwoDatabasesDefaultSlotNames runs two
+// databases' relays at once, one of them on a kept earlier-named slot.
+//
 // # Positions and order
 //
 // The server sends each transaction whole, between BEGIN and COMMIT, when

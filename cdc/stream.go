@@ -118,7 +118,7 @@ func (r *reader) session(ctx context.Context, backoff *time.Duration) error {
 		}
 	}
 	pool := r.pool
-	st, err := readSlot(ctx, pool, s.cfg.SlotName)
+	st, err := readSlot(ctx, pool, s.slotName())
 	if err != nil {
 		return err
 	}
@@ -133,7 +133,7 @@ func (r *reader) session(ctx context.Context, backoff *time.Duration) error {
 	} else if !mk.exists || mk.creating() {
 		return errSlotLost
 	}
-	if err := st.usable(s.cfg.SlotName, s.database); err != nil {
+	if err := st.usable(s.slotName(), s.database); err != nil {
 		if errors.Is(err, ErrSlotMismatch) {
 			return &permanentError{err}
 		}
@@ -149,7 +149,7 @@ func (r *reader) session(ctx context.Context, backoff *time.Duration) error {
 		defer cancel()
 		conn.Close(closeCtx)
 		if ctx.Err() != nil {
-			awaitRelease(closeCtx, pool, s.cfg.SlotName, pid)
+			awaitRelease(closeCtx, pool, s.slotName(), pid)
 		}
 	}()
 	s.mu.Lock()
@@ -163,15 +163,15 @@ func (r *reader) session(ctx context.Context, backoff *time.Duration) error {
 	if !s.textTuples && binaryTuples(conn.ParameterStatus("server_version")) {
 		args = append(args, "binary 'true'")
 	}
-	err = pglogrepl.StartReplication(ctx, conn, s.cfg.SlotName, 0, pglogrepl.StartReplicationOptions{
+	err = pglogrepl.StartReplication(ctx, conn, s.slotName(), 0, pglogrepl.StartReplicationOptions{
 		Mode:       pglogrepl.LogicalReplication,
 		PluginArgs: args,
 	})
 	if err != nil {
-		if st, serr := readSlot(ctx, pool, s.cfg.SlotName); serr == nil && (!st.exists || st.lost()) {
+		if st, serr := readSlot(ctx, pool, s.slotName()); serr == nil && (!st.exists || st.lost()) {
 			return errSlotLost
 		}
-		return fmt.Errorf("cdc: starting replication from slot %q: %w", s.cfg.SlotName, err)
+		return fmt.Errorf("cdc: starting replication from slot %q: %w", s.slotName(), err)
 	}
 	*backoff = 0
 	r.rels = map[uint32]*relation{}
@@ -515,7 +515,7 @@ func (s *Source) housekeep(ctx context.Context, pool *pgxpool.Pool, markerDone <
 			return
 		case lsn := <-markerDone:
 			if _, err := pool.Exec(ctx, "UPDATE "+s.slotsTbl+" SET snapshot = NULL WHERE slot_name = $1 AND consistent_lsn = $2::text::pg_lsn",
-				s.cfg.SlotName, lsn.String()); err != nil && ctx.Err() == nil {
+				s.slotName(), lsn.String()); err != nil && ctx.Err() == nil {
 				s.log.Warn("marking the table read done failed; the next start checks the table again", "err", err)
 			}
 		case <-t.C:

@@ -88,7 +88,7 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 30*time.Second, "on SIGTERM, how long the in-flight batch may take to finish")
 	fs.StringVar(&f.kafkaAddr, "kafka-addr", "127.0.0.1:9092", "embedded broker: Kafka protocol listener address (empty disables)")
 	fs.StringVar(&f.kafkaAdvertised, "kafka-advertised-addr", "", "embedded broker: host:port Kafka clients are told to connect to (default: the address they reached)")
-	fs.StringVar(&f.slot, "slot", "", "cdc reader: replication slot name (default relay_<schema>)")
+	fs.StringVar(&f.slot, "slot", "", "cdc reader: replication slot name (default relay_<schema>_<database oid>, unique in the cluster; relay_<schema> when a slot of that name, the earlier default, exists in the database)")
 	fs.StringVar(&f.publication, "publication", "", "cdc reader: publication name (default relay_<schema>)")
 	fs.DurationVar(&f.heartbeat, "heartbeat-interval", 10*time.Second, "cdc reader: how often a WAL message lets the slot advance while the outbox is idle")
 	fs.DurationVar(&f.retain, "retain", 0, "keep published events this long in <schema>.events_archive for relay replay (0 deletes them once published)")
