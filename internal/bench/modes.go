@@ -123,7 +123,7 @@ func (e *env) awaitCaughtUp(ctx context.Context) error {
 	for {
 		var done bool
 		err := e.pool.QueryRow(ctx, `SELECT coalesce(bool_or(confirmed_flush_lsn >= $1::pg_lsn), false)
-FROM pg_replication_slots WHERE slot_name = 'relay_outbox'`, lsn).Scan(&done)
+FROM pg_replication_slots WHERE slot_name IN (SELECT slot_name FROM outbox.cdc_slots)`, lsn).Scan(&done)
 		if err != nil {
 			return fmt.Errorf("reading the relay's slot: %w", err)
 		}
