@@ -167,6 +167,12 @@ func (e *env) deleteReturningBaseline(ctx context.Context) (*Baseline, error) {
 		return nil, err
 	}
 	defer conn.Release()
+	// The baseline deletes rows as the relay's acknowledgement does, past
+	// the outbox's immutability trigger (migration 011).
+	if _, err := conn.Exec(ctx, "SET relay.allow_outbox_changes = on"); err != nil {
+		return nil, err
+	}
+	defer conn.Exec(context.WithoutCancel(ctx), "RESET relay.allow_outbox_changes")
 	const drain = `DELETE FROM outbox.events WHERE id IN (
     SELECT id FROM outbox.events ORDER BY txid, id LIMIT 1000)
 RETURNING id, event_id, topic, key, payload, headers, created_at`
