@@ -49,6 +49,16 @@
 //
 // # Decoding inserts
 //
+// The publication sends inserts only, and an insert is the event as it
+// committed: outbox rows are immutable (migration 011 refuses UPDATE,
+// DELETE and TRUNCATE of the table except in the core's fenced
+// acknowledgement), so no later change in the writing transaction can
+// make the row that committed differ from the insert logged, and the
+// polling reader, which reads the row, publishes the same event. Inserts
+// undone by a rolled-back savepoint are never sent (the server drops an
+// aborted subtransaction's changes). TestImmutableRows (internal/contract)
+// checks both readers.
+//
 // From PostgreSQL 14 on, the reader asks pgoutput for values in binary
 // format (the "binary" option): the walsender then skips the types' output
 // functions (hex for bytea, date formatting) and sends bytea at half the

@@ -1,0 +1,17 @@
+// Package contract holds end-to-end tests of the write contract, each run
+// with both readers (poll and cdc) against the real binary and a real
+// PostgreSQL, with the log read back and checked for lost, duplicated and
+// reordered events:
+//
+//   - outbox rows are immutable (migration 011): UPDATE, DELETE and
+//     TRUNCATE by a service are refused with a clear error, in the
+//     inserting transaction and after it, a savepoint rolled back
+//     withdraws its events, and the relay's own acknowledgement still
+//     deletes the published rows, through SIGKILLs;
+//   - large payloads: incompressible payloads stored out of line
+//     (TOASTed), and ones near --max-message-bytes, published byte for
+//     byte.
+//
+// The package has no non-test code besides this comment; the helpers it
+// uses are in internal/e2e.
+package contract
