@@ -80,7 +80,7 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.pollInterval, "poll-interval", time.Second, "poll reader: query interval when no notification arrives")
 	fs.IntVar(&f.partitions, "partitions", 8, "partition count of topics created on first use")
 	fs.BoolVar(&f.createTopics, "create-topics", true, "embedded broker: create a topic on first use, by the relay or a Kafka client's metadata request (false: events for a missing topic wait in the outbox until it is created through the Kafka listener)")
-	fs.IntVar(&f.maxMessageBytes, "max-message-bytes", 1<<20, "largest event (key + payload + headers); larger ones go to the dead letters")
+	fs.IntVar(&f.maxMessageBytes, "max-message-bytes", 1<<20-512, "largest event (key + payload + headers, the relay's own included); larger ones go to the dead letters. The default leaves room for the record's framing within the default max.message.bytes (1048588) of Kafka and the embedded broker")
 	fs.BoolVar(&f.allowLost, "allow-lost-partitions", false, "embedded broker: open even when a known partition's directory is missing, recreating it empty with the loss on record (without it the relay refuses to start and names the partition)")
 	fs.StringVar(&f.fsync, "fsync", "always", "embedded broker durability: always (fsync before acknowledging) or interval (unsafe: a machine crash can lose acknowledged events)")
 	fs.DurationVar(&f.ackInterval, "ack-interval", 10*time.Millisecond, "shortest time between two acknowledgement transactions (deleting published rows, saving the position); 0 commits each batch's at once")
