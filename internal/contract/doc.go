@@ -10,7 +10,9 @@
 //     deletes the published rows, through SIGKILLs;
 //   - large payloads: incompressible payloads stored out of line
 //     (TOASTed), and ones near --max-message-bytes, published byte for
-//     byte.
+//     byte;
+//   - Debezium's outbox table (its documented DDL) attached with `relay
+//     table attach` and written with plain INSERTs, through SIGKILLs.
 //
 // The package has no non-test code besides this comment; the helpers it
 // uses are in internal/e2e.
