@@ -172,7 +172,8 @@ func (s *Source) Start(ctx context.Context, from relay.Position) error {
 	s.mu.Unlock()
 
 	markerDone := s.markerDone
-	r := &reader{s: s, pool: pool, skipBelow: from, marker: mk, decode: newDecoder(), rels: map[uint32]*relation{}}
+	r := &reader{s: s, pool: pool, skipBelow: from, marker: mk, decode: newDecoder(), rels: map[uint32]*relation{},
+		prefix: messagePrefix(s.cfg.Schema)}
 	var wg sync.WaitGroup
 	wg.Add(2)
 	go func() {

@@ -51,8 +51,10 @@ type reader struct {
 	tableTxid string
 	tableID   int64
 
-	decode  *decoder
-	rels    map[uint32]*relation
+	decode *decoder
+	rels   map[uint32]*relation
+	// prefix is that of the emit_message messages of this outbox.
+	prefix  string
 	txMajor uint64
 	txIndex uint64
 	// txCommitted is the commit time of the transaction being received.
@@ -333,9 +335,35 @@ func (r *reader) handle(data []byte) error {
 			s.serverEnd = max(s.serverEnd, m.LSN)
 			s.advanceLocked()
 			s.mu.Unlock()
+			return nil
+		}
+		if m.Prefix == r.prefix {
+			r.message(m)
 		}
 	}
 	return nil
+}
+
+// message queues the event of an emit_message message (message.go), if
+// not delivered yet. It takes the next position of its transaction, as an
+// insert does, so messages and inserts keep their order.
+func (r *reader) message(m *pglogrepl.LogicalDecodingMessage) {
+	pos := relay.Position{Major: r.txMajor, Minor: r.txIndex}
+	r.txIndex++
+	if !r.skipBelow.Less(pos) {
+		return
+	}
+	e := messageEvent(m)
+	if e.CreatedAt.IsZero() {
+		e.CreatedAt = r.txCommitted
+	}
+	e.Position = pos
+	e.CommittedAt = r.txCommitted
+	s := r.s
+	s.mu.Lock()
+	s.pushLocked(e)
+	s.mu.Unlock()
+	r.skipBelow = pos
 }
 
 // insert queues the event of an Insert message, if it is an insert into

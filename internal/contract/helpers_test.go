@@ -43,6 +43,23 @@ func (e *relayEnv) start() *e2e.Proc {
 		"--kafka-addr", "", "--source", e.source, "--poll-interval", "200ms", "--heartbeat-interval", "200ms"}, e.extra...)
 	p := e2e.Start(e.t, e.bin, nil, args...)
 	e2e.WaitRole(e.t, p, "leader", 30*time.Second)
+	if e.source == "cdc" {
+		conn := pgtest.Connect(e.t, e.url)
+		defer conn.Close(context.Background())
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			var ok bool
+			err := conn.QueryRow(context.Background(), `SELECT EXISTS (SELECT 1 FROM outbox.cdc_slots WHERE consistent_lsn IS NOT NULL)`).Scan(&ok)
+			if err != nil {
+				e.t.Fatal(err)
+			}
+			if ok {
+				break
+			}
+			if time.Now().After(deadline) {
+				e.t.Fatal("the WAL reader has not created its slot after 30 s")
+			}
+		}
+	}
 	return p
 }
 

@@ -1,0 +1,2 @@
+DROP FUNCTION {{schema}}.emit_message(text, text, text, jsonb);
+DROP FUNCTION {{schema}}.emit_message(text, text, bytea, jsonb);
