@@ -9,8 +9,13 @@
 -- what is written after its creation) and the relay's progress was not
 -- last recorded by the poll reader. The content is the event's metadata as
 -- JSON text (event_id, topic, key, headers, created_at, tombstone), a zero
--- byte, and the payload. SECURITY DEFINER: a service role needs neither
--- read access to the relay's tables nor the right to emit messages.
+-- byte, and the payload. The first message written to a slot sets its
+-- cdc_slots.messages: while such a slot exists the poll reader refuses to
+-- start, since messages it cannot see may be waiting in the slot's WAL.
+-- SECURITY DEFINER: a service role needs neither access to the relay's
+-- tables nor the right to emit messages.
+ALTER TABLE {{schema}}.cdc_slots ADD COLUMN messages boolean NOT NULL DEFAULT false;
+
 CREATE FUNCTION {{schema}}.emit_message(topic text, key text, payload bytea, headers jsonb DEFAULT NULL)
 RETURNS uuid
 LANGUAGE plpgsql
@@ -19,6 +24,8 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     event_id uuid := gen_random_uuid();
+    slot text;
+    marked boolean;
 BEGIN
     IF $1 IS NULL THEN
         RAISE EXCEPTION 'emit_message: topic is NULL' USING ERRCODE = 'not_null_violation';
@@ -28,12 +35,17 @@ BEGIN
             USING ERRCODE = 'object_not_in_prerequisite_state',
             HINT = 'Run the relay with --source cdc, or write the event as a row (INSERT INTO the outbox table, or emit()).';
     END IF;
-    IF NOT EXISTS (SELECT 1 FROM {{schema}}.cdc_slots AS c
+    SELECT c.slot_name, c.messages INTO slot, marked FROM {{schema}}.cdc_slots AS c
         JOIN pg_replication_slots AS s ON s.slot_name = c.slot_name AND s.database = current_database()
-        WHERE c.consistent_lsn IS NOT NULL AND s.wal_status IS DISTINCT FROM 'lost') THEN
+        WHERE c.consistent_lsn IS NOT NULL AND s.wal_status IS DISTINCT FROM 'lost'
+        ORDER BY c.created_at DESC LIMIT 1;
+    IF slot IS NULL THEN
         RAISE EXCEPTION 'emit_message: no WAL reader of this outbox has a replication slot, so the message would never be published'
             USING ERRCODE = 'object_not_in_prerequisite_state',
             HINT = 'Start the relay with --source cdc first (it creates its slot), or write the event as a row (INSERT INTO the outbox table, or emit()).';
+    END IF;
+    IF NOT marked THEN
+        UPDATE {{schema}}.cdc_slots SET messages = true WHERE slot_name = slot;
     END IF;
     PERFORM pg_logical_emit_message(true, 'relay:{{schema}}',
         convert_to(jsonb_build_object('event_id', event_id, 'topic', $1, 'key', $2, 'headers', $4,

@@ -179,6 +179,9 @@ func (p *Poller) Start(ctx context.Context, from relay.Position) error {
 	if _, err := conn.Exec(ctx, `SET enable_seqscan = off`); err != nil {
 		return fmt.Errorf("poller: setting enable_seqscan: %w", err)
 	}
+	if err := p.refuseMessages(ctx, conn); err != nil {
+		return err
+	}
 	if err := conn.QueryRow(ctx, `SELECT current_setting('track_commit_timestamp')::bool`).Scan(&p.byTS); err != nil {
 		return fmt.Errorf("poller: reading track_commit_timestamp: %w", err)
 	}

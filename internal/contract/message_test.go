@@ -27,8 +27,10 @@ import (
 // keys within transactions; one transaction in 20 rolls back. The log
 // holds every committed event exactly once, rows and messages in their
 // per-key (commit and statement) order, nothing rolled back; a tombstone
-// message keeps its NULL value and headers. Once the relay runs the poll
-// reader instead, emit_message is refused, naming the poll reader.
+// message keeps its NULL value and headers. Then the poll reader refuses
+// to start while the WAL reader's slot (which carried messages) exists;
+// once it is dropped, the poll reader runs and emit_message is refused,
+// naming the poll reader.
 func TestEmitMessage(t *testing.T) {
 	e := newEnv(t, "cdc")
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -90,6 +92,14 @@ func TestEmitMessage(t *testing.T) {
 
 	poll := newEnvOn(t, e, "poll")
 	pp := poll.start()
+	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(pp.Output(), "the outbox has logical messages only the WAL reader can publish"); time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the poll reader started although the WAL reader's slot carries logical messages")
+		}
+	}
+	if _, err := admin.Exec(ctx, `SELECT pg_drop_replication_slot(slot_name) FROM outbox.cdc_slots`); err != nil {
+		t.Fatal(err)
+	}
 	deadline := time.Now().Add(30 * time.Second)
 	for err := emitRefused("the relay reads this outbox with the poll reader"); err != nil; err = emitRefused("the relay reads this outbox with the poll reader") {
 		if time.Now().After(deadline) {
