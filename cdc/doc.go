@@ -1,6 +1,6 @@
 // Package cdc reads the outbox from the write-ahead log: the WAL reader, a
-// relay.Source that streams the inserts of <schema>.events through logical
-// replication (the pgoutput plugin, protocol version 1, read with
+// relay.Source that streams the inserts of <schema>.events, and the
+// logical messages of <schema>.emit_message, through logical replication (the pgoutput plugin, protocol version 1, read with
 // github.com/jackc/pglogrepl).
 //
 // # Setup and preflight
@@ -77,6 +77,33 @@
 // they did before. Infinite and BC creation times are errors. Every other
 // message (BEGIN, COMMIT, RELATION, logical messages) goes through
 // pglogrepl.
+//
+// # Logical messages (the tableless outbox)
+//
+// <schema>.emit_message (migration 012) writes an event as a transactional
+// logical message with the prefix relay:"<schema>": metadata as JSON
+// (event id, topic, key, headers, creation time, tombstone), a zero byte,
+// the payload. The reader asks pgoutput for messages and queues each of
+// its prefix as an event at the next position of its transaction, the
+// counter inserts use, so rows and messages of one transaction keep their
+// order (message.go). Such an event has no row: its ID is the negated LSN
+// of the message (relay.Event.HasRow), so the core deletes and archives
+// nothing for it. Faults:
+//
+//   - Kill, reconnect, server restart: as for inserts. The slot sends
+//     again what was not confirmed, the position filter drops what was
+//     queued, and the event id, part of the WAL record, is the same in
+//     every re-delivery, so the embedded sink's identity check holds
+//     (TestEmitMessage, internal/contract, SIGKILLs a loaded relay).
+//   - Slot dropped or invalidated: rows are recovered from the table,
+//     messages cannot be. Unpublished messages are lost with the slot;
+//     emit_message refuses new ones until the slot is recreated.
+//   - A message that does not parse (written by hand with the prefix)
+//     becomes an event with a topic saying so, which the core
+//     dead-letters with the content as payload; the stream goes on.
+//   - Switching readers: emit_message refuses once the poll reader
+//     recorded the progress, and the poll reader refuses to start while
+//     a slot that carried messages exists (cdc_slots.messages).
 //
 // # What is confirmed when
 //

@@ -145,6 +145,11 @@
 // page at a time; in commit-timestamp order its row ids are listed once,
 // sorted, and then read a page at a time by id.
 //
+// Logical messages of <schema>.emit_message are invisible to SQL reads:
+// Start refuses (ErrLogicalMessages) while a WAL-reader slot of this
+// outbox that carried messages exists, and emit_message refuses to write
+// once the poll reader recorded the progress (see cdc/).
+//
 // The poller never deletes outbox rows: the core does, after the sink has
 // made the events durable, in the transaction that saves the checkpoint.
 //
