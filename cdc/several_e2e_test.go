@@ -28,7 +28,7 @@ func TestE2ETwoDatabasesDefaultSlotNames(t *testing.T) {
 	defer cancel()
 	run := func(e *relayEnv, extra ...string) *e2e.Proc {
 		args := []string{"run", "--source", "cdc", "--database-url", e.url, "--data-dir", e.dataDir, "--http-addr", e.addr,
-			"--heartbeat-interval", "200ms", "--kafka-addr", ""}
+			"--heartbeat-interval", "200ms", "--kafka-addr", "", "--leader-lease", "1s"}
 		return e2e.Start(t, e.bin, nil, append(args, extra...)...)
 	}
 	ledgerA, ledgerB := e2e.NewLedger(), e2e.NewLedger()

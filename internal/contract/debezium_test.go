@@ -32,15 +32,16 @@ const debeziumDDL = `CREATE TABLE public.outboxevent (
 // TestDebeziumLayout, with each reader: a table created with Debezium's
 // documented outbox DDL is attached with `relay table attach
 // --header-columns type,test` (Debezium's defaults otherwise), and four
-// writers insert 3,000 events into it with plain INSERTs, of two
+// writers insert 1,600 events into it with plain INSERTs, of two
 // aggregate types, one transaction in 20 rolled back and half of them
 // deleting their rows after inserting them (Debezium's advice to keep the
-// table empty), while the relay is SIGKILLed at least 4 times. Each
+// table empty), while the relay is SIGKILLed at least 3 times. Each
 // aggregate type's topic (outbox.event.<aggregatetype>) holds its events
 // exactly once, in per-key (aggregateid) order, each with the row's id as
 // relay-event-id and its type and test columns as headers; nothing rolled
 // back. Detaching stops the copying.
 func TestDebeziumLayout(t *testing.T) {
+	t.Parallel()
 	for _, source := range readers {
 		t.Run(source, func(t *testing.T) { testDebeziumLayout(t, source) })
 	}
@@ -72,7 +73,7 @@ func testDebeziumLayout(t *testing.T, source string) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				errs[w] = writeDebezium(ctx, e.url, w, writers, 3000/writers, ledger, func(id, row string) {
+				errs[w] = writeDebezium(ctx, e.url, w, writers, 1600/writers, ledger, func(id, row string) {
 					mu.Lock()
 					ids[id] = row
 					mu.Unlock()
@@ -82,7 +83,7 @@ func testDebeziumLayout(t *testing.T, source string) {
 		wg.Wait()
 		writeDone <- errors.Join(errs...)
 	}()
-	kills := e.killLoop(ctx, p, writeDone, 4)
+	kills := e.killLoop(ctx, p, writeDone, 3)
 
 	var records []e2e.Record
 	for _, aggregate := range []string{"Order", "Customer"} {

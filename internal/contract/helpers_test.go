@@ -40,7 +40,7 @@ func newEnv(t *testing.T, source string, extra ...string) *relayEnv {
 func (e *relayEnv) start() *e2e.Proc {
 	e.t.Helper()
 	args := append([]string{"run", "--database-url", e.url, "--data-dir", e.dataDir, "--http-addr", e.addr,
-		"--kafka-addr", "", "--source", e.source, "--poll-interval", "200ms", "--heartbeat-interval", "200ms"}, e.extra...)
+		"--kafka-addr", "", "--source", e.source, "--poll-interval", "200ms", "--heartbeat-interval", "200ms", "--leader-lease", "1s"}, e.extra...)
 	p := e2e.Start(e.t, e.bin, nil, args...)
 	e2e.WaitRole(e.t, p, "leader", 30*time.Second)
 	if e.source == "cdc" {

@@ -16,8 +16,8 @@ import (
 	"github.com/outboxrelay/relay/internal/pgtest"
 )
 
-// TestImmutableRows, with each reader: while 8 writers commit 4,000
-// events and the relay is SIGKILLed at least 3 times, a service tries to
+// TestImmutableRows, with each reader: while 8 writers commit 2,000
+// events and the relay is SIGKILLed at least twice, a service tries to
 // change its events, round after round: UPDATE and DELETE of a row in the
 // transaction that inserted it, UPDATE and DELETE of a committed row,
 // TRUNCATE. Each is refused with the trigger's error (SQLSTATE 23001,
@@ -29,6 +29,7 @@ import (
 // back, and the outbox drains: the relay's own acknowledgement deletes
 // the rows.
 func TestImmutableRows(t *testing.T) {
+	t.Parallel()
 	for _, source := range readers {
 		t.Run(source, func(t *testing.T) { testImmutableRows(t, source) })
 	}
@@ -40,7 +41,7 @@ func testImmutableRows(t *testing.T, source string) {
 	defer cancel()
 	ledger := e2e.NewLedger()
 	p := e.start()
-	writers := e2e.WriteAsync(ctx, e2e.CrashLoad(e.url, 4000, 200), ledger)
+	writers := e2e.WriteAsync(ctx, e2e.CrashLoad(e.url, 2000, 200), ledger)
 	stop := make(chan struct{})
 	var rounds int
 	roundsDone := make(chan error, 1)
@@ -65,7 +66,7 @@ func testImmutableRows(t *testing.T, source string) {
 		close(stop)
 		allDone <- errors.Join(err, <-roundsDone)
 	}()
-	kills := e.killLoop(ctx, p, allDone, 3)
+	kills := e.killLoop(ctx, p, allDone, 2)
 	n := e2e.CheckLog(t, e.dataDir, ledger)
 	t.Logf("%s: %d events exactly once in per-key order, as inserted, through %d SIGKILLs; %d rounds of refused UPDATE, DELETE and TRUNCATE; %d rolled-back events absent",
 		source, n, kills, rounds, len(ledger.RolledBack))

@@ -21,8 +21,8 @@ import (
 
 // TestEmitMessage: before any WAL reader has its slot, emit_message
 // refuses to write (the message could never be published). Then, with
-// the WAL reader running and SIGKILLed at least 4 times, four writers
-// commit 3,000 events in transactions of one to six, each event either
+// the WAL reader running and SIGKILLed at least 3 times, four writers
+// commit 2,000 events in transactions of one to six, each event either
 // an outbox row or an emit_message (logical message), mixed on the same
 // keys within transactions; one transaction in 20 rolls back. The log
 // holds every committed event exactly once, rows and messages in their
@@ -32,6 +32,7 @@ import (
 // once it is dropped, the poll reader runs and emit_message is refused,
 // naming the poll reader.
 func TestEmitMessage(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, "cdc")
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -61,7 +62,7 @@ func TestEmitMessage(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				n, err := writeMixed(ctx, e.url, w, writers, 3000/writers, ledger)
+				n, err := writeMixed(ctx, e.url, w, writers, 2000/writers, ledger)
 				mu.Lock()
 				messages += n
 				mu.Unlock()
@@ -83,7 +84,7 @@ func TestEmitMessage(t *testing.T) {
 		}
 		writeDone <- err
 	}()
-	kills := e.killLoop(ctx, p, writeDone, 4)
+	kills := e.killLoop(ctx, p, writeDone, 3)
 	n := e2e.CheckLog(t, e.dataDir, ledger)
 	tomb := e2e.ReadLog(t, e.dataDir, "tombstones")
 	if len(tomb) != 1 || tomb[0].Value != nil || tomb[0].Key != "gone" || tomb[0].Headers["why"] != "deleted" || tomb[0].Headers["relay-event-id"] == "" {
