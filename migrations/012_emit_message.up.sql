@@ -13,7 +13,8 @@
 -- cdc_slots.messages: while such a slot exists the poll reader refuses to
 -- start, since messages it cannot see may be waiting in the slot's WAL.
 -- SECURITY DEFINER: a service role needs neither access to the relay's
--- tables nor the right to emit messages.
+-- tables nor the right to emit messages; it needs what a row would, the
+-- INSERT privilege on the outbox table (checked for the session's role).
 ALTER TABLE {{schema}}.cdc_slots ADD COLUMN messages boolean NOT NULL DEFAULT false;
 
 CREATE FUNCTION {{schema}}.emit_message(topic text, key text, payload bytea, headers jsonb DEFAULT NULL)
@@ -27,6 +28,10 @@ DECLARE
     slot text;
     marked boolean;
 BEGIN
+    IF NOT has_table_privilege(session_user, '{{schema}}.events', 'INSERT') THEN
+        RAISE EXCEPTION 'emit_message: permission denied: role % may not write events (it lacks INSERT on the outbox table)', session_user
+            USING ERRCODE = 'insufficient_privilege';
+    END IF;
     IF $1 IS NULL THEN
         RAISE EXCEPTION 'emit_message: topic is NULL' USING ERRCODE = 'not_null_violation';
     END IF;
