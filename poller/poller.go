@@ -161,6 +161,9 @@ func (p *Poller) Start(ctx context.Context, from relay.Position) error {
 			conn.Close(ctx)
 		}
 	}()
+	if err := p.refuseMessages(ctx, conn); err != nil {
+		return err
+	}
 	// A tick matters only until its batch is acknowledged, and the core's
 	// acknowledgement commits synchronously, which flushes the tick's
 	// commit record before its own: recording a tick need not wait for a
@@ -178,9 +181,6 @@ func (p *Poller) Start(ctx context.Context, from relay.Position) error {
 	// connection does not plan sequential scans.
 	if _, err := conn.Exec(ctx, `SET enable_seqscan = off`); err != nil {
 		return fmt.Errorf("poller: setting enable_seqscan: %w", err)
-	}
-	if err := p.refuseMessages(ctx, conn); err != nil {
-		return err
 	}
 	if err := conn.QueryRow(ctx, `SELECT current_setting('track_commit_timestamp')::bool`).Scan(&p.byTS); err != nil {
 		return fmt.Errorf("poller: reading track_commit_timestamp: %w", err)
