@@ -19,11 +19,15 @@ type Config struct {
 	DatabaseURL string
 	// Schema holds the outbox table (default "outbox").
 	Schema string
-	// SlotName is the permanent logical replication slot (default
-	// "relay_<schema>"). Lower-case letters, digits and underscores.
+	// SlotName is the permanent logical replication slot. Lower-case
+	// letters, digits and underscores. Empty: "relay_<schema>_<database
+	// oid>", unique in the cluster, or "relay_<schema>" when a slot of
+	// that name (the default of earlier relays) exists in this database
+	// (resolveSlot).
 	SlotName string
 	// PublicationName is the publication of the outbox table's inserts
-	// (default "relay_<schema>").
+	// (default "relay_<schema>": publications belong to a database, so
+	// this name does not collide across the databases of a cluster).
 	PublicationName string
 	// HeartbeatInterval is how often a WAL message is written so the slot
 	// can advance while the outbox is idle and other tables are busy
@@ -59,9 +63,6 @@ type Config struct {
 func (c Config) WithDefaults() Config {
 	if c.Schema == "" {
 		c.Schema = migrations.DefaultSchema
-	}
-	if c.SlotName == "" {
-		c.SlotName = "relay_" + c.Schema
 	}
 	if c.PublicationName == "" {
 		c.PublicationName = "relay_" + c.Schema
@@ -100,7 +101,7 @@ func (c Config) Validate() error {
 	if err := migrations.ValidateSchema(c.Schema); err != nil {
 		return err
 	}
-	if !namePattern.MatchString(c.SlotName) {
+	if c.SlotName != "" && !namePattern.MatchString(c.SlotName) {
 		return fmt.Errorf("cdc: invalid slot name %q: use 1 to 63 lower-case letters, digits and underscores", c.SlotName)
 	}
 	if !namePattern.MatchString(c.PublicationName) {

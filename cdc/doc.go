@@ -1,6 +1,6 @@
 // Package cdc reads the outbox from the write-ahead log: the WAL reader, a
-// relay.Source that streams the inserts of <schema>.events through logical
-// replication (the pgoutput plugin, protocol version 1, read with
+// relay.Source that streams the inserts of <schema>.events, and the
+// logical messages of <schema>.emit_message, through logical replication (the pgoutput plugin, protocol version 1, read with
 // github.com/jackc/pglogrepl).
 //
 // # Setup and preflight
@@ -18,6 +18,18 @@
 // failed start. A running source that finds its slot busy on reconnecting
 // (usually its own previous walsender, not yet gone) retries for
 // Config.SlotBusyTimeout before failing.
+//
+// # Slot and publication names
+//
+// Slots are named per cluster, publications per database. Without
+// Config.SlotName the slot is "relay_<schema>_<database oid>", so outboxes
+// in several databases of one cluster each get their own; but when a slot
+// named "relay_<schema>" (the default of earlier relays) exists in this
+// database, that one is used, so an upgraded relay keeps its slot and
+// position. The choice is made once, on the first connection, and logged
+// when it is the earlier name. The publication defaults to
+// "relay_<schema>". TestE2ETwoDatabasesDefaultSlotNames runs two
+// databases' relays at once, one of them on a kept earlier-named slot.
 //
 // # Positions and order
 //
@@ -37,6 +49,16 @@
 //
 // # Decoding inserts
 //
+// The publication sends inserts only, and an insert is the event as it
+// committed: outbox rows are immutable (migration 011 refuses UPDATE,
+// DELETE and TRUNCATE of the table except in the core's fenced
+// acknowledgement), so no later change in the writing transaction can
+// make the row that committed differ from the insert logged, and the
+// polling reader, which reads the row, publishes the same event. Inserts
+// undone by a rolled-back savepoint are never sent (the server drops an
+// aborted subtransaction's changes). TestImmutableRows (internal/contract)
+// checks both readers.
+//
 // From PostgreSQL 14 on, the reader asks pgoutput for values in binary
 // format (the "binary" option): the walsender then skips the types' output
 // functions (hex for bytea, date formatting) and sends bytea at half the
@@ -55,6 +77,33 @@
 // they did before. Infinite and BC creation times are errors. Every other
 // message (BEGIN, COMMIT, RELATION, logical messages) goes through
 // pglogrepl.
+//
+// # Logical messages (the tableless outbox)
+//
+// <schema>.emit_message (migration 012) writes an event as a transactional
+// logical message with the prefix relay:"<schema>": metadata as JSON
+// (event id, topic, key, headers, creation time, tombstone), a zero byte,
+// the payload. The reader asks pgoutput for messages and queues each of
+// its prefix as an event at the next position of its transaction, the
+// counter inserts use, so rows and messages of one transaction keep their
+// order (message.go). Such an event has no row: its ID is the negated LSN
+// of the message (relay.Event.HasRow), so the core deletes and archives
+// nothing for it. Faults:
+//
+//   - Kill, reconnect, server restart: as for inserts. The slot sends
+//     again what was not confirmed, the position filter drops what was
+//     queued, and the event id, part of the WAL record, is the same in
+//     every re-delivery, so the embedded sink's identity check holds
+//     (TestEmitMessage, internal/contract, SIGKILLs a loaded relay).
+//   - Slot dropped or invalidated: rows are recovered from the table,
+//     messages cannot be. Unpublished messages are lost with the slot;
+//     emit_message refuses new ones until the slot is recreated.
+//   - A message that does not parse (written by hand with the prefix)
+//     becomes an event with a topic saying so, which the core
+//     dead-letters with the content as payload; the stream goes on.
+//   - Switching readers: emit_message refuses once the poll reader
+//     recorded the progress, and the poll reader refuses to start while
+//     a slot that carried messages exists (cdc_slots.messages).
 //
 // # What is confirmed when
 //

@@ -35,7 +35,7 @@ func (m marker) pending() bool { return m.exists && m.lsn != 0 && m.snapshot != 
 func (s *Source) readMarker(ctx context.Context, q querier) (marker, error) {
 	var lsn, snap *string
 	err := q.QueryRow(ctx, "SELECT consistent_lsn::text, snapshot::text FROM "+s.slotsTbl+" WHERE slot_name = $1",
-		s.cfg.SlotName).Scan(&lsn, &snap)
+		s.slotName()).Scan(&lsn, &snap)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return marker{}, nil
 	}
@@ -64,7 +64,7 @@ func (s *Source) readMarker(ctx context.Context, q querier) (marker, error) {
 // the next Start creates the slot again: a slot is never used without a
 // record of which table rows it will not stream.
 func (s *Source) createSlot(ctx context.Context, conn *pgx.Conn, st slotState) (marker, error) {
-	name := s.cfg.SlotName
+	name := s.slotName()
 	if !st.exists {
 		if err := checkFreeSlot(ctx, conn); err != nil {
 			return marker{}, err
@@ -157,7 +157,7 @@ func (r *reader) readTable(ctx context.Context) error {
 		}
 		if left {
 			return &permanentError{fmt.Errorf("cdc: the last published position %s is beyond the consistent point %s of slot %q, yet rows from before it remain; the checkpoint does not belong to this database or slot",
-				r.skipBelow, mk.lsn, s.cfg.SlotName)}
+				r.skipBelow, mk.lsn, s.slotName())}
 		}
 		s.mu.Lock()
 		select {
@@ -281,7 +281,7 @@ func (r *reader) queueTableRow(ctx context.Context, e relay.Event, txid string, 
 func (r *reader) recoverSlot(ctx context.Context) error {
 	s := r.s
 	how := "dropped"
-	if st, err := readSlot(ctx, r.pool, s.cfg.SlotName); err == nil && st.lost() {
+	if st, err := readSlot(ctx, r.pool, s.slotName()); err == nil && st.lost() {
 		how = "invalidated by the server (wal_status = lost, max_slot_wal_keep_size exceeded)"
 	}
 	s.log.Error("REPLICATION SLOT LOST while streaming: it was "+how+"; waiting for in-flight events to be acknowledged, then recreating it and publishing every unpublished outbox row from the table",
@@ -303,7 +303,7 @@ func (r *reader) recoverSlot(ctx context.Context) error {
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
 	if st.exists && st.activePID != 0 {
-		return &SlotActiveError{Slot: s.cfg.SlotName, PID: st.activePID}
+		return &SlotActiveError{Slot: s.slotName(), PID: st.activePID}
 	}
 	mk, err := s.createSlot(ctx, conn, st)
 	if err != nil {

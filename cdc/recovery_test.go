@@ -161,6 +161,7 @@ func TestSlotInvalidatedWhileStreaming(t *testing.T) {
 	url := cluster.URL()
 	f := &fixture{url: url, conn: admin, cfg: cdc.Config{
 		DatabaseURL:       url,
+		SlotName:          "relay_outbox",
 		HeartbeatInterval: 200 * time.Millisecond,
 		StatusInterval:    100 * time.Millisecond,
 		Logger:            testLogger(t),

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -25,6 +26,8 @@ type Source struct {
 	table    string // <schema>.events, quoted
 	slotsTbl string // <schema>.cdc_slots, quoted
 	database string // current_database(), for checking the slot
+	// slot is the slot name, fixed on the first connection (resolveSlot).
+	slot atomic.Pointer[string]
 
 	// Set by Start, cleared by Close.
 	pool   *pgxpool.Pool
@@ -129,12 +132,15 @@ func (s *Source) Start(ctx context.Context, from relay.Position) error {
 	if err := conn.QueryRow(ctx, "SELECT current_database()").Scan(&s.database); err != nil {
 		return fmt.Errorf("cdc: %w", err)
 	}
-	st, err := readSlot(ctx, conn, s.cfg.SlotName)
+	if err := s.resolveSlot(ctx, conn); err != nil {
+		return err
+	}
+	st, err := readSlot(ctx, conn, s.slotName())
 	if err != nil {
 		return err
 	}
 	if st.exists {
-		if err := st.usable(s.cfg.SlotName, s.database); err != nil {
+		if err := st.usable(s.slotName(), s.database); err != nil {
 			return err
 		}
 	}
@@ -166,7 +172,8 @@ func (s *Source) Start(ctx context.Context, from relay.Position) error {
 	s.mu.Unlock()
 
 	markerDone := s.markerDone
-	r := &reader{s: s, pool: pool, skipBelow: from, marker: mk, decode: newDecoder(), rels: map[uint32]*relation{}}
+	r := &reader{s: s, pool: pool, skipBelow: from, marker: mk, decode: newDecoder(), rels: map[uint32]*relation{},
+		prefix: messagePrefix(s.cfg.Schema)}
 	var wg sync.WaitGroup
 	wg.Add(2)
 	go func() {
@@ -191,7 +198,11 @@ func (s *Source) slotConn(ctx context.Context) (*pgx.Conn, slotState, error) {
 	if err != nil {
 		return nil, slotState{}, err
 	}
-	st, err := readSlot(ctx, conn, s.cfg.SlotName)
+	if err := s.resolveSlot(ctx, conn); err != nil {
+		conn.Close(context.WithoutCancel(ctx))
+		return nil, slotState{}, err
+	}
+	st, err := readSlot(ctx, conn, s.slotName())
 	if err != nil {
 		conn.Close(context.WithoutCancel(ctx))
 		return nil, slotState{}, err
@@ -211,12 +222,12 @@ func (s *Source) Reset(ctx context.Context) error {
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
 	if st.exists {
-		if _, err := conn.Exec(ctx, "SELECT pg_drop_replication_slot($1)", s.cfg.SlotName); err != nil {
-			return fmt.Errorf("cdc: dropping the slot %q of an earlier run: %w", s.cfg.SlotName, err)
+		if _, err := conn.Exec(ctx, "SELECT pg_drop_replication_slot($1)", s.slotName()); err != nil {
+			return fmt.Errorf("cdc: dropping the slot %q of an earlier run: %w", s.slotName(), err)
 		}
-		s.log.Warn("dropped the replication slot of an earlier WAL-reader run: another reader has published since", "slot", s.cfg.SlotName)
+		s.log.Warn("dropped the replication slot of an earlier WAL-reader run: another reader has published since", "slot", s.slotName())
 	}
-	if _, err := conn.Exec(ctx, "DELETE FROM "+s.slotsTbl+" WHERE slot_name = $1", s.cfg.SlotName); err != nil {
+	if _, err := conn.Exec(ctx, "DELETE FROM "+s.slotsTbl+" WHERE slot_name = $1", s.slotName()); err != nil {
 		return fmt.Errorf("cdc: %w", err)
 	}
 	return nil
@@ -399,9 +410,9 @@ func (s *Source) SlotLag(ctx context.Context) (lagBytes, retainedBytes int64, er
 	var lag, retained *int64
 	err = pool.QueryRow(ctx, `SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn)::bigint,
     pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::bigint
-FROM pg_replication_slots WHERE slot_name = $1`, s.cfg.SlotName).Scan(&lag, &retained)
+FROM pg_replication_slots WHERE slot_name = $1`, s.slotName()).Scan(&lag, &retained)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return 0, 0, fmt.Errorf("cdc: replication slot %q does not exist", s.cfg.SlotName)
+		return 0, 0, fmt.Errorf("cdc: replication slot %q does not exist", s.slotName())
 	}
 	if err != nil {
 		return 0, 0, fmt.Errorf("cdc: reading the slot's lag: %w", err)

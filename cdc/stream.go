@@ -51,8 +51,10 @@ type reader struct {
 	tableTxid string
 	tableID   int64
 
-	decode  *decoder
-	rels    map[uint32]*relation
+	decode *decoder
+	rels   map[uint32]*relation
+	// prefix is that of the emit_message messages of this outbox.
+	prefix  string
 	txMajor uint64
 	txIndex uint64
 	// txCommitted is the commit time of the transaction being received.
@@ -118,7 +120,7 @@ func (r *reader) session(ctx context.Context, backoff *time.Duration) error {
 		}
 	}
 	pool := r.pool
-	st, err := readSlot(ctx, pool, s.cfg.SlotName)
+	st, err := readSlot(ctx, pool, s.slotName())
 	if err != nil {
 		return err
 	}
@@ -133,7 +135,7 @@ func (r *reader) session(ctx context.Context, backoff *time.Duration) error {
 	} else if !mk.exists || mk.creating() {
 		return errSlotLost
 	}
-	if err := st.usable(s.cfg.SlotName, s.database); err != nil {
+	if err := st.usable(s.slotName(), s.database); err != nil {
 		if errors.Is(err, ErrSlotMismatch) {
 			return &permanentError{err}
 		}
@@ -149,7 +151,7 @@ func (r *reader) session(ctx context.Context, backoff *time.Duration) error {
 		defer cancel()
 		conn.Close(closeCtx)
 		if ctx.Err() != nil {
-			awaitRelease(closeCtx, pool, s.cfg.SlotName, pid)
+			awaitRelease(closeCtx, pool, s.slotName(), pid)
 		}
 	}()
 	s.mu.Lock()
@@ -163,15 +165,15 @@ func (r *reader) session(ctx context.Context, backoff *time.Duration) error {
 	if !s.textTuples && binaryTuples(conn.ParameterStatus("server_version")) {
 		args = append(args, "binary 'true'")
 	}
-	err = pglogrepl.StartReplication(ctx, conn, s.cfg.SlotName, 0, pglogrepl.StartReplicationOptions{
+	err = pglogrepl.StartReplication(ctx, conn, s.slotName(), 0, pglogrepl.StartReplicationOptions{
 		Mode:       pglogrepl.LogicalReplication,
 		PluginArgs: args,
 	})
 	if err != nil {
-		if st, serr := readSlot(ctx, pool, s.cfg.SlotName); serr == nil && (!st.exists || st.lost()) {
+		if st, serr := readSlot(ctx, pool, s.slotName()); serr == nil && (!st.exists || st.lost()) {
 			return errSlotLost
 		}
-		return fmt.Errorf("cdc: starting replication from slot %q: %w", s.cfg.SlotName, err)
+		return fmt.Errorf("cdc: starting replication from slot %q: %w", s.slotName(), err)
 	}
 	*backoff = 0
 	r.rels = map[uint32]*relation{}
@@ -333,9 +335,35 @@ func (r *reader) handle(data []byte) error {
 			s.serverEnd = max(s.serverEnd, m.LSN)
 			s.advanceLocked()
 			s.mu.Unlock()
+			return nil
+		}
+		if m.Prefix == r.prefix {
+			r.message(m)
 		}
 	}
 	return nil
+}
+
+// message queues the event of an emit_message message (message.go), if
+// not delivered yet. It takes the next position of its transaction, as an
+// insert does, so messages and inserts keep their order.
+func (r *reader) message(m *pglogrepl.LogicalDecodingMessage) {
+	pos := relay.Position{Major: r.txMajor, Minor: r.txIndex}
+	r.txIndex++
+	if !r.skipBelow.Less(pos) {
+		return
+	}
+	e := messageEvent(m)
+	if e.CreatedAt.IsZero() {
+		e.CreatedAt = r.txCommitted
+	}
+	e.Position = pos
+	e.CommittedAt = r.txCommitted
+	s := r.s
+	s.mu.Lock()
+	s.pushLocked(e)
+	s.mu.Unlock()
+	r.skipBelow = pos
 }
 
 // insert queues the event of an Insert message, if it is an insert into
@@ -515,7 +543,7 @@ func (s *Source) housekeep(ctx context.Context, pool *pgxpool.Pool, markerDone <
 			return
 		case lsn := <-markerDone:
 			if _, err := pool.Exec(ctx, "UPDATE "+s.slotsTbl+" SET snapshot = NULL WHERE slot_name = $1 AND consistent_lsn = $2::text::pg_lsn",
-				s.cfg.SlotName, lsn.String()); err != nil && ctx.Err() == nil {
+				s.slotName(), lsn.String()); err != nil && ctx.Err() == nil {
 				s.log.Warn("marking the table read done failed; the next start checks the table again", "err", err)
 			}
 		case <-t.C:

@@ -103,10 +103,16 @@
 //     of any age. The commit-timestamp lookup converts to a 32-bit xid; an
 //     event left unpublished for more than about two billion transactions
 //     may get a wrong or no timestamp and so a wrong place in its batch.
-//   - Operator edits: deleting rows of the outbox drops those events;
+//   - Operator edits: outbox rows are immutable (migration 011's trigger
+//     refuses UPDATE, DELETE and TRUNCATE unless the transaction set
+//     relay.allow_outbox_changes, as the core's acknowledgement does), so
+//     the poller reads every row as it was inserted, which is what the WAL
+//     reader sends. An operator who overrides the trigger to delete rows
+//     drops those events if they were not yet read;
 //     deleting rows of poll_ticks, or truncating it, loses only the exact
 //     re-delivery order after a crash (the reader then starts from every
-//     visible row); writing txid by hand breaks the guarantee for that row.
+//     visible row); writing txid at INSERT breaks the guarantee for that
+//     row.
 //     Turning track_commit_timestamp off while ticks ordered by it are
 //     unacknowledged re-delivers them in row-id order (logged).
 //   - Clock steps: ordering never uses the relay's clock. The server's clock
@@ -143,6 +149,11 @@
 // batch after a start) is read in row-id order along the primary key, a
 // page at a time; in commit-timestamp order its row ids are listed once,
 // sorted, and then read a page at a time by id.
+//
+// Logical messages of <schema>.emit_message are invisible to SQL reads:
+// Start refuses (ErrLogicalMessages) while a WAL-reader slot of this
+// outbox that carried messages exists, and emit_message refuses to write
+// once the poll reader recorded the progress (see cdc/).
 //
 // The poller never deletes outbox rows: the core does, after the sink has
 // made the events durable, in the transaction that saves the checkpoint.

@@ -31,7 +31,7 @@ type Config struct {
 	Logger *slog.Logger
 	// MaxMessageBytes is the core's message limit: a row whose key,
 	// payload and headers (as JSON text) are larger is delivered without
-	// them, with relay.Event.TooLarge set (default 1 MiB).
+	// them, with relay.Event.TooLarge set (default 1 MiB - 512, as the core's).
 	MaxMessageBytes int
 	// PageBytes bounds the bytes of the rows one Next returns, beside its
 	// row count; a single larger row comes alone (default 8 MiB).
@@ -50,7 +50,7 @@ func (c Config) WithDefaults() Config {
 		c.Logger = slog.Default()
 	}
 	if c.MaxMessageBytes <= 0 {
-		c.MaxMessageBytes = 1 << 20
+		c.MaxMessageBytes = 1<<20 - 512
 	}
 	if c.PageBytes <= 0 {
 		c.PageBytes = 8 << 20
@@ -161,6 +161,9 @@ func (p *Poller) Start(ctx context.Context, from relay.Position) error {
 			conn.Close(ctx)
 		}
 	}()
+	if err := p.refuseMessages(ctx, conn); err != nil {
+		return err
+	}
 	// A tick matters only until its batch is acknowledged, and the core's
 	// acknowledgement commits synchronously, which flushes the tick's
 	// commit record before its own: recording a tick need not wait for a

@@ -100,6 +100,9 @@ func TestBatchOrderAndResume(t *testing.T) {
 		for i := range ids {
 			ids[i] = got[i].ID
 		}
+		if _, err := conn.Exec(ctx, "SET relay.allow_outbox_changes = on"); err != nil {
+			t.Fatal(err)
+		}
 		if _, err := conn.Exec(ctx, "DELETE FROM outbox.events WHERE id = ANY($1)", ids); err != nil {
 			t.Fatal(err)
 		}

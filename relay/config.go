@@ -25,8 +25,11 @@ type Config struct {
 	BatchSize int
 	// BatchBytes bounds a batch's bytes of events (default 8 MiB; budget.go).
 	BatchBytes int
-	// MaxMessageBytes bounds key, payload and headers of one event; larger
-	// events go to the dead letters (default 1 MiB, Kafka's default).
+	// MaxMessageBytes bounds key, payload and headers (the relay's own
+	// included) of one event; larger events go to the dead letters
+	// (default 1 MiB - 512: such an event, framed as a record batch, fits
+	// the default max.message.bytes, 1 MiB + 12, of Kafka and the embedded
+	// broker).
 	MaxMessageBytes int
 	// AckInterval is the shortest time between two acknowledgement
 	// transactions (default 10ms); batches made durable meanwhile are
@@ -92,7 +95,7 @@ func (c Config) WithDefaults() Config {
 		c.BatchBytes = 8 << 20
 	}
 	if c.MaxMessageBytes <= 0 {
-		c.MaxMessageBytes = 1 << 20
+		c.MaxMessageBytes = 1<<20 - 512
 	}
 	if c.AckInterval == 0 {
 		c.AckInterval = 10 * time.Millisecond

@@ -88,7 +88,9 @@ func newLeaseSQL(ident func(string) string) leaseSQL {
 WHERE epoch = $1 AND renewals = $2`,
 		renew:   `UPDATE ` + lease + ` SET renewals = renewals + 1, renewed_at = now() WHERE epoch = $1 AND NOT released`,
 		release: `UPDATE ` + lease + ` SET released = true, renewed_at = now() WHERE epoch = $1`,
-		fence:   `SELECT 1 FROM ` + leadership + ` WHERE epoch = $1 FOR SHARE`,
+		// The fenced transaction may delete outbox rows, which migration
+		// 011's trigger refuses to everyone else.
+		fence: `SELECT 1 FROM ` + leadership + ` WHERE epoch = $1 AND set_config('relay.allow_outbox_changes', 'on', true) = 'on' FOR SHARE`,
 	}
 }
 

@@ -75,7 +75,9 @@ func (r *Relay) publishLoop(ctx, stop context.Context, in <-chan batch, out chan
 				f.routed = append(f.routed, e)
 				continue
 			}
-			f.a.ids = append(f.a.ids, e.ID)
+			if e.HasRow() {
+				f.a.ids = append(f.a.ids, e.ID)
+			}
 			if r.heartbeatIn(&f.a, e) {
 				continue
 			}
@@ -191,7 +193,9 @@ func (r *Relay) settle(a *ack, routed []Event, res PublishResult) {
 			continue
 		}
 		a.count++
-		a.published = append(a.published, e.ID)
+		if e.HasRow() {
+			a.published = append(a.published, e.ID)
+		}
 		a.byTopic[e.Topic]++
 		lat := now.Sub(e.CreatedAt)
 		r.m.Latency.Observe(lat.Seconds())

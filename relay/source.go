@@ -27,7 +27,10 @@ func (p Position) String() string { return fmt.Sprintf("%d/%d", p.Major, p.Minor
 
 // Event is one committed outbox row as a source delivers it.
 type Event struct {
-	// ID is the row's ordering id (outbox.events.id).
+	// ID is the row's ordering id (outbox.events.id). A negative ID is an
+	// event without a row (the WAL reader's logical messages, written by
+	// emit_message): nothing is deleted or archived for it, and dead
+	// letters record the ID as their event_row_id.
 	ID int64
 	// EventID is the row's uuid in its canonical text form.
 	EventID string
@@ -53,6 +56,9 @@ type Event struct {
 	// the relay never holds it.
 	TooLarge int64
 }
+
+// HasRow reports whether the event is a row of the outbox table.
+func (e Event) HasRow() bool { return e.ID > 0 }
 
 // Source delivers committed outbox events in commit order: if transaction
 // T1 committed before T2 began, T1's events come first. A source never

@@ -123,7 +123,7 @@ func (e *env) awaitCaughtUp(ctx context.Context) error {
 	for {
 		var done bool
 		err := e.pool.QueryRow(ctx, `SELECT coalesce(bool_or(confirmed_flush_lsn >= $1::pg_lsn), false)
-FROM pg_replication_slots WHERE slot_name = 'relay_outbox'`, lsn).Scan(&done)
+FROM pg_replication_slots WHERE slot_name IN (SELECT slot_name FROM outbox.cdc_slots)`, lsn).Scan(&done)
 		if err != nil {
 			return fmt.Errorf("reading the relay's slot: %w", err)
 		}
@@ -167,6 +167,12 @@ func (e *env) deleteReturningBaseline(ctx context.Context) (*Baseline, error) {
 		return nil, err
 	}
 	defer conn.Release()
+	// The baseline deletes rows as the relay's acknowledgement does, past
+	// the outbox's immutability trigger (migration 011).
+	if _, err := conn.Exec(ctx, "SET relay.allow_outbox_changes = on"); err != nil {
+		return nil, err
+	}
+	defer conn.Exec(context.WithoutCancel(ctx), "RESET relay.allow_outbox_changes")
 	const drain = `DELETE FROM outbox.events WHERE id IN (
     SELECT id FROM outbox.events ORDER BY txid, id LIMIT 1000)
 RETURNING id, event_id, topic, key, payload, headers, created_at`

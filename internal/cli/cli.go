@@ -78,6 +78,7 @@ func commands(name string, extra []Command) *command {
 			groupsCommand(),
 			listenerUsersCommand(),
 			schemaCommand(),
+			tableCommand(),
 		},
 	}
 	for _, c := range extra {

@@ -179,7 +179,8 @@ FROM `+id("leadership")+` l, `+id("leader_lease")+` s`).Scan(&rep.LeaderEpoch, &
 	rows, err = conn.Query(ctx, `SELECT s.slot_name, s.active,
     CASE WHEN pg_is_in_recovery() THEN NULL ELSE pg_wal_lsn_diff(pg_current_wal_lsn(), s.confirmed_flush_lsn)::bigint END,
     CASE WHEN pg_is_in_recovery() THEN NULL ELSE pg_wal_lsn_diff(pg_current_wal_lsn(), s.restart_lsn)::bigint END
-FROM pg_replication_slots AS s JOIN `+id("cdc_slots")+` AS c ON c.slot_name = s.slot_name ORDER BY 1`)
+FROM pg_replication_slots AS s JOIN `+id("cdc_slots")+` AS c ON c.slot_name = s.slot_name
+WHERE s.database = current_database() ORDER BY 1`)
 	if err != nil {
 		return nil, fmt.Errorf("reading replication slots: %w", err)
 	}

@@ -22,9 +22,11 @@ type LockedConfig struct {
 	// RollbackEvery rolls back one transaction in this many (0: never).
 	RollbackEvery int
 	Seed          uint64
-	// EventFirst writes the event row before taking the lock (and fills in
-	// its payload after): its id then follows the order of the INSERTs, not
-	// of the commits.
+	// EventFirst writes the event row before taking the lock: its id then
+	// follows the order of the INSERTs, not of the commits. Outbox rows are
+	// immutable, so the event cannot carry the version it gets after the
+	// lock: its payload has Seq 0, and the version goes to
+	// relay_test_versions in the same transaction (see LockedVersions).
 	EventFirst bool
 }
 
@@ -39,7 +41,8 @@ func SetupLocked(ctx context.Context, url string, keys int) error {
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
 	_, err = conn.Exec(ctx, `CREATE TABLE IF NOT EXISTS public.relay_test_accounts (key text PRIMARY KEY, version int NOT NULL DEFAULT 0);
-CREATE TABLE IF NOT EXISTS public.relay_test_elsewhere (n bigint)`)
+CREATE TABLE IF NOT EXISTS public.relay_test_elsewhere (n bigint);
+CREATE TABLE IF NOT EXISTS public.relay_test_versions (id text PRIMARY KEY, version int NOT NULL)`)
 	if err == nil {
 		_, err = conn.Exec(ctx, `INSERT INTO public.relay_test_accounts (key) SELECT 'hot-' || k FROM generate_series(0, $1 - 1) AS k ON CONFLICT DO NOTHING`, keys)
 	}
@@ -62,9 +65,9 @@ func lockedTx(ctx context.Context, tx pgx.Tx, topic, key, id string, pause time.
 	if _, err := tx.Exec(ctx, `INSERT INTO public.relay_test_elsewhere (n) VALUES (1)`); err != nil {
 		return Payload{}, err
 	}
-	var row int64
 	if eventFirst {
-		if err := tx.QueryRow(ctx, `INSERT INTO outbox.events (topic, key, payload, headers) VALUES ($1, $2, '', '{"test":"e2e"}') RETURNING id`, topic, key).Scan(&row); err != nil {
+		body, _ := json.Marshal(Payload{ID: id, Key: key})
+		if _, err := tx.Exec(ctx, `INSERT INTO outbox.events (topic, key, payload, headers) VALUES ($1, $2, $3, '{"test":"e2e"}')`, topic, key, body); err != nil {
 			return Payload{}, err
 		}
 	}
@@ -82,7 +85,7 @@ func lockedTx(ctx context.Context, tx pgx.Tx, topic, key, id string, pause time.
 	p := Payload{ID: id, Key: key, Seq: version}
 	body, _ := json.Marshal(p)
 	if eventFirst {
-		_, err := tx.Exec(ctx, `UPDATE outbox.events SET payload = $2 WHERE id = $1`, row, body)
+		_, err := tx.Exec(ctx, `INSERT INTO public.relay_test_versions (id, version) VALUES ($1, $2)`, id, version)
 		return p, err
 	}
 	if _, err := tx.Exec(ctx, `INSERT INTO outbox.events (topic, key, payload, headers) VALUES ($1, $2, $3, '{"test":"e2e"}')`, topic, key, body); err != nil {
@@ -134,4 +137,46 @@ func WriteLocked(ctx context.Context, cfg LockedConfig, ledger *Ledger) error {
 		}
 		return nil
 	})
+}
+
+// LockedVersions reads the versions EventFirst transactions recorded, by
+// event id.
+func LockedVersions(ctx context.Context, url string) (map[string]int, error) {
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	rows, err := conn.Query(ctx, `SELECT id, version FROM public.relay_test_versions`)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]int{}
+	for rows.Next() {
+		var id string
+		var v int
+		if err := rows.Scan(&id, &v); err != nil {
+			return nil, err
+		}
+		out[id] = v
+	}
+	return out, rows.Err()
+}
+
+// WithVersions returns records with each test payload's Seq set to its
+// event's version in versions (from LockedVersions), for Check; a record
+// whose event has no version is left as it is.
+func WithVersions(records []Record, versions map[string]int) []Record {
+	out := make([]Record, len(records))
+	for i, r := range records {
+		var p Payload
+		if json.Unmarshal(r.Value, &p) == nil {
+			if v, ok := versions[p.ID]; ok {
+				p.Seq = v
+				r.Value, _ = json.Marshal(p)
+			}
+		}
+		out[i] = r
+	}
+	return out
 }

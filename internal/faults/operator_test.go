@@ -12,7 +12,8 @@ import (
 
 // TestRowsDeletedBeforeAck: while the relay's acknowledgements are held
 // back (it keeps publishing into the log, with --ack-interval 1s), an
-// operator deletes outbox rows (the oldest 300, which the relay has
+// operator deletes outbox rows (past the immutability trigger, with
+// relay.allow_outbox_changes set as the README says) (the oldest 300, which the relay has
 // published, and every fifth row besides), and the relay is SIGKILLed
 // before its acknowledgement commits; three rounds, writers running
 // throughout. The deleted events may or may not be in the log (at most
@@ -26,6 +27,10 @@ func TestRowsDeletedBeforeAck(t *testing.T) {
 	stopWriters := e.steady(1000, 50*time.Millisecond, ledger)
 	locker := pgtest.Connect(t, e.url)
 	deleter := pgtest.Connect(t, e.url)
+	// The operator's way past the outbox's immutability trigger.
+	if _, err := deleter.Exec(ctx, "SET relay.allow_outbox_changes = on"); err != nil {
+		t.Fatal(err)
+	}
 	deleted := map[string]bool{}
 	skips := 0
 	for round := 0; round < 3; round++ {

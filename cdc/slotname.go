@@ -1,0 +1,70 @@
+package cdc
+
+import (
+	"context"
+	"fmt"
+	"hash/fnv"
+	"strconv"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// legacySlotName is the default slot name of relays before the default
+// named the database: "relay_<schema>", which two databases of one
+// cluster cannot both have (slots are per cluster).
+func legacySlotName(schema string) string { return "relay_" + schema }
+
+// defaultSlotName is the slot name used when none is configured:
+// "relay_<schema>_<database oid>". A database's oid is unique in its
+// cluster, and the oid (digits) cannot end a schema name's part, so two
+// (schema, database) pairs never share a name. A schema too long to fit
+// is replaced by a hash of it.
+func defaultSlotName(schema string, dbOID uint32) string {
+	oid := strconv.FormatUint(uint64(dbOID), 10)
+	name := "relay_" + schema + "_" + oid
+	if len(name) <= 63 {
+		return name
+	}
+	h := fnv.New32a()
+	h.Write([]byte(schema))
+	return fmt.Sprintf("relay_h%08x_%s", h.Sum32(), oid)
+}
+
+// resolveSlot fixes the slot name for the source's life, on its first
+// connection: the configured one, else the legacy "relay_<schema>" when
+// a slot of that name exists in this database (a relay deployed before
+// the default changed keeps its slot and its position), else
+// defaultSlotName.
+func (s *Source) resolveSlot(ctx context.Context, conn *pgx.Conn) error {
+	if s.slot.Load() != nil {
+		return nil
+	}
+	name := s.cfg.SlotName
+	if name == "" {
+		var oid uint32
+		var legacy bool
+		err := conn.QueryRow(ctx, `SELECT d.oid, EXISTS (SELECT 1 FROM pg_replication_slots
+    WHERE slot_name = $1 AND database = current_database())
+FROM pg_database AS d WHERE d.datname = current_database()`, legacySlotName(s.cfg.Schema)).Scan(&oid, &legacy)
+		if err != nil {
+			return fmt.Errorf("cdc: choosing the slot name: %w", err)
+		}
+		name = defaultSlotName(s.cfg.Schema, oid)
+		if legacy {
+			name = legacySlotName(s.cfg.Schema)
+			s.cfg.Logger.Info("using the replication slot of the name earlier relays chose; new deployments get one naming the database",
+				"slot", name, "new_default", defaultSlotName(s.cfg.Schema, oid))
+		}
+	}
+	s.slot.Store(&name)
+	s.log = s.cfg.Logger.With("source", "cdc", "slot", name)
+	return nil
+}
+
+// slotName is the slot the source streams from (resolveSlot).
+func (s *Source) slotName() string {
+	if p := s.slot.Load(); p != nil {
+		return *p
+	}
+	return s.cfg.SlotName
+}

@@ -1,0 +1,2 @@
+DROP TRIGGER events_immutable ON {{schema}}.events;
+DROP FUNCTION {{schema}}.refuse_event_changes();
