@@ -113,6 +113,12 @@
 //   - Process paused between sessions: the waiting process's Start waits
 //     for the lock, as it did before this state existed; neither writes
 //     meanwhile, since neither is in a session.
+//   - Batches of the previous session written but not fsynced (a failed
+//     session's waits are abandoned): they are above the high watermark
+//     that step 3 reads up to, so the next Start fsyncs a reused broker
+//     before step 3, as reopening it did; otherwise they were appended
+//     again (TestReusedBrokerSeesAbandonedAppends; first seen as
+//     duplicates in cdc's TestE2EPostgresRestartMidStream).
 //   - Process killed between sessions: the lock goes with it.
 //   - The request file deleted by an operator: the waiting process waits
 //     for the lock, as without this mechanism, until the old process stops
@@ -273,6 +279,16 @@ func (s *Sink) Start(ctx context.Context, session relay.Session) error {
 	b, reopen := s.b, s.reopen
 	s.reopen = false
 	s.mu.Unlock()
+	if b != nil && !reopen && b.Health() == nil {
+		// The previous session's last batches may be written but not
+		// fsynced (their waits abandoned with the session), so beyond the
+		// high watermark that step 3 reads up to: make them durable, and
+		// visible to it, first. Reopening did that implicitly.
+		if err := b.Sync(); err != nil {
+			s.cfg.Logger.Warn("making the previous session's appends durable failed; reopening the broker", "err", err)
+			reopen = true
+		}
+	}
 	if b != nil && (reopen || b.Health() != nil) {
 		// A failed fsync is cleared only by reading the log from disk
 		// again, and a deleted topic's name is free again only once the
