@@ -165,10 +165,10 @@ type relayProc struct {
 	cmd *exec.Cmd
 	// maxFiles is the most open file descriptors seen.
 	maxFiles atomic.Int64
-	addr    string
-	done    chan struct{}
-	logPath string
-	started time.Time
+	addr     string
+	done     chan struct{}
+	logPath  string
+	started  time.Time
 }
 
 func (e *env) startRelay(ctx context.Context) (*relayProc, error) {
