@@ -231,7 +231,11 @@ type ConsumeResult struct {
 	Group     bool    `json:"group"`
 	Records   int     `json:"records"`
 	Bytes     int64   `json:"bytes"`
-	Rate      float64 `json:"records_per_second"`
+	// Seconds runs from the consumers' start to the last record,
+	// FirstRecordSeconds to the first (metadata, the group's join).
+	Seconds            float64 `json:"seconds"`
+	FirstRecordSeconds float64 `json:"first_record_seconds"`
+	Rate               float64 `json:"records_per_second"`
 	MiBPerSec float64 `json:"mib_per_second"`
 }
 

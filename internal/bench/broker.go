@@ -36,7 +36,7 @@ const BrokerChildEnv = "RELAY_BENCH_BROKER_CHILD"
 // child then opens the directory and reports the time Open took, its RSS
 // and open file descriptors, and checks that every acknowledged record is
 // there. With Compact the topics are compacted ones with 64 MiB segments
-// and the opening child then runs one compaction pass, timed, with its
+// (SegmentBytes) and the opening child then runs one compaction pass, timed, with its
 // peak RSS.
 type BrokerConfig struct {
 	// Dir is the data directory; empty makes a temporary one, removed at
@@ -48,6 +48,10 @@ type BrokerConfig struct {
 	PayloadBytes int
 	Keys         int
 	Compact      bool
+	// SegmentBytes is the topics' segment.bytes (default: the broker's,
+	// 1 GiB; 64 MiB with Compact, so that segments roll and compaction
+	// has inactive ones to clean).
+	SegmentBytes int64
 	Kill         bool
 	// Cold evicts the directory's files from the page cache
 	// (posix_fadvise DONTNEED, after an fdatasync so that the pages are
@@ -69,7 +73,9 @@ type BrokerResult struct {
 	// Stop is "clean" (Close) or "SIGKILL".
 	Stop        string  `json:"stop"`
 	Cold        bool    `json:"cold"`
-	FillSeconds float64 `json:"fill_seconds"`
+	// CreateSeconds is CreateTopic of every bench topic, before the fill.
+	CreateSeconds float64 `json:"create_seconds"`
+	FillSeconds   float64 `json:"fill_seconds"`
 	FillMiBps   float64 `json:"fill_mib_per_second"`
 	// OpenSeconds is how long broker.Open took in a fresh process.
 	OpenSeconds float64 `json:"open_seconds"`
@@ -94,6 +100,7 @@ type brokerStep struct {
 type brokerReport struct {
 	Records             int64   `json:"records"`
 	Bytes               int64   `json:"bytes"`
+	CreateSeconds       float64 `json:"create_seconds"`
 	Seconds             float64 `json:"seconds"`
 	RSS                 int64   `json:"rss"`
 	Files               int     `json:"files"`
@@ -118,6 +125,9 @@ func (c BrokerConfig) withDefaults() BrokerConfig {
 	}
 	if c.Keys <= 0 {
 		c.Keys = 1000
+	}
+	if c.SegmentBytes <= 0 && c.Compact {
+		c.SegmentBytes = 64 << 20
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -157,7 +167,7 @@ func RunBroker(ctx context.Context, cfg BrokerConfig) (BrokerResult, error) {
 	if err != nil {
 		return res, err
 	}
-	res.Records, res.LogBytes, res.FillSeconds = fill.Records, fill.Bytes, fill.Seconds
+	res.Records, res.LogBytes, res.FillSeconds, res.CreateSeconds = fill.Records, fill.Bytes, fill.Seconds, fill.CreateSeconds
 	res.FillMiBps = float64(fill.Bytes) / (1 << 20) / fill.Seconds
 	if cfg.Cold {
 		if err := evictDir(cfg.Dir); err != nil {
@@ -292,15 +302,17 @@ func fillBroker(ctx context.Context, cfg BrokerConfig) (brokerReport, error) {
 			b.Close()
 		}
 	}()
-	tc := broker.TopicConfig{Partitions: int32(cfg.Partitions), RetentionMs: -1}
+	tc := broker.TopicConfig{Partitions: int32(cfg.Partitions), RetentionMs: -1, SegmentBytes: cfg.SegmentBytes}
 	if cfg.Compact {
-		tc.CleanupPolicy, tc.SegmentBytes = broker.CleanupCompact, 64<<20
+		tc.CleanupPolicy = broker.CleanupCompact
 	}
+	created := time.Now()
 	for i := 0; i < cfg.Topics; i++ {
 		if _, err := b.CreateTopic(benchTopicName(i, cfg.Topics), tc); err != nil {
 			return rep, err
 		}
 	}
+	rep.CreateSeconds = time.Since(created).Seconds()
 	perBatch := max(1, (64<<10)/(cfg.PayloadBytes+30))
 	payload := make([]byte, cfg.PayloadBytes)
 	for i := range payload {

@@ -365,7 +365,7 @@ func (e *env) fill(ctx context.Context, n, rate int, xids map[int]string) (writt
 	insert := `INSERT INTO outbox.events (topic, key, payload)
 SELECT CASE WHEN $5::int = 1 THEN 'bench' ELSE 'bench-' || ((g + $3) % $5) END, 'key-' || ((g + $3) % $2),
     convert_to(lpad((g + $3)::text, CASE WHEN $6::bool
-        THEN floor(100 * power(10485.76, (((g + $3)::bigint * 7919) % 1000000) / 1000000.0))::int
+        THEN floor(100 * power(10485.76, (((g + $3)::bigint * 2654435761) % 1000003) / 1000003.0))::int
         ELSE $4 END, 'x'), 'UTF8')
 FROM generate_series(1, $1) AS g`
 	return e.fillWith(ctx, n, rate, insert, xids, e.cfg.PayloadBytes, e.cfg.Topics, e.cfg.PayloadMix)
@@ -375,7 +375,7 @@ FROM generate_series(1, $1) AS g`
 // log-uniform between 100 B and 1 MiB (the same formula as its SQL, up
 // to rounding).
 func payloadSize(m int) int {
-	return int(math.Floor(100 * math.Pow(10485.76, float64((int64(m)*7919)%1_000_000)/1e6)))
+	return int(math.Floor(100 * math.Pow(10485.76, float64((int64(m)*2654435761)%1_000_003)/1_000_003)))
 }
 
 // meanPayload is the mean payload size of events 1..n as fill writes

@@ -258,8 +258,9 @@ func (r *Result) measureArrival(from string, lat []time.Duration) {
 // readBack reads n records from topics through the Kafka listener at
 // addr, from their start: with consumers 1 one client assigned every
 // partition, with more a consumer group of that many members, all in
-// this process. The rate runs from the first record to the nth; the time
-// before the first record (metadata, the group's join) is not in it.
+// this process. The rate runs from the consumers' start to the nth
+// record, so it includes the time to the first record (metadata, the
+// group's join), which FirstRecordSeconds reports.
 func readBack(ctx context.Context, addr string, topics []string, n, consumers int) (*ConsumeResult, error) {
 	res := &ConsumeResult{Consumers: consumers, Group: consumers > 1}
 	opts := []kgo.Opt{kgo.SeedBrokers(addr), kgo.ConsumeTopics(topics...), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())}
@@ -275,6 +276,7 @@ func readBack(ctx context.Context, addr string, topics []string, n, consumers in
 		wg    sync.WaitGroup
 		errs  []error
 	)
+	start := time.Now()
 	done := make(chan struct{})
 	var once sync.Once
 	for i := 0; i < consumers; i++ {
@@ -332,9 +334,9 @@ func readBack(ctx context.Context, addr string, topics []string, n, consumers in
 	if res.Records < n {
 		return res, fmt.Errorf("read back %d of %d records", res.Records, n)
 	}
-	if d := last.Sub(first).Seconds(); d > 0 {
-		res.Rate = float64(res.Records) / d
-		res.MiBPerSec = float64(res.Bytes) / (1 << 20) / d
-	}
+	res.Seconds = last.Sub(start).Seconds()
+	res.FirstRecordSeconds = first.Sub(start).Seconds()
+	res.Rate = float64(res.Records) / res.Seconds
+	res.MiBPerSec = float64(res.Bytes) / (1 << 20) / res.Seconds
 	return res, nil
 }

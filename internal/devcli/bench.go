@@ -97,7 +97,8 @@ func printBench(w io.Writer, results []bench.Result) {
 			if c.Group {
 				kind = fmt.Sprintf("a group of %d", c.Consumers)
 			}
-			fmt.Fprintf(w, "read back through the Kafka listener, %s: %d records, %.0f records/s, %.1f MiB/s\n", kind, c.Records, c.Rate, c.MiBPerSec)
+			fmt.Fprintf(w, "read back through the Kafka listener, %s: %d records in %.2f s (first after %.2f s), %.0f records/s, %.1f MiB/s\n",
+				kind, c.Records, c.Seconds, c.FirstRecordSeconds, c.Rate, c.MiBPerSec)
 		}
 	}
 	if slices.ContainsFunc(results, func(r bench.Result) bool { return r.Arrived > 0 }) {

@@ -26,7 +26,8 @@ func runBrokerBench(ctx context.Context, stdio cli.IO, args []string) error {
 	fs.IntVar(&cfg.Partitions, "partitions", 8, "partitions per topic")
 	fs.IntVar(&cfg.PayloadBytes, "payload-bytes", 200, "record value size")
 	fs.IntVar(&cfg.Keys, "keys", 1000, "distinct record keys (at most 10,000,000)")
-	fs.BoolVar(&cfg.Compact, "compact", false, "compacted topics with 64 MiB segments; after the open, time one compaction pass and report its peak RSS")
+	fs.BoolVar(&cfg.Compact, "compact", false, "compacted topics; after the open, time one compaction pass and report its peak RSS")
+	segmentBytes := fs.String("segment-bytes", "", "the topics' segment.bytes (default 1GiB, 64MiB with --compact)")
 	fs.BoolVar(&cfg.Kill, "kill", false, "SIGKILL the filling process once every append was acknowledged, instead of closing the broker")
 	fs.BoolVar(&cfg.Cold, "cold", false, "evict the data directory from the page cache before the open")
 	fs.StringVar(&cfg.Dir, "dir", "", "data directory to fill, empty or new (default: a temporary one, removed afterwards)")
@@ -39,6 +40,11 @@ func runBrokerBench(ctx context.Context, stdio cli.IO, args []string) error {
 		return cli.Usagef("--log-bytes: %v", err)
 	}
 	cfg.LogBytes = n
+	if *segmentBytes != "" {
+		if cfg.SegmentBytes, err = parseBytes(*segmentBytes); err != nil {
+			return cli.Usagef("--segment-bytes: %v", err)
+		}
+	}
 	if cfg.Binary, err = os.Executable(); err != nil {
 		return err
 	}
@@ -53,8 +59,8 @@ func runBrokerBench(ctx context.Context, stdio cli.IO, args []string) error {
 		return enc.Encode(res)
 	}
 	mib := func(n int64) float64 { return float64(n) / (1 << 20) }
-	fmt.Fprintf(stdio.Stdout, "log: %.0f MiB, %d records of %d B, %d topics x %d partitions; filled in %.1f s (%.0f MiB/s)\n",
-		mib(res.LogBytes), res.Records, res.PayloadBytes, res.Topics, res.Partitions, res.FillSeconds, res.FillMiBps)
+	fmt.Fprintf(stdio.Stdout, "log: %.0f MiB, %d records of %d B, %d topics x %d partitions; topics created in %.2f s, filled in %.1f s (%.0f MiB/s)\n",
+		mib(res.LogBytes), res.Records, res.PayloadBytes, res.Topics, res.Partitions, res.CreateSeconds, res.FillSeconds, res.FillMiBps)
 	cache := "warm page cache"
 	if res.Cold {
 		cache = "cold page cache"
