@@ -227,16 +227,16 @@ const (
 // ConsumeResult is a drained backlog read back through the relay's Kafka
 // listener.
 type ConsumeResult struct {
-	Consumers int     `json:"consumers"`
-	Group     bool    `json:"group"`
-	Records   int     `json:"records"`
-	Bytes     int64   `json:"bytes"`
+	Consumers int   `json:"consumers"`
+	Group     bool  `json:"group"`
+	Records   int   `json:"records"`
+	Bytes     int64 `json:"bytes"`
 	// Seconds runs from the consumers' start to the last record,
 	// FirstRecordSeconds to the first (metadata, the group's join).
 	Seconds            float64 `json:"seconds"`
 	FirstRecordSeconds float64 `json:"first_record_seconds"`
 	Rate               float64 `json:"records_per_second"`
-	MiBPerSec float64 `json:"mib_per_second"`
+	MiBPerSec          float64 `json:"mib_per_second"`
 }
 
 // Baseline is the same work done without the relay.

@@ -71,12 +71,12 @@ type BrokerResult struct {
 	PayloadBytes int   `json:"payload_bytes"`
 	Keys         int   `json:"keys"`
 	// Stop is "clean" (Close) or "SIGKILL".
-	Stop        string  `json:"stop"`
-	Cold        bool    `json:"cold"`
+	Stop string `json:"stop"`
+	Cold bool   `json:"cold"`
 	// CreateSeconds is CreateTopic of every bench topic, before the fill.
 	CreateSeconds float64 `json:"create_seconds"`
 	FillSeconds   float64 `json:"fill_seconds"`
-	FillMiBps   float64 `json:"fill_mib_per_second"`
+	FillMiBps     float64 `json:"fill_mib_per_second"`
 	// OpenSeconds is how long broker.Open took in a fresh process.
 	OpenSeconds float64 `json:"open_seconds"`
 	// OpenRSSBytes and OpenFiles are the opening process's after Open.
