@@ -64,8 +64,8 @@ type Config struct {
 	// partition count of the topics it creates.
 	Partitions int
 	// PayloadMix draws each payload's size from a log-uniform
-	// distribution between 100 B and 1 MiB (mean about 113 KB, median
-	// about 10 KB) instead of PayloadBytes.
+	// distribution between 100 B and 1,000,000 B (mean about 109 KB,
+	// median 10 KB) instead of PayloadBytes.
 	PayloadMix bool
 	// Consumers, after a backlog drain with the embedded sink, reads every
 	// event back through the relay's Kafka listener: 1 is one consumer

@@ -365,17 +365,18 @@ func (e *env) fill(ctx context.Context, n, rate int, xids map[int]string) (writt
 	insert := `INSERT INTO outbox.events (topic, key, payload)
 SELECT CASE WHEN $5::int = 1 THEN 'bench' ELSE 'bench-' || ((g + $3) % $5) END, 'key-' || ((g + $3) % $2),
     convert_to(lpad((g + $3)::text, CASE WHEN $6::bool
-        THEN floor(100 * power(10485.76, (((g + $3)::bigint * 2654435761) % 1000003) / 1000003.0))::int
+        THEN floor(100 * power(10000, (((g + $3)::bigint * 2654435761) % 1000003) / 1000003.0))::int
         ELSE $4 END, 'x'), 'UTF8')
 FROM generate_series(1, $1) AS g`
 	return e.fillWith(ctx, n, rate, insert, xids, e.cfg.PayloadBytes, e.cfg.Topics, e.cfg.PayloadMix)
 }
 
 // payloadSize is the size fill gives event m's payload under PayloadMix:
-// log-uniform between 100 B and 1 MiB (the same formula as its SQL, up
-// to rounding).
+// log-uniform between 100 B and 1,000,000 B, which with the key and the
+// relay's headers stays under the relay's default --max-message-bytes
+// (1 MiB) (the same formula as its SQL, up to rounding).
 func payloadSize(m int) int {
-	return int(math.Floor(100 * math.Pow(10485.76, float64((int64(m)*2654435761)%1_000_003)/1_000_003)))
+	return int(math.Floor(100 * math.Pow(10000, float64((int64(m)*2654435761)%1_000_003)/1_000_003)))
 }
 
 // meanPayload is the mean payload size of events 1..n as fill writes
@@ -478,9 +479,12 @@ func (e *env) fillWith(ctx context.Context, n, rate int, insert string, xids map
 }
 
 // waitPublished waits until target events are acknowledged, returning the
-// count reached when ctx ends first.
+// count reached when ctx ends first. Events the relay put in the dead
+// letters instead (too large for --max-message-bytes, say) fail the wait
+// once the published ones and they make up the target, rather than
+// leaving it to wait forever.
 func (e *env) waitPublished(ctx context.Context, target int) (int, error) {
-	for {
+	for i := 0; ; i++ {
 		n, err := e.published(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
@@ -490,6 +494,12 @@ func (e *env) waitPublished(ctx context.Context, target int) (int, error) {
 		}
 		if n >= target {
 			return n, nil
+		}
+		if i%100 == 99 {
+			var dead int
+			if err := e.pool.QueryRow(ctx, "SELECT count(*) FROM outbox.dead_letters").Scan(&dead); err == nil && dead > 0 && n+dead >= target {
+				return n, fmt.Errorf("%d events went to the dead letters instead of being published (see the relay's --max-message-bytes)", dead)
+			}
 		}
 		select {
 		case <-ctx.Done():

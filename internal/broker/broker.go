@@ -571,6 +571,9 @@ func (b *Broker) load(ctx context.Context, h *health) error {
 	return nil
 }
 
+// openParallelism is how many partitions of a topic open at once.
+const openParallelism = 16
+
 // openTopic opens a topic's partitions; known says meta.json lists it, so
 // a missing partition directory is lost data, not a new partition.
 func (b *Broker) openTopic(name string, cfg TopicConfig, h *health, known bool) (*topic, error) {
@@ -587,16 +590,35 @@ func (b *Broker) openTopic(name string, cfg TopicConfig, h *health, known bool) 
 	}
 	set.cfg.Store(&cfg)
 	t := &topic{name: name, set: set}
-	for i := int32(0); i < cfg.Partitions; i++ {
-		p, err := openPartition(set, partitionDir(b.opts.Dir, name, i), name, i, known)
+	// Partitions open in parallel: each has its own directory and files,
+	// and an open is mostly waiting on the disk (a directory fsync, the
+	// active segment's read), so a topic of thousands of partitions opens
+	// and is created in a fraction of the time one at a time takes.
+	parts := make([]*partition, cfg.Partitions)
+	errs := make([]error, cfg.Partitions)
+	next := atomic.Int32{}
+	var wg sync.WaitGroup
+	for w := 0; w < min(int(cfg.Partitions), openParallelism); w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := next.Add(1) - 1; i < cfg.Partitions; i = next.Add(1) - 1 {
+				parts[i], errs[i] = openPartition(set, partitionDir(b.opts.Dir, name, i), name, i, known)
+			}
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
 		if err != nil {
-			for _, q := range t.parts {
-				_ = q.close()
+			for _, q := range parts {
+				if q != nil {
+					_ = q.close()
+				}
 			}
 			return nil, fmt.Errorf("open %s/%d: %w", name, i, err)
 		}
-		t.parts = append(t.parts, p)
 	}
+	t.parts = parts
 	if !known {
 		// The directories must be durable before meta.json lists the
 		// topic: a partition directory missing later is lost data.

@@ -29,7 +29,7 @@ func runBench(ctx context.Context, stdio cli.IO, args []string) error {
 	fs.IntVar(&cfg.Writers, "writers", 4, "concurrent writers")
 	fs.IntVar(&cfg.Keys, "keys", 1000, "distinct keys (at most 10,000,000)")
 	fs.IntVar(&cfg.PayloadBytes, "payload-bytes", 200, "payload size")
-	fs.BoolVar(&cfg.PayloadMix, "payload-mix", false, "payload sizes log-uniform between 100 B and 1 MiB (mean about 113 KB) instead of --payload-bytes")
+	fs.BoolVar(&cfg.PayloadMix, "payload-mix", false, "payload sizes log-uniform between 100 B and 1,000,000 B (mean about 109 KB, median 10 KB) instead of --payload-bytes")
 	fs.IntVar(&cfg.Topics, "topics", 1, "spread the events over this many topics (bench-0 ..; 1: the topic bench)")
 	fs.IntVar(&cfg.Partitions, "partitions", 0, "the relay's --partitions: partition count of the topics it creates (0: the relay's default)")
 	fs.IntVar(&cfg.Consumers, "consumers", 0, "with --backlog and the embedded sink, read the drained events back through the relay's Kafka listener: 1 consumer assigned every partition, or a group of this many")
