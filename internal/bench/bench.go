@@ -31,7 +31,18 @@
 // does) or its created_at (poll). RelayBinary may be another build, so
 // that one bench compares two relays.
 //
-// The relay's peak RSS and CPU seconds come from /proc. The first SIGINT
+// Scale shapes: Topics spreads the events over topics bench-0 ..
+// bench-N-1 (by event number), Partitions is the relay's --partitions,
+// Keys goes up to 10,000,000 (keys are computed in the INSERT, so
+// nothing in the bench grows with them), PayloadMix draws payload sizes
+// log-uniformly from 100 B to 1,000,000 B, and Consumers reads a drained
+// backlog back through the relay's Kafka listener (one consumer, or a
+// group). RunBroker (`relay-dev bench broker`) measures the embedded
+// broker alone: the open time of a data directory after a clean stop or
+// a SIGKILL, warm or cold, and a compaction pass (broker.go).
+//
+// The relay's peak RSS, CPU seconds and open file descriptors come from
+// /proc. The first SIGINT
 // stops the run and prints what was measured so far.
 package bench
 

@@ -53,6 +53,8 @@ type BrokerConfig struct {
 	// has inactive ones to clean).
 	SegmentBytes int64
 	Kill         bool
+	// MaxOpenFiles is broker.Options.MaxOpenFiles, in both children.
+	MaxOpenFiles int
 	// Cold evicts the directory's files from the page cache
 	// (posix_fadvise DONTNEED, after an fdatasync so that the pages are
 	// clean) before the open, so that it reads from the disk.
@@ -71,8 +73,9 @@ type BrokerResult struct {
 	PayloadBytes int   `json:"payload_bytes"`
 	Keys         int   `json:"keys"`
 	// Stop is "clean" (Close) or "SIGKILL".
-	Stop string `json:"stop"`
-	Cold bool   `json:"cold"`
+	Stop         string `json:"stop"`
+	Cold         bool   `json:"cold"`
+	MaxOpenFiles int    `json:"max_open_files,omitempty"`
 	// CreateSeconds is CreateTopic of every bench topic, before the fill.
 	CreateSeconds float64 `json:"create_seconds"`
 	FillSeconds   float64 `json:"fill_seconds"`
@@ -138,7 +141,7 @@ func (c BrokerConfig) withDefaults() BrokerConfig {
 // RunBroker runs a broker-only bench.
 func RunBroker(ctx context.Context, cfg BrokerConfig) (BrokerResult, error) {
 	cfg = cfg.withDefaults()
-	res := BrokerResult{Topics: cfg.Topics, Partitions: cfg.Partitions, PayloadBytes: cfg.PayloadBytes, Keys: cfg.Keys, Stop: "clean", Cold: cfg.Cold}
+	res := BrokerResult{Topics: cfg.Topics, Partitions: cfg.Partitions, PayloadBytes: cfg.PayloadBytes, Keys: cfg.Keys, Stop: "clean", Cold: cfg.Cold, MaxOpenFiles: cfg.MaxOpenFiles}
 	switch {
 	case cfg.Keys > maxKeys:
 		return res, fmt.Errorf("--keys %d: at most %d", cfg.Keys, maxKeys)
@@ -275,7 +278,7 @@ func BrokerChild(ctx context.Context, w io.Writer) error {
 }
 
 func brokerOptions(cfg BrokerConfig) broker.Options {
-	return broker.Options{Dir: cfg.Dir, DefaultPartitions: int32(cfg.Partitions), JanitorInterval: -1,
+	return broker.Options{Dir: cfg.Dir, DefaultPartitions: int32(cfg.Partitions), JanitorInterval: -1, MaxOpenFiles: cfg.MaxOpenFiles,
 		ScrubBytesPerSecond: -1, ReopenInterval: -1, Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))}
 }
 

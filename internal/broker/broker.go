@@ -176,6 +176,14 @@ type Options struct {
 	// MaxOpenSegmentReaders bounds open handles of inactive segments per
 	// partition (default 2).
 	MaxOpenSegmentReaders int
+	// MaxOpenFiles bounds the descriptors held open, across the broker,
+	// for segment files opened for appending (each partition's active
+	// segment); past it the least recently used idle one is fsynced and
+	// closed, and reopened when next used (fdcache.go). 0 holds one per
+	// partition, so open files grow with the partition count. Inactive
+	// segments' read handles are bounded per partition apart
+	// (MaxOpenSegmentReaders).
+	MaxOpenFiles int
 	// OffsetsCompactBytes rewrites the group offsets file when it grows past
 	// this size and is mostly superseded entries (default 16 MiB).
 	OffsetsCompactBytes int64
@@ -224,6 +232,11 @@ func (o Options) withDefaults() Options {
 	}
 	if o.FS == nil {
 		o.FS = OSFS{}
+	}
+	if o.MaxOpenFiles > 0 {
+		if _, pooled := o.FS.(pooledFS); !pooled {
+			o.FS = newPooledFS(o.FS, o.MaxOpenFiles)
+		}
 	}
 	if o.Now == nil {
 		o.Now = time.Now

@@ -29,6 +29,7 @@ func runBrokerBench(ctx context.Context, stdio cli.IO, args []string) error {
 	fs.BoolVar(&cfg.Compact, "compact", false, "compacted topics; after the open, time one compaction pass and report its peak RSS")
 	segmentBytes := fs.String("segment-bytes", "", "the topics' segment.bytes (default 1GiB, 64MiB with --compact)")
 	fs.BoolVar(&cfg.Kill, "kill", false, "SIGKILL the filling process once every append was acknowledged, instead of closing the broker")
+	fs.IntVar(&cfg.MaxOpenFiles, "max-open-files", 0, "the broker's bound on segment files open for appending (0: one per partition)")
 	fs.BoolVar(&cfg.Cold, "cold", false, "evict the data directory from the page cache before the open")
 	fs.StringVar(&cfg.Dir, "dir", "", "data directory to fill, empty or new (default: a temporary one, removed afterwards)")
 	asJSON := fs.Bool("json", false, "print JSON instead of text")
@@ -65,8 +66,12 @@ func runBrokerBench(ctx context.Context, stdio cli.IO, args []string) error {
 	if res.Cold {
 		cache = "cold page cache"
 	}
-	fmt.Fprintf(stdio.Stdout, "open after %s (%s): %.3f s; RSS after open %.1f MiB, open files %d\n",
-		res.Stop, cache, res.OpenSeconds, mib(res.OpenRSSBytes), res.OpenFiles)
+	bound := "unbounded"
+	if res.MaxOpenFiles > 0 {
+		bound = fmt.Sprintf("at most %d", res.MaxOpenFiles)
+	}
+	fmt.Fprintf(stdio.Stdout, "open after %s (%s, segment files %s): %.3f s; RSS after open %.1f MiB, open files %d\n",
+		res.Stop, cache, bound, res.OpenSeconds, mib(res.OpenRSSBytes), res.OpenFiles)
 	if res.CompactSeconds > 0 {
 		fmt.Fprintf(stdio.Stdout, "compaction, %d keys: %.2f s, peak RSS %.1f MiB, log %.0f MiB after\n",
 			res.Keys, res.CompactSeconds, mib(res.CompactPeakRSSBytes), mib(res.BytesAfterCompact))
