@@ -149,3 +149,35 @@ func TestIsSegmentLog(t *testing.T) {
 		}
 	}
 }
+
+// TestReopenRefusesAReplacedFile: a segment file replaced under its name
+// while its descriptor was closed (as compaction renames a cleaned
+// segment over the original) is not read through the pooled file.
+func TestReopenRefusesAReplacedFile(t *testing.T) {
+	dir := t.TempDir()
+	fsys := newPooledFS(OSFS{}, 1)
+	a, b := segmentName(dir, 0, logSuffix), segmentName(dir, 100, logSuffix)
+	fa, err := fsys.OpenFile(a, os.O_CREATE|os.O_RDWR|os.O_APPEND, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fa.Write([]byte("original")); err != nil {
+		t.Fatal(err)
+	}
+	// Opening b evicts a (bound 1).
+	fb, err := fsys.OpenFile(b, os.O_CREATE|os.O_RDWR|os.O_APPEND, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fb.Close()
+	if err := os.WriteFile(a+".cleaned", []byte("replaced"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(a+".cleaned", a); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 8)
+	if n, err := fa.ReadAt(buf, 0); err == nil {
+		t.Fatalf("read %q through a file replaced while evicted, want an error", buf[:n])
+	}
+}
