@@ -126,6 +126,15 @@ func TestBenchShapes(t *testing.T) {
 		if res.Topics != 20 || res.Partitions != 4 || res.Consume == nil || res.Consume.Records != 2000 || res.Consume.Group || res.Consume.Rate <= 0 {
 			t.Fatalf("want 2000 events over 20 topics of 4 partitions read back by one consumer: %+v %+v", res, res.Consume)
 		}
+		if res.OpenFiles < 80 {
+			t.Fatalf("the relay held %d files open for 80 partitions, want one per partition at least", res.OpenFiles)
+		}
+		bounded := relayRun(t, "--backlog", "--baseline=false", "--events", "2000", "--topics", "20", "--partitions", "4", "--consumers", "1",
+			"--relay-args", "--max-open-files 4")
+		if bounded.Consume == nil || bounded.Consume.Records != 2000 || bounded.OpenFiles >= res.OpenFiles-50 {
+			t.Fatalf("with --max-open-files 4 the relay held %d files open (%d without), want at least 50 fewer, and every event read back: %+v",
+				bounded.OpenFiles, res.OpenFiles, bounded.Consume)
+		}
 	})
 	t.Run("mixed payloads, a group of three", func(t *testing.T) {
 		res := relayRun(t, "--backlog", "--baseline=false", "--events", "100", "--payload-mix", "--topics", "3", "--consumers", "3")
