@@ -201,6 +201,8 @@ func runBrokerChild(ctx context.Context, step brokerStep, kill bool) (brokerRepo
 	cmd := exec.Command(step.Binary, "bench", "broker")
 	cmd.Env = append(os.Environ(), BrokerChildEnv+"="+string(spec))
 	cmd.Stderr = os.Stderr
+	// A fill child waiting for its SIGKILL must not outlive the bench.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		return rep, err
