@@ -562,18 +562,37 @@ func (b *Broker) load(ctx context.Context, h *health) error {
 		names = append(names, n)
 	}
 	sort.Strings(names)
-	for _, n := range names {
+	// Topics open in parallel too, each of its partitions as openTopic
+	// says: a data directory of a thousand small topics is mostly
+	// directory fsyncs and file opens.
+	opened := make([]*topic, len(names))
+	errs := parallel(len(names), openParallelism, func(i int) error {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		t, err := b.openTopic(n, m.Topics[n], h, true)
-		if err != nil {
-			return err
+		var err error
+		opened[i], err = b.openTopic(names[i], m.Topics[names[i]], h, true)
+		return err
+	})
+	if err := errors.Join(errs...); err != nil {
+		for _, t := range opened {
+			if t != nil {
+				for _, q := range t.parts {
+					_ = q.close()
+				}
+			}
 		}
-		b.mu.Lock()
-		b.topics[n] = t
-		b.mu.Unlock()
+		for _, err := range errs {
+			if err != nil {
+				return err
+			}
+		}
 	}
+	b.mu.Lock()
+	for i, t := range opened {
+		b.topics[names[i]] = t
+	}
+	b.mu.Unlock()
 	gs, err := openGroupStore(b.opts.FS, filepath.Join(b.opts.Dir, "groups"), b.opts.OffsetsCompactBytes, b.opts.Logger, h)
 	if err != nil {
 		return err
@@ -584,8 +603,28 @@ func (b *Broker) load(ctx context.Context, h *health) error {
 	return nil
 }
 
-// openParallelism is how many partitions of a topic open at once.
+// openParallelism is how many partitions of a topic, and how many
+// topics, open at once; and how many partitions close at once.
 const openParallelism = 16
+
+// parallel runs fn(0) .. fn(n-1) on at most workers goroutines and
+// returns their errors by index.
+func parallel(n, workers int, fn func(i int) error) []error {
+	errs := make([]error, n)
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for w := 0; w < min(n, workers); w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := int(next.Add(1) - 1); i < n; i = int(next.Add(1) - 1) {
+				errs[i] = fn(i)
+			}
+		}()
+	}
+	wg.Wait()
+	return errs
+}
 
 // openTopic opens a topic's partitions; known says meta.json lists it, so
 // a missing partition directory is lost data, not a new partition.
@@ -608,19 +647,11 @@ func (b *Broker) openTopic(name string, cfg TopicConfig, h *health, known bool) 
 	// active segment's read), so a topic of thousands of partitions opens
 	// and is created in a fraction of the time one at a time takes.
 	parts := make([]*partition, cfg.Partitions)
-	errs := make([]error, cfg.Partitions)
-	next := atomic.Int32{}
-	var wg sync.WaitGroup
-	for w := 0; w < min(int(cfg.Partitions), openParallelism); w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := next.Add(1) - 1; i < cfg.Partitions; i = next.Add(1) - 1 {
-				parts[i], errs[i] = openPartition(set, partitionDir(b.opts.Dir, name, i), name, i, known)
-			}
-		}()
-	}
-	wg.Wait()
+	errs := parallel(int(cfg.Partitions), openParallelism, func(i int) error {
+		var err error
+		parts[i], err = openPartition(set, partitionDir(b.opts.Dir, name, int32(i)), name, int32(i), known)
+		return err
+	})
 	for i, err := range errs {
 		if err != nil {
 			for _, q := range parts {
@@ -1248,11 +1279,12 @@ func (b *Broker) Close() error {
 }
 
 func (b *Broker) closeParts() error {
-	var errs []error
-	for _, p := range b.allPartitions() {
-		errs = append(errs, p.close())
-	}
-	return errors.Join(errs...)
+	// Each close fsyncs the active segment and writes a snapshot
+	// (another fsync and a directory fsync): in parallel, so that a
+	// clean stop of thousands of partitions does not take thousands of
+	// fsyncs one after another.
+	parts := b.allPartitions()
+	return errors.Join(parallel(len(parts), openParallelism, func(i int) error { return parts[i].close() })...)
 }
 
 var _ io.Closer = (*Broker)(nil)

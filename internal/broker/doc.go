@@ -198,7 +198,10 @@
 // as there are concurrent callers (an Open recovers 16 partitions of a
 // topic at once), and the next open trims the excess. Inactive segments'
 // read handles are bounded per partition apart (MaxOpenSegmentReaders).
-// Partitions of a topic are opened, and created, 16 at a time.
+// Open opens 16 topics at a time and each topic's partitions 16 at a
+// time (CreateTopic too), and Close closes 16 partitions at a time: an
+// open or a close of thousands of partitions is mostly fsyncs and file
+// opens, which the disk serves faster side by side.
 //
 // Fault model of the pool, and the tests that show it:
 //   - A failed fsync before the close is not lost: it sticks to the file
