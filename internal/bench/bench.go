@@ -31,7 +31,18 @@
 // does) or its created_at (poll). RelayBinary may be another build, so
 // that one bench compares two relays.
 //
-// The relay's peak RSS and CPU seconds come from /proc. The first SIGINT
+// Scale shapes: Topics spreads the events over topics bench-0 ..
+// bench-N-1 (by event number), Partitions is the relay's --partitions,
+// Keys goes up to 10,000,000 (keys are computed in the INSERT, so
+// nothing in the bench grows with them), PayloadMix draws payload sizes
+// log-uniformly from 100 B to 1,000,000 B, and Consumers reads a drained
+// backlog back through the relay's Kafka listener (one consumer, or a
+// group). RunBroker (`relay-dev bench broker`) measures the embedded
+// broker alone: the open time of a data directory after a clean stop or
+// a SIGKILL, warm or cold, and a compaction pass (broker.go).
+//
+// The relay's peak RSS, CPU seconds and open file descriptors come from
+// /proc. The first SIGINT
 // stops the run and prints what was measured so far.
 package bench
 
@@ -57,6 +68,22 @@ type Config struct {
 	Writers          int
 	Keys             int
 	PayloadBytes     int
+	// Topics spreads the events over this many topics, bench-0 ..
+	// bench-N-1 by event number (default 1: the topic "bench").
+	Topics int
+	// Partitions, when set, is passed to the relay as --partitions: the
+	// partition count of the topics it creates.
+	Partitions int
+	// PayloadMix draws each payload's size from a log-uniform
+	// distribution between 100 B and 1,000,000 B (mean about 109 KB,
+	// median 10 KB) instead of PayloadBytes.
+	PayloadMix bool
+	// Consumers, after a backlog drain with the embedded sink, reads every
+	// event back through the relay's Kafka listener: 1 is one consumer
+	// assigned every partition, more is a consumer group of that many
+	// members; the figure is events/s from the first fetch to the last
+	// event.
+	Consumers int
 	// Rate is events per second across all writers (open loop); 0 writes
 	// as fast as possible.
 	Rate int
@@ -109,6 +136,9 @@ func (c Config) WithDefaults() Config {
 	if c.PayloadBytes <= 0 {
 		c.PayloadBytes = 200
 	}
+	if c.Topics <= 0 {
+		c.Topics = 1
+	}
 	if c.EventsPerTx <= 0 {
 		c.EventsPerTx = 1
 		if c.Backlog {
@@ -139,6 +169,18 @@ func (c Config) Validate() error {
 		return fmt.Errorf("--rate applies to live runs, not --backlog")
 	case c.Schema && !c.Backlog:
 		return fmt.Errorf("--schema-validation measures drains: it needs --backlog")
+	case c.Keys > maxKeys:
+		return fmt.Errorf("--keys %d: at most %d", c.Keys, maxKeys)
+	case c.Topics > maxTopics:
+		return fmt.Errorf("--topics %d: at most %d", c.Topics, maxTopics)
+	case c.Partitions < 0 || c.Partitions > 10_000:
+		return fmt.Errorf("--partitions %d: must be 1..10000 (the relay's limit)", c.Partitions)
+	case c.PayloadMix && c.Schema:
+		return fmt.Errorf("--payload-mix does not apply to --schema-validation (its payloads are fixed records)")
+	case c.Consumers < 0:
+		return fmt.Errorf("--consumers must not be negative")
+	case c.Consumers > 0 && (!c.Backlog || c.Sink != "embedded" || c.Schema):
+		return fmt.Errorf("--consumers reads a drained backlog back from the embedded broker: it needs --backlog and --sink embedded")
 	case c.RelayBinary == "":
 		return fmt.Errorf("the relay binary is unknown")
 	}
@@ -164,6 +206,15 @@ type Result struct {
 	LatencyMax   time.Duration `json:"latency_max_ns"`
 	RSSPeakBytes int64         `json:"relay_rss_peak_bytes"`
 	CPUSeconds   float64       `json:"relay_cpu_seconds"`
+	// OpenFiles is the most file descriptors the relay held, sampled
+	// from /proc/PID/fd every 100 ms of the run and at its end.
+	OpenFiles int `json:"relay_open_files"`
+	// PayloadBytes is the mean payload size written.
+	PayloadBytes int `json:"payload_bytes"`
+	Topics       int `json:"topics"`
+	Partitions   int `json:"partitions,omitempty"`
+	// Consume is the read-back of a drained backlog (Config.Consumers).
+	Consume *ConsumeResult `json:"consume,omitempty"`
 	// Arrival latencies (--sink kafka, live): from ArrivalFrom ("commit"
 	// or "insert") to the bench's consumer reading the event from the
 	// cluster, over the Arrived events it read.
@@ -177,6 +228,26 @@ type Result struct {
 	Schema      *SchemaBench  `json:"schema_validation,omitempty"`
 	// Interrupted is set when SIGINT stopped the run early.
 	Interrupted bool `json:"interrupted"`
+}
+
+const (
+	maxKeys   = 10_000_000
+	maxTopics = 10_000
+)
+
+// ConsumeResult is a drained backlog read back through the relay's Kafka
+// listener.
+type ConsumeResult struct {
+	Consumers int   `json:"consumers"`
+	Group     bool  `json:"group"`
+	Records   int   `json:"records"`
+	Bytes     int64 `json:"bytes"`
+	// Seconds runs from the consumers' start to the last record,
+	// FirstRecordSeconds to the first (metadata, the group's join).
+	Seconds            float64 `json:"seconds"`
+	FirstRecordSeconds float64 `json:"first_record_seconds"`
+	Rate               float64 `json:"records_per_second"`
+	MiBPerSec          float64 `json:"mib_per_second"`
 }
 
 // Baseline is the same work done without the relay.

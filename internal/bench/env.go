@@ -12,8 +12,10 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -160,11 +162,13 @@ func (e *env) close() {
 
 // relayProc is the relay under test.
 type relayProc struct {
-	cmd     *exec.Cmd
-	addr    string
-	done    chan struct{}
-	logPath string
-	started time.Time
+	cmd *exec.Cmd
+	// maxFiles is the most open file descriptors seen.
+	maxFiles atomic.Int64
+	addr     string
+	done     chan struct{}
+	logPath  string
+	started  time.Time
 }
 
 func (e *env) startRelay(ctx context.Context) (*relayProc, error) {
@@ -174,20 +178,22 @@ func (e *env) startRelay(ctx context.Context) (*relayProc, error) {
 // startRelayWith starts the relay with extra flags after the configured
 // ones.
 func (e *env) startRelayWith(ctx context.Context, extra ...string) (*relayProc, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := freeAddr()
 	if err != nil {
 		return nil, err
 	}
-	addr := l.Addr().String()
-	l.Close()
 	logPath := filepath.Join(e.dir, fmt.Sprintf("relay-%d.log", time.Now().UnixNano()))
 	logFile, err := os.Create(logPath)
 	if err != nil {
 		return nil, err
 	}
 	defer logFile.Close()
-	args := append([]string{"run", "--database-url", e.url, "--data-dir", filepath.Join(e.dir, "data"),
-		"--source", e.cfg.Source, "--sink", e.cfg.Sink, "--kafka-addr", "", "--http-addr", addr, "--log-level", "warn"}, append(e.cfg.RelayArgs, extra...)...)
+	args := []string{"run", "--database-url", e.url, "--data-dir", filepath.Join(e.dir, "data"),
+		"--source", e.cfg.Source, "--sink", e.cfg.Sink, "--kafka-addr", "", "--http-addr", addr, "--log-level", "warn"}
+	if e.cfg.Partitions > 0 {
+		args = append(args, "--partitions", strconv.Itoa(e.cfg.Partitions))
+	}
+	args = append(args, append(e.cfg.RelayArgs, extra...)...)
 	cmd := exec.Command(e.cfg.RelayBinary, args...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	// Its own process group: a terminal's SIGINT reaches only the bench,
@@ -198,6 +204,7 @@ func (e *env) startRelayWith(ctx context.Context, extra ...string) (*relayProc, 
 		return nil, fmt.Errorf("starting the relay: %w", err)
 	}
 	go func() { cmd.Wait(); close(p.done) }()
+	go p.sampleFiles()
 	deadline := time.Now().Add(time.Minute)
 	for {
 		if ready(addr) {
@@ -219,6 +226,16 @@ func (e *env) startRelayWith(ctx context.Context, extra ...string) (*relayProc, 
 	}
 }
 
+// freeAddr is a loopback address no one listened on a moment ago.
+func freeAddr() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}
+
 func ready(addr string) bool {
 	c := http.Client{Timeout: time.Second}
 	resp, err := c.Get("http://" + addr + "/readyz")
@@ -227,6 +244,27 @@ func ready(addr string) bool {
 	}
 	resp.Body.Close()
 	return resp.StatusCode == http.StatusOK
+}
+
+// sampleFiles notes the relay's open file descriptors every 100 ms
+// until it exits.
+func (p *relayProc) sampleFiles() {
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	for {
+		p.noteFiles()
+		select {
+		case <-p.done:
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (p *relayProc) noteFiles() {
+	if n, err := procstat.OpenFiles(p.cmd.Process.Pid); err == nil && int64(n) > p.maxFiles.Load() {
+		p.maxFiles.Store(int64(n))
+	}
 }
 
 // usage reads the relay's peak RSS and CPU time from /proc; call it while
@@ -321,10 +359,49 @@ func (e *env) published(ctx context.Context) (int, error) {
 // pace themselves to rate events/s in all. With xids set, it notes each
 // event's transaction id by its number (the payload's digits).
 func (e *env) fill(ctx context.Context, n, rate int, xids map[int]string) (written int, elapsed time.Duration, err error) {
+	// Event number m = g + $3 goes to topic bench-(m mod topics) (or
+	// "bench"), key key-(m mod keys), and its payload is m padded with x
+	// to PayloadBytes, or to payloadSize(m) with PayloadMix.
 	insert := `INSERT INTO outbox.events (topic, key, payload)
-SELECT 'bench', 'key-' || ((g + $3) % $2), convert_to(lpad((g + $3)::text, $4, 'x'), 'UTF8')
+SELECT CASE WHEN $5::int = 1 THEN 'bench' ELSE 'bench-' || ((g + $3) % $5) END, 'key-' || ((g + $3) % $2),
+    convert_to(lpad((g + $3)::text, CASE WHEN $6::bool
+        THEN floor(100 * power(10000, (((g + $3)::bigint * 2654435761) % 1000003) / 1000003.0))::int
+        ELSE $4 END, 'x'), 'UTF8')
 FROM generate_series(1, $1) AS g`
-	return e.fillWith(ctx, n, rate, insert, xids, e.cfg.PayloadBytes)
+	return e.fillWith(ctx, n, rate, insert, xids, e.cfg.PayloadBytes, e.cfg.Topics, e.cfg.PayloadMix)
+}
+
+// payloadSize is the size fill gives event m's payload under PayloadMix:
+// log-uniform between 100 B and 1,000,000 B, which with the key and the
+// relay's headers stays under the relay's default --max-message-bytes
+// (1 MiB) (the same formula as its SQL, up to rounding).
+func payloadSize(m int) int {
+	return int(math.Floor(100 * math.Pow(10000, float64((int64(m)*2654435761)%1_000_003)/1_000_003)))
+}
+
+// meanPayload is the mean payload size of events 1..n as fill writes
+// them.
+func (e *env) meanPayload(n int) int {
+	if !e.cfg.PayloadMix || n <= 0 {
+		return e.cfg.PayloadBytes
+	}
+	var sum int64
+	for m := 1; m <= n; m++ {
+		sum += int64(payloadSize(m))
+	}
+	return int(sum / int64(n))
+}
+
+// topics are the topics fill writes to.
+func (e *env) topics() []string {
+	if e.cfg.Topics <= 1 {
+		return []string{benchTopic}
+	}
+	out := make([]string, e.cfg.Topics)
+	for i := range out {
+		out[i] = fmt.Sprintf("%s-%d", benchTopic, i)
+	}
+	return out
 }
 
 // fillWith is fill with another insert statement: its $1 is the events in
@@ -402,9 +479,12 @@ func (e *env) fillWith(ctx context.Context, n, rate int, insert string, xids map
 }
 
 // waitPublished waits until target events are acknowledged, returning the
-// count reached when ctx ends first.
+// count reached when ctx ends first. Events the relay put in the dead
+// letters instead (too large for --max-message-bytes, say) fail the wait
+// once the published ones and they make up the target, rather than
+// leaving it to wait forever.
 func (e *env) waitPublished(ctx context.Context, target int) (int, error) {
-	for {
+	for i := 0; ; i++ {
 		n, err := e.published(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
@@ -414,6 +494,12 @@ func (e *env) waitPublished(ctx context.Context, target int) (int, error) {
 		}
 		if n >= target {
 			return n, nil
+		}
+		if i%100 == 99 {
+			var dead int
+			if err := e.pool.QueryRow(ctx, "SELECT count(*) FROM outbox.dead_letters").Scan(&dead); err == nil && dead > 0 && n+dead >= target {
+				return n, fmt.Errorf("%d events went to the dead letters instead of being published (see the relay's --max-message-bytes)", dead)
+			}
 		}
 		select {
 		case <-ctx.Done():

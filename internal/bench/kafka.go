@@ -60,10 +60,10 @@ type arrivals struct {
 	cond    *sync.Cond
 }
 
-// consume creates the bench topic when missing and starts reading it
-// from its current end, as a latency-minded consumer does: a fetch is
+// consume creates the bench topics when missing and starts reading them
+// from their current end, as a latency-minded consumer does: a fetch is
 // answered as soon as a record arrives (or after 100 ms).
-func consume(ctx context.Context, brokers []string) (*arrivals, error) {
+func consume(ctx context.Context, brokers, topics []string, partitions int32) (*arrivals, error) {
 	admin, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
 	if err != nil {
 		return nil, fmt.Errorf("the arrival consumer: %w", err)
@@ -72,20 +72,34 @@ func consume(ctx context.Context, brokers []string) (*arrivals, error) {
 	actx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	adm := kadm.NewClient(admin)
-	if _, err := adm.CreateTopic(actx, -1, -1, nil, benchTopic); err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
-		return nil, fmt.Errorf("the arrival consumer: creating topic %s: %w", benchTopic, err)
+	if partitions <= 0 {
+		partitions = -1
 	}
-	ends, err := adm.ListEndOffsets(actx, benchTopic)
+	created, err := adm.CreateTopics(actx, partitions, -1, nil, topics...)
+	if err != nil {
+		return nil, fmt.Errorf("the arrival consumer: creating the bench topics: %w", err)
+	}
+	for _, c := range created {
+		if c.Err != nil && !errors.Is(c.Err, kerr.TopicAlreadyExists) {
+			return nil, fmt.Errorf("the arrival consumer: creating topic %s: %w", c.Topic, c.Err)
+		}
+	}
+	ends, err := adm.ListEndOffsets(actx, topics...)
 	if err == nil {
 		err = ends.Error()
 	}
 	if err != nil {
-		return nil, fmt.Errorf("the arrival consumer: the end of topic %s: %w", benchTopic, err)
+		return nil, fmt.Errorf("the arrival consumer: the end of the bench topics: %w", err)
 	}
-	from := map[int32]kgo.Offset{}
-	ends.Each(func(o kadm.ListedOffset) { from[o.Partition] = kgo.NewOffset().At(o.Offset) })
+	from := map[string]map[int32]kgo.Offset{}
+	ends.Each(func(o kadm.ListedOffset) {
+		if from[o.Topic] == nil {
+			from[o.Topic] = map[int32]kgo.Offset{}
+		}
+		from[o.Topic][o.Partition] = kgo.NewOffset().At(o.Offset)
+	})
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.FetchMaxWait(100*time.Millisecond),
-		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{benchTopic: from}))
+		kgo.ConsumePartitions(from))
 	if err != nil {
 		return nil, fmt.Errorf("the arrival consumer: %w", err)
 	}
@@ -239,4 +253,90 @@ func (r *Result) measureArrival(from string, lat []time.Duration) {
 	r.ArrivalP90 = percentile(lat, 0.9)
 	r.ArrivalP99 = percentile(lat, 0.99)
 	r.ArrivalMax = lat[len(lat)-1]
+}
+
+// readBack reads n records from topics through the Kafka listener at
+// addr, from their start: with consumers 1 one client assigned every
+// partition, with more a consumer group of that many members, all in
+// this process. The rate runs from the consumers' start to the nth
+// record, so it includes the time to the first record (metadata, the
+// group's join), which FirstRecordSeconds reports.
+func readBack(ctx context.Context, addr string, topics []string, n, consumers int) (*ConsumeResult, error) {
+	res := &ConsumeResult{Consumers: consumers, Group: consumers > 1}
+	opts := []kgo.Opt{kgo.SeedBrokers(addr), kgo.ConsumeTopics(topics...), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())}
+	if consumers > 1 {
+		opts = append(opts, kgo.ConsumerGroup(fmt.Sprintf("relay-bench-%d", time.Now().UnixNano())), kgo.DisableAutoCommit())
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
+	defer cancel()
+	var (
+		mu    sync.Mutex
+		first time.Time
+		last  time.Time
+		wg    sync.WaitGroup
+		errs  []error
+	)
+	start := time.Now()
+	done := make(chan struct{})
+	var once sync.Once
+	for i := 0; i < consumers; i++ {
+		cl, err := kgo.NewClient(opts...)
+		if err != nil {
+			cancel()
+			wg.Wait()
+			return nil, fmt.Errorf("the read-back consumer: %w", err)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer cl.Close()
+			for {
+				fs := cl.PollFetches(ctx)
+				if ctx.Err() != nil {
+					return
+				}
+				now := time.Now()
+				fs.EachError(func(t string, p int32, err error) {
+					mu.Lock()
+					errs = append(errs, fmt.Errorf("%s/%d: %w", t, p, err))
+					mu.Unlock()
+				})
+				mu.Lock()
+				fs.EachRecord(func(r *kgo.Record) {
+					if first.IsZero() {
+						first = now
+					}
+					res.Records++
+					res.Bytes += int64(len(r.Key) + len(r.Value))
+				})
+				if res.Records >= n {
+					last = now
+					once.Do(func() { close(done) })
+				}
+				bad := len(errs) > 0
+				mu.Unlock()
+				if bad {
+					once.Do(func() { close(done) })
+					return
+				}
+			}
+		}()
+	}
+	select {
+	case <-done:
+	case <-ctx.Done():
+	}
+	cancel()
+	wg.Wait()
+	if len(errs) > 0 {
+		return res, fmt.Errorf("reading back: %w", errors.Join(errs...))
+	}
+	if res.Records < n {
+		return res, fmt.Errorf("read back %d of %d records", res.Records, n)
+	}
+	res.Seconds = last.Sub(start).Seconds()
+	res.FirstRecordSeconds = first.Sub(start).Seconds()
+	res.Rate = float64(res.Records) / res.Seconds
+	res.MiBPerSec = float64(res.Bytes) / (1 << 20) / res.Seconds
+	return res, nil
 }

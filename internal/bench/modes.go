@@ -12,13 +12,16 @@ import (
 )
 
 func (e *env) result(mode string) Result {
-	return Result{Source: e.cfg.Source, Sink: e.cfg.Sink, Mode: mode, Events: e.cfg.Events}
+	return Result{Source: e.cfg.Source, Sink: e.cfg.Sink, Mode: mode, Events: e.cfg.Events,
+		Topics: e.cfg.Topics, Partitions: e.cfg.Partitions, PayloadBytes: e.meanPayload(e.cfg.Events)}
 }
 
 // measureRelay fills in the relay's resource use and latency before it is
 // stopped.
 func (r *Result) measureRelay(p *relayProc) {
 	r.RSSPeakBytes, r.CPUSeconds = p.usage()
+	p.noteFiles()
+	r.OpenFiles = int(p.maxFiles.Load())
 	r.LatencyFrom, r.LatencyP50, r.LatencyP90, r.LatencyP99, r.LatencyMax, _ = p.latency()
 	// Interpolating inside a bucket can overshoot the largest value seen.
 	if r.LatencyMax > 0 {
@@ -70,7 +73,15 @@ func (e *env) backlog(ctx context.Context) (Result, error) {
 	if err != nil {
 		return res, err
 	}
-	p, err := e.startRelay(ctx)
+	var extra []string
+	var kafkaAddr string
+	if e.cfg.Consumers > 0 {
+		if kafkaAddr, err = freeAddr(); err != nil {
+			return res, err
+		}
+		extra = []string{"--kafka-addr", kafkaAddr}
+	}
+	p, err := e.startRelayWith(ctx, extra...)
 	if err != nil {
 		return res, err
 	}
@@ -80,6 +91,12 @@ func (e *env) backlog(ctx context.Context) (Result, error) {
 	res.Published = n - before
 	res.PublishRate = float64(res.Published) / res.Elapsed.Seconds()
 	res.measureRelay(p)
+	if err == nil && ctx.Err() == nil && e.cfg.Consumers > 0 {
+		log.Info("reading the backlog back through the relay's Kafka listener", "consumers", e.cfg.Consumers, "addr", kafkaAddr)
+		res.Consume, err = readBack(ctx, kafkaAddr, e.topics(), n, e.cfg.Consumers)
+		p.noteFiles()
+		res.OpenFiles = int(p.maxFiles.Load())
+	}
 	p.stop()
 	if err != nil {
 		return res, err
@@ -283,7 +300,7 @@ func (e *env) live(ctx context.Context) (Result, error) {
 		xids map[int]string
 	)
 	if e.brokers != nil {
-		if arr, err = consume(ctx, e.brokers); err != nil {
+		if arr, err = consume(ctx, e.brokers, e.topics(), int32(e.cfg.Partitions)); err != nil {
 			return res, err
 		}
 		defer arr.close()

@@ -176,6 +176,14 @@ type Options struct {
 	// MaxOpenSegmentReaders bounds open handles of inactive segments per
 	// partition (default 2).
 	MaxOpenSegmentReaders int
+	// MaxOpenFiles bounds the descriptors held open, across the broker,
+	// for segment files opened for appending (each partition's active
+	// segment); past it the least recently used idle one is fsynced and
+	// closed, and reopened when next used (fdcache.go). 0 holds one per
+	// partition, so open files grow with the partition count. Inactive
+	// segments' read handles are bounded per partition apart
+	// (MaxOpenSegmentReaders).
+	MaxOpenFiles int
 	// OffsetsCompactBytes rewrites the group offsets file when it grows past
 	// this size and is mostly superseded entries (default 16 MiB).
 	OffsetsCompactBytes int64
@@ -231,6 +239,11 @@ func (o Options) withDefaults() Options {
 	}
 	if o.FS == nil {
 		o.FS = OSFS{}
+	}
+	if o.MaxOpenFiles > 0 {
+		if _, pooled := o.FS.(pooledFS); !pooled {
+			o.FS = newPooledFS(o.FS, o.MaxOpenFiles)
+		}
 	}
 	if o.Now == nil {
 		o.Now = time.Now
@@ -572,18 +585,37 @@ func (b *Broker) load(ctx context.Context, h *health) error {
 		names = append(names, n)
 	}
 	sort.Strings(names)
-	for _, n := range names {
+	// Topics open in parallel too, each of its partitions as openTopic
+	// says: a data directory of a thousand small topics is mostly
+	// directory fsyncs and file opens.
+	opened := make([]*topic, len(names))
+	errs := parallel(len(names), openParallelism, func(i int) error {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		t, err := b.openTopic(n, m.Topics[n], h, true)
-		if err != nil {
-			return err
+		var err error
+		opened[i], err = b.openTopic(names[i], m.Topics[names[i]], h, true)
+		return err
+	})
+	if err := errors.Join(errs...); err != nil {
+		for _, t := range opened {
+			if t != nil {
+				for _, q := range t.parts {
+					_ = q.close()
+				}
+			}
 		}
-		b.mu.Lock()
-		b.topics[n] = t
-		b.mu.Unlock()
+		for _, err := range errs {
+			if err != nil {
+				return err
+			}
+		}
 	}
+	b.mu.Lock()
+	for i, t := range opened {
+		b.topics[names[i]] = t
+	}
+	b.mu.Unlock()
 	gs, err := openGroupStore(b.opts.FS, filepath.Join(b.opts.Dir, "groups"), b.opts.OffsetsCompactBytes, b.opts.Logger, h)
 	if err != nil {
 		return err
@@ -599,6 +631,29 @@ func (b *Broker) load(ctx context.Context, h *health) error {
 	b.txns = tc
 	b.mu.Unlock()
 	return nil
+}
+
+// openParallelism is how many partitions of a topic, and how many
+// topics, open at once; and how many partitions close at once.
+const openParallelism = 16
+
+// parallel runs fn(0) .. fn(n-1) on at most workers goroutines and
+// returns their errors by index.
+func parallel(n, workers int, fn func(i int) error) []error {
+	errs := make([]error, n)
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for w := 0; w < min(n, workers); w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := int(next.Add(1) - 1); i < n; i = int(next.Add(1) - 1) {
+				errs[i] = fn(i)
+			}
+		}()
+	}
+	wg.Wait()
+	return errs
 }
 
 // openTopic opens a topic's partitions; known says meta.json lists it, so
@@ -617,16 +672,27 @@ func (b *Broker) openTopic(name string, cfg TopicConfig, h *health, known bool) 
 	}
 	set.cfg.Store(&cfg)
 	t := &topic{name: name, set: set}
-	for i := int32(0); i < cfg.Partitions; i++ {
-		p, err := openPartition(set, partitionDir(b.opts.Dir, name, i), name, i, known)
+	// Partitions open in parallel: each has its own directory and files,
+	// and an open is mostly waiting on the disk (a directory fsync, the
+	// active segment's read), so a topic of thousands of partitions opens
+	// and is created in a fraction of the time one at a time takes.
+	parts := make([]*partition, cfg.Partitions)
+	errs := parallel(int(cfg.Partitions), openParallelism, func(i int) error {
+		var err error
+		parts[i], err = openPartition(set, partitionDir(b.opts.Dir, name, int32(i)), name, int32(i), known)
+		return err
+	})
+	for i, err := range errs {
 		if err != nil {
-			for _, q := range t.parts {
-				_ = q.close()
+			for _, q := range parts {
+				if q != nil {
+					_ = q.close()
+				}
 			}
 			return nil, fmt.Errorf("open %s/%d: %w", name, i, err)
 		}
-		t.parts = append(t.parts, p)
 	}
+	t.parts = parts
 	if !known {
 		// The directories must be durable before meta.json lists the
 		// topic: a partition directory missing later is lost data.
@@ -1276,11 +1342,12 @@ func (b *Broker) Close() error {
 }
 
 func (b *Broker) closeParts() error {
-	var errs []error
-	for _, p := range b.allPartitions() {
-		errs = append(errs, p.close())
-	}
-	return errors.Join(errs...)
+	// Each close fsyncs the active segment and writes a snapshot
+	// (another fsync and a directory fsync): in parallel, so that a
+	// clean stop of thousands of partitions does not take thousands of
+	// fsyncs one after another.
+	parts := b.allPartitions()
+	return errors.Join(parallel(len(parts), openParallelism, func(i int) error { return parts[i].close() })...)
 }
 
 var _ io.Closer = (*Broker)(nil)

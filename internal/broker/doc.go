@@ -192,6 +192,41 @@
 // fsync is sticky too, but with no journal a reopen keeps what the segment
 // files hold.
 //
+// # Open files
+//
+// Each partition holds its active segment's file open for appending, so
+// open files grow with the partition count unless Options.MaxOpenFiles
+// bounds them (fdcache.go): the segment files opened for appending then
+// share a broker-wide pool, and opening one past the bound closes the
+// least recently used idle one, after fsyncing it when it was written
+// since its last fsync; its next use reopens it. A file in use is never
+// closed under its caller, so the bound can be exceeded by as many files
+// as there are concurrent callers (an Open recovers 16 partitions of a
+// topic at once), and the next open trims the excess. Inactive segments'
+// read handles are bounded per partition apart (MaxOpenSegmentReaders).
+// Open opens 16 topics at a time and each topic's partitions 16 at a
+// time (CreateTopic too), and Close closes 16 partitions at a time: an
+// open or a close of thousands of partitions is mostly fsyncs and file
+// opens, which the disk serves faster side by side.
+//
+// Fault model of the pool, and the tests that show it:
+//   - A failed fsync before the close is not lost: it sticks to the file
+//     (the descriptor is closed all the same, since after a failed fsync
+//     Linux may have marked the dirty pages clean and a retry proves
+//     nothing), and every later call on it returns the error, so the
+//     partition's own next fsync (a checkpoint, a roll, Close, the
+//     interval fsync) fails as if it had failed itself, and the broker
+//     fails as under "Durability" above: the journal is kept and the
+//     next open restores the data; TestFailedEvictionFsyncIsReported.
+//   - No stale or foreign data: every descriptor of a file shares its page
+//     cache, so a reopened file reads what was written through the closed
+//     one; a reopen that finds another file under the name (compaction or
+//     retention replaced or removed it meanwhile) fails rather than read
+//     it; TestMaxOpenFilesBoundsSegmentDescriptors reads every record
+//     back through reopened files, before and after a reopen.
+//   - An evicted file's Sync is a no-op only when the eviction's fsync
+//     succeeded and nothing was written since (a write reopens it).
+//
 // # Consumer group offsets (groups/offsets.log)
 //
 // An append-only file of frames: uint32 payload length | uint32 CRC32C of

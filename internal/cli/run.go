@@ -59,6 +59,7 @@ type runFlags struct {
 	ackInterval     time.Duration
 	leaderLease     time.Duration
 	allowLost       bool
+	maxOpenFiles    int
 	deadPolicy      string
 	topicPolicies   string
 	readyTimeout    time.Duration
@@ -89,6 +90,7 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.partitions, "partitions", 8, "partition count of topics created on first use")
 	fs.BoolVar(&f.createTopics, "create-topics", true, "embedded broker: create a topic on first use, by the relay or a Kafka client's metadata request (false: events for a missing topic wait in the outbox until it is created through the Kafka listener)")
 	fs.IntVar(&f.maxMessageBytes, "max-message-bytes", 1<<20-512, "largest event (key + payload + headers, the relay's own included); larger ones go to the dead letters. The default leaves room for the record's framing within the default max.message.bytes (1048588) of Kafka and the embedded broker")
+	fs.IntVar(&f.maxOpenFiles, "max-open-files", 0, "embedded broker: at most this many segment files held open for appending across all partitions; past it the least recently used idle one is fsynced and closed until next used (0: one per partition)")
 	fs.BoolVar(&f.allowLost, "allow-lost-partitions", false, "embedded broker: open even when a known partition's directory is missing, recreating it empty with the loss on record (without it the relay refuses to start and names the partition)")
 	fs.StringVar(&f.fsync, "fsync", "always", "embedded broker durability: always (fsync before acknowledging) or interval (unsafe: a machine crash can lose acknowledged events)")
 	fs.DurationVar(&f.ackInterval, "ack-interval", 10*time.Millisecond, "shortest time between two acknowledgement transactions (deleting published rows, saving the position); 0 commits each batch's at once")
@@ -128,6 +130,8 @@ func (f *runFlags) validate() error {
 		return usagef("--batch-bytes %d: must be positive", f.batchBytes)
 	case f.partitions < 1 || f.partitions > 10_000:
 		return usagef("--partitions %d: must be 1..10000", f.partitions)
+	case f.maxOpenFiles < 0:
+		return usagef("--max-open-files must not be negative")
 	case f.retain < 0:
 		return usagef("--retain must not be negative")
 	case f.pruneInterval <= 0:
@@ -300,7 +304,7 @@ func (f *runFlags) serve(ctx context.Context, log *slog.Logger) error {
 			return err
 		}
 	} else if sink, err = embedded.New(embedded.Config{
-		Broker:        broker.Options{Dir: f.dataDir, Sync: sync, DefaultPartitions: int32(f.partitions), Logger: log, AllowLostPartitions: f.allowLost},
+		Broker:        broker.Options{Dir: f.dataDir, Sync: sync, DefaultPartitions: int32(f.partitions), Logger: log, AllowLostPartitions: f.allowLost, MaxOpenFiles: f.maxOpenFiles},
 		OnOpen:        admin.wrap(onOpen),
 		WaitForTopics: !f.createTopics,
 		Logger:        log,

@@ -17,6 +17,9 @@ import (
 )
 
 func runBench(ctx context.Context, stdio cli.IO, args []string) error {
+	if len(args) > 0 && args[0] == "broker" {
+		return runBrokerBench(ctx, stdio, args[1:])
+	}
 	fs := cli.FlagSet("relay-dev bench", stdio)
 	var cfg bench.Config
 	fs.StringVar(&cfg.DatabaseURL, "database-url", "", "PostgreSQL server to use (default: start a throwaway one from the local binaries)")
@@ -24,8 +27,12 @@ func runBench(ctx context.Context, stdio cli.IO, args []string) error {
 	fs.StringVar(&cfg.Sink, "sink", "embedded", "destination: embedded, or kafka (an in-process kfake cluster, or yours with --relay-args '--kafka-brokers host:port --kafka-create-topics')")
 	fs.IntVar(&cfg.Events, "events", 100_000, "events to write")
 	fs.IntVar(&cfg.Writers, "writers", 4, "concurrent writers")
-	fs.IntVar(&cfg.Keys, "keys", 1000, "distinct keys")
+	fs.IntVar(&cfg.Keys, "keys", 1000, "distinct keys (at most 10,000,000)")
 	fs.IntVar(&cfg.PayloadBytes, "payload-bytes", 200, "payload size")
+	fs.BoolVar(&cfg.PayloadMix, "payload-mix", false, "payload sizes log-uniform between 100 B and 1,000,000 B (mean about 109 KB, median 10 KB) instead of --payload-bytes")
+	fs.IntVar(&cfg.Topics, "topics", 1, "spread the events over this many topics (bench-0 ..; 1: the topic bench)")
+	fs.IntVar(&cfg.Partitions, "partitions", 0, "the relay's --partitions: partition count of the topics it creates (0: the relay's default)")
+	fs.IntVar(&cfg.Consumers, "consumers", 0, "with --backlog and the embedded sink, read the drained events back through the relay's Kafka listener: 1 consumer assigned every partition, or a group of this many")
 	fs.IntVar(&cfg.Rate, "rate", 0, "open-loop write rate in events/s across all writers (0: as fast as possible)")
 	fs.IntVar(&cfg.EventsPerTx, "events-per-tx", 0, "events per writer transaction (default 1 live, 1000 with --backlog)")
 	fs.BoolVar(&cfg.Backlog, "backlog", false, "write everything first, then start the relay (replay after an outage)")
@@ -76,14 +83,24 @@ func printBench(w io.Writer, results []bench.Result) {
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
 	ms := func(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d)/float64(time.Millisecond)) }
-	fmt.Fprintf(tw, "mode\tsource\tsink\tevents\twritten/s\tpublished/s\tlatency from\tp50\tp90\tp99\tmax\trelay RSS peak\trelay CPU\t\n")
+	fmt.Fprintf(tw, "mode\tsource\tsink\ttopics\tpayload\tevents\twritten/s\tpublished/s\tlatency from\tp50\tp90\tp99\tmax\trelay RSS peak\trelay CPU\trelay open files\t\n")
 	for _, r := range results {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%.0f\t%.0f\t%s\t%s\t%s\t%s\t%s\t%.1f MiB\t%.1f s\t\n",
-			r.Mode, r.Source, r.Sink, r.Published, r.WriteRate, r.PublishRate, r.LatencyFrom,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d B\t%d\t%.0f\t%.0f\t%s\t%s\t%s\t%s\t%s\t%.1f MiB\t%.1f s\t%d\t\n",
+			r.Mode, r.Source, r.Sink, r.Topics, r.PayloadBytes, r.Published, r.WriteRate, r.PublishRate, r.LatencyFrom,
 			ms(r.LatencyP50), ms(r.LatencyP90), ms(r.LatencyP99), ms(r.LatencyMax),
-			float64(r.RSSPeakBytes)/(1<<20), r.CPUSeconds)
+			float64(r.RSSPeakBytes)/(1<<20), r.CPUSeconds, r.OpenFiles)
 	}
 	tw.Flush()
+	for _, r := range results {
+		if c := r.Consume; c != nil {
+			kind := "one consumer"
+			if c.Group {
+				kind = fmt.Sprintf("a group of %d", c.Consumers)
+			}
+			fmt.Fprintf(w, "read back through the Kafka listener, %s: %d records in %.2f s (first after %.2f s), %.0f records/s, %.1f MiB/s\n",
+				kind, c.Records, c.Seconds, c.FirstRecordSeconds, c.Rate, c.MiBPerSec)
+		}
+	}
 	if slices.ContainsFunc(results, func(r bench.Result) bool { return r.Arrived > 0 }) {
 		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
 		fmt.Fprintf(tw, "arrival in the cluster (the bench's consumer)\tfrom\tevents\tp50\tp90\tp99\tmax\t\n")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/outboxrelay/relay/internal/bench"
@@ -93,5 +94,94 @@ func TestBenchSchemaValidation(t *testing.T) {
 		if f.OffRate <= 0 || f.OnRate <= 0 || f.Ratio <= 0 || f.OnCPU <= 0 {
 			t.Fatalf("%s: not measured: %+v", f.Format, f)
 		}
+	}
+}
+
+// TestBenchShapes runs a short version of each scale shape of `relay-dev
+// bench` (issue 24) and checks what it reports: many topics and
+// partitions read back by one consumer and by a group of three, mixed
+// payload sizes up to 1 MiB, ten million keys, and the broker-only open
+// after a clean stop, after a SIGKILL, and with a compaction pass.
+func TestBenchShapes(t *testing.T) {
+	t.Parallel()
+	admin := pgtest.Cluster(t).URL()
+	bin := testbin.RelayDev(t)
+	relayRun := func(t *testing.T, args ...string) bench.Result {
+		t.Helper()
+		r, err := testbin.Run(context.Background(), bin, nil, append([]string{"bench", "--json", "--database-url", admin}, args...)...)
+		if err != nil || r.Code != 0 {
+			t.Fatalf("%v: %v, exit %d: %s", args, err, r.Code, r.Stderr)
+		}
+		var res bench.Result
+		if err := json.Unmarshal([]byte(r.Stdout), &res); err != nil {
+			t.Fatalf("%v: output is not JSON: %v\n%s", args, err, r.Stdout)
+		}
+		if res.Published != res.Events || res.Written != res.Events || res.OpenFiles <= 0 {
+			t.Fatalf("%v: want every event written and published and the relay's open files counted: %+v", args, res)
+		}
+		return res
+	}
+	t.Run("topics and partitions, one consumer", func(t *testing.T) {
+		res := relayRun(t, "--backlog", "--baseline=false", "--events", "2000", "--topics", "20", "--partitions", "4", "--consumers", "1")
+		if res.Topics != 20 || res.Partitions != 4 || res.Consume == nil || res.Consume.Records != 2000 || res.Consume.Group || res.Consume.Rate <= 0 {
+			t.Fatalf("want 2000 events over 20 topics of 4 partitions read back by one consumer: %+v %+v", res, res.Consume)
+		}
+		if res.OpenFiles < 80 {
+			t.Fatalf("the relay held %d files open for 80 partitions, want one per partition at least", res.OpenFiles)
+		}
+		bounded := relayRun(t, "--backlog", "--baseline=false", "--events", "2000", "--topics", "20", "--partitions", "4", "--consumers", "1",
+			"--relay-args", "--max-open-files 4")
+		if bounded.Consume == nil || bounded.Consume.Records != 2000 || bounded.OpenFiles >= res.OpenFiles-50 {
+			t.Fatalf("with --max-open-files 4 the relay held %d files open (%d without), want at least 50 fewer, and every event read back: %+v",
+				bounded.OpenFiles, res.OpenFiles, bounded.Consume)
+		}
+	})
+	t.Run("mixed payloads, a group of three", func(t *testing.T) {
+		res := relayRun(t, "--backlog", "--baseline=false", "--events", "100", "--payload-mix", "--topics", "3", "--consumers", "3")
+		if res.PayloadBytes < 50_000 || res.Consume == nil || res.Consume.Records != 100 || !res.Consume.Group || res.Consume.Bytes < int64(100*res.PayloadBytes) {
+			t.Fatalf("want 100 payloads of mean size above 50 KB read back by a group of 3: %+v %+v", res, res.Consume)
+		}
+	})
+	t.Run("ten million keys, live", func(t *testing.T) {
+		res := relayRun(t, "--events", "500", "--rate", "2000", "--writers", "2", "--keys", "10000000", "--payload-bytes", "16384")
+		if res.LatencyP99 <= 0 || res.PayloadBytes != 16384 {
+			t.Fatalf("no latency measured: %+v", res)
+		}
+	})
+	t.Run("bad shapes are refused", func(t *testing.T) {
+		for _, args := range [][]string{{"--consumers", "1"}, {"--keys", "10000001"}, {"--partitions", "10001"}} {
+			r, err := testbin.Run(context.Background(), bin, nil, append([]string{"bench", "--database-url", admin}, args...)...)
+			if err != nil || r.Code == 0 || !strings.Contains(r.Stderr, args[0]) {
+				t.Fatalf("%v: want a refusal naming %s: %v, exit %d: %s", args, args[0], err, r.Code, r.Stderr)
+			}
+		}
+	})
+	for _, tc := range []struct {
+		name string
+		args []string
+	}{
+		{"broker, clean stop", []string{"--log-bytes", "4MiB", "--partitions", "4", "--topics", "2"}},
+		{"broker, SIGKILL, cold", []string{"--log-bytes", "4MiB", "--partitions", "4", "--kill", "--cold"}},
+		{"broker, compaction", []string{"--log-bytes", "6MiB", "--partitions", "1", "--compact", "--keys", "5000", "--segment-bytes", "1MiB"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r, err := testbin.Run(context.Background(), bin, nil, append([]string{"bench", "broker", "--json"}, tc.args...)...)
+			if err != nil || r.Code != 0 {
+				t.Fatalf("%v, exit %d: %s", err, r.Code, r.Stderr)
+			}
+			var res bench.BrokerResult
+			if err := json.Unmarshal([]byte(r.Stdout), &res); err != nil {
+				t.Fatalf("output is not JSON: %v\n%s", err, r.Stdout)
+			}
+			if res.LogBytes < 4<<20 || res.Records <= 0 || res.OpenSeconds <= 0 || res.OpenFiles <= 0 || res.OpenRSSBytes <= 0 {
+				t.Fatalf("not measured: %+v", res)
+			}
+			if slices.Contains(tc.args, "--kill") != (res.Stop == "SIGKILL") {
+				t.Fatalf("stop %q for %v", res.Stop, tc.args)
+			}
+			if slices.Contains(tc.args, "--compact") && (res.CompactSeconds <= 0 || res.CompactPeakRSSBytes <= 0 || res.BytesAfterCompact <= 0 || res.BytesAfterCompact >= res.LogBytes) {
+				t.Fatalf("compaction not measured or it removed nothing: %+v", res)
+			}
+		})
 	}
 }

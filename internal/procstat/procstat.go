@@ -1,5 +1,5 @@
 // Package procstat reads a Linux process's resource use from /proc: its
-// peak resident set size and CPU time, for the benchmark and for tests
+// peak resident set size, CPU time and open file descriptors, for the benchmark and for tests
 // that hold the relay to a memory limit.
 package procstat
 
@@ -13,22 +13,25 @@ import (
 )
 
 // PeakRSS returns the process's peak resident set size in bytes (VmHWM).
-func PeakRSS(pid int) (int64, error) {
+func PeakRSS(pid int) (int64, error) { return statusKB(pid, "VmHWM:") }
+
+// statusKB reads a field of /proc/PID/status given in kB, in bytes.
+func statusKB(pid int, field string) (int64, error) {
 	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return 0, err
 	}
 	sc := bufio.NewScanner(bytes.NewReader(status))
 	for sc.Scan() {
-		if f := strings.Fields(sc.Text()); len(f) >= 2 && f[0] == "VmHWM:" {
+		if f := strings.Fields(sc.Text()); len(f) >= 2 && f[0] == field {
 			kb, err := strconv.ParseInt(f[1], 10, 64)
 			if err != nil {
-				return 0, fmt.Errorf("VmHWM of process %d: %w", pid, err)
+				return 0, fmt.Errorf("%s of process %d: %w", field, pid, err)
 			}
 			return kb * 1024, nil
 		}
 	}
-	return 0, fmt.Errorf("no VmHWM in /proc/%d/status", pid)
+	return 0, fmt.Errorf("no %s in /proc/%d/status", field, pid)
 }
 
 // CPUSeconds returns the process's user and system CPU time.
@@ -49,4 +52,16 @@ func CPUSeconds(pid int) (float64, error) {
 	utime, _ := strconv.ParseFloat(f[11], 64)
 	stime, _ := strconv.ParseFloat(f[12], 64)
 	return (utime + stime) / 100, nil // USER_HZ is 100 on Linux
+}
+
+// RSS returns the process's current resident set size in bytes (VmRSS).
+func RSS(pid int) (int64, error) { return statusKB(pid, "VmRSS:") }
+
+// OpenFiles counts the process's open file descriptors (/proc/PID/fd).
+func OpenFiles(pid int) (int, error) {
+	ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	if err != nil {
+		return 0, err
+	}
+	return len(ents), nil
 }
