@@ -809,18 +809,8 @@ func (b *Broker) CreateTopic(name string, cfg TopicConfig) (TopicInfo, error) {
 func (b *Broker) AlterTopicConfig(name string, cfg TopicConfig) (TopicInfo, error) {
 	b.metaMu.Lock()
 	defer b.metaMu.Unlock()
-	b.mu.RLock()
-	t := b.topics[name]
-	closed := b.closed
-	h := b.health.Load()
-	b.mu.RUnlock()
-	if closed {
-		return TopicInfo{}, ErrClosed
-	}
-	if t == nil {
-		return TopicInfo{}, fmt.Errorf("%w: %s", ErrUnknownTopicOrPartition, name)
-	}
-	if err := h.check(); err != nil {
+	t, err := b.changingTopic(name)
+	if err != nil {
 		return TopicInfo{}, err
 	}
 	current := t.set.config()

@@ -133,18 +133,8 @@ func checkIncrease(name string, from, to int32) error {
 func (b *Broker) AddPartitions(name string, count int32) (TopicInfo, error) {
 	b.metaMu.Lock()
 	defer b.metaMu.Unlock()
-	b.mu.RLock()
-	t := b.topics[name]
-	closed := b.closed
-	h := b.health.Load()
-	b.mu.RUnlock()
-	if closed {
-		return TopicInfo{}, ErrClosed
-	}
-	if t == nil {
-		return TopicInfo{}, fmt.Errorf("%w: %s", ErrUnknownTopicOrPartition, name)
-	}
-	if err := h.check(); err != nil {
+	t, err := b.changingTopic(name)
+	if err != nil {
 		return TopicInfo{}, err
 	}
 	from := int32(len(t.parts))
@@ -165,7 +155,7 @@ func (b *Broker) AddPartitions(name string, count int32) (TopicInfo, error) {
 		}
 		added = append(added, p)
 	}
-	if err := h.syncDir(b.opts.FS, filepath.Dir(partitionDir(b.opts.Dir, name, 0)), "fsync topic dir"); err != nil {
+	if err := b.health.Load().syncDir(b.opts.FS, filepath.Dir(partitionDir(b.opts.Dir, name, 0)), "fsync topic dir"); err != nil {
 		closeAdded()
 		return TopicInfo{}, err
 	}
@@ -198,18 +188,8 @@ func (b *Broker) AddPartitions(name string, count int32) (TopicInfo, error) {
 func (b *Broker) DeleteTopic(name string) error {
 	b.metaMu.Lock()
 	defer b.metaMu.Unlock()
-	b.mu.RLock()
-	t := b.topics[name]
-	closed := b.closed
-	h := b.health.Load()
-	b.mu.RUnlock()
-	if closed {
-		return ErrClosed
-	}
-	if t == nil {
-		return fmt.Errorf("%w: %s", ErrUnknownTopicOrPartition, name)
-	}
-	if err := h.check(); err != nil {
+	t, err := b.changingTopic(name)
+	if err != nil {
 		return err
 	}
 	m := b.copyMeta()
@@ -280,4 +260,25 @@ func removeAll(fsys FS, dir string) error {
 		}
 	}
 	return fsys.Remove(dir)
+}
+
+// changingTopic returns the topic a configuration or partition change is
+// about (the caller holds metaMu): ErrClosed on a closed broker, then
+// ErrUnknownTopicOrPartition, then the storage's failure, in that order.
+func (b *Broker) changingTopic(name string) (*topic, error) {
+	b.mu.RLock()
+	t := b.topics[name]
+	closed := b.closed
+	h := b.health.Load()
+	b.mu.RUnlock()
+	if closed {
+		return nil, ErrClosed
+	}
+	if t == nil {
+		return nil, fmt.Errorf("%w: %s", ErrUnknownTopicOrPartition, name)
+	}
+	if err := h.check(); err != nil {
+		return nil, err
+	}
+	return t, nil
 }

@@ -301,6 +301,15 @@ func (c *txnCoordinator) compactLocked() error {
 	return nil
 }
 
+// existing returns the entry of a transactional id that InitProducerId
+// made, or ErrUnknownTransactionalID.
+func (c *txnCoordinator) existing(id string) (*txnEntry, error) {
+	if e := c.entry(id, false); e != nil {
+		return e, nil
+	}
+	return nil, fmt.Errorf("%w: %s", ErrUnknownTransactionalID, id)
+}
+
 func (c *txnCoordinator) entry(id string, create bool) *txnEntry {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -593,9 +602,9 @@ func (b *Broker) AddTxnPartitions(ctx context.Context, txnID string, pid Produce
 			return err
 		}
 	}
-	e := c.entry(txnID, false)
-	if e == nil {
-		return fmt.Errorf("%w: %s", ErrUnknownTransactionalID, txnID)
+	e, err := c.existing(txnID)
+	if err != nil {
+		return err
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -626,9 +635,9 @@ func (b *Broker) AddTxnGroup(ctx context.Context, txnID string, pid ProducerID, 
 	if err != nil {
 		return err
 	}
-	e := c.entry(txnID, false)
-	if e == nil {
-		return fmt.Errorf("%w: %s", ErrUnknownTransactionalID, txnID)
+	e, err := c.existing(txnID)
+	if err != nil {
+		return err
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -658,9 +667,9 @@ func (b *Broker) TxnCommitOffsets(ctx context.Context, txnID string, pid Produce
 			return err
 		}
 	}
-	e := c.entry(txnID, false)
-	if e == nil {
-		return fmt.Errorf("%w: %s", ErrUnknownTransactionalID, txnID)
+	e, err := c.existing(txnID)
+	if err != nil {
+		return err
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -694,9 +703,9 @@ func (b *Broker) EndTxn(ctx context.Context, txnID string, pid ProducerID, commi
 	if err != nil {
 		return err
 	}
-	e := c.entry(txnID, false)
-	if e == nil {
-		return fmt.Errorf("%w: %s", ErrUnknownTransactionalID, txnID)
+	e, err := c.existing(txnID)
+	if err != nil {
+		return err
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
