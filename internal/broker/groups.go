@@ -502,3 +502,15 @@ func (b *Broker) GroupMemberships() map[string][]byte {
 	}
 	return out
 }
+
+// GroupMembership returns one group's saved membership state.
+func (b *Broker) GroupMembership(group string) ([]byte, bool) {
+	gs := b.groupStore()
+	if gs == nil {
+		return nil, false
+	}
+	gs.mu.Lock()
+	defer gs.mu.Unlock()
+	st, ok := gs.memberships[group]
+	return []byte(st), ok
+}

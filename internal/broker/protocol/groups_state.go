@@ -108,7 +108,7 @@ func (c *coordinator) restore() {
 // savedProtocolType is the protocol type saved for a group that has no
 // live state (Empty, known by its offsets), "" when none was saved.
 func (c *coordinator) savedProtocolType(id string) string {
-	raw, ok := c.s.b.GroupMemberships()[id]
+	raw, ok := c.s.b.GroupMembership(id)
 	if !ok {
 		return ""
 	}
