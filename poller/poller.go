@@ -50,7 +50,7 @@ func (c Config) WithDefaults() Config {
 		c.Logger = slog.Default()
 	}
 	if c.MaxMessageBytes <= 0 {
-		c.MaxMessageBytes = 1<<20 - 512
+		c.MaxMessageBytes = relay.DefaultMaxMessageBytes
 	}
 	if c.PageBytes <= 0 {
 		c.PageBytes = 8 << 20

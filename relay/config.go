@@ -9,6 +9,11 @@ import (
 	"github.com/outboxrelay/relay/migrations"
 )
 
+// DefaultMaxMessageBytes is the default Config.MaxMessageBytes: 1 MiB less
+// room for the record's framing, so that an event within it fits the
+// default max.message.bytes (1048588) of Kafka and the embedded broker.
+const DefaultMaxMessageBytes = 1<<20 - 512
+
 // Config configures a Relay. Zero fields take the defaults of WithDefaults.
 type Config struct {
 	// DatabaseURL is the connection string; empty means the PG* variables.
@@ -95,7 +100,7 @@ func (c Config) WithDefaults() Config {
 		c.BatchBytes = 8 << 20
 	}
 	if c.MaxMessageBytes <= 0 {
-		c.MaxMessageBytes = 1<<20 - 512
+		c.MaxMessageBytes = DefaultMaxMessageBytes
 	}
 	if c.AckInterval == 0 {
 		c.AckInterval = 10 * time.Millisecond
