@@ -19,7 +19,13 @@ func (s *Server) handleOffsetCommit(ctx context.Context, req *kmsg.OffsetCommitR
 	if req.Version < 1 {
 		generation = -1
 	}
-	code := s.groups.checkCommit(req.Group, req.MemberID, req.InstanceID, generation)
+	var parts []topicPart
+	for _, rt := range req.Topics {
+		for _, rp := range rt.Partitions {
+			parts = append(parts, topicPart{rt.Topic, rp.Partition})
+		}
+	}
+	code := s.groups.checkAnyCommit(req.Group, req.MemberID, req.InstanceID, generation, parts, req.Version >= 9)
 	if req.Group == "" {
 		code = kerr.InvalidGroupID.Code
 	}
@@ -72,7 +78,23 @@ func (s *Server) handleOffsetCommit(ctx context.Context, req *kmsg.OffsetCommitR
 	return resp
 }
 
-// checkCommit decides whether a commit from this member may be stored.
+// checkAnyCommit decides whether a commit of these partitions from this
+// member may be stored, for a KIP-848 consumer group (the generation is
+// the member epoch; the commit must come in OffsetCommit v9+ unless it is
+// transactional, newFormat) or a classic one.
+func (c *coordinator) checkAnyCommit(groupID, memberID string, instanceID *string, generation int32, parts []topicPart, newFormat bool) int16 {
+	if g, _ := c.lockConsumerGroup(groupID, false); g != nil {
+		defer g.mu.Unlock()
+		if generation < 0 && len(g.members) == 0 {
+			return 0
+		}
+		return g.checkCommit(memberID, generation, newFormat, parts)
+	}
+	return c.checkCommit(groupID, memberID, instanceID, generation)
+}
+
+// checkCommit decides whether a commit from this member of a classic
+// group may be stored.
 func (c *coordinator) checkCommit(groupID, memberID string, instanceID *string, generation int32) int16 {
 	g := c.lockGroup(groupID, false)
 	if g == nil {

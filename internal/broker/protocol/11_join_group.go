@@ -42,6 +42,9 @@ func (c *coordinator) handleJoin(ctx context.Context, cc *conn, clientID string,
 		instanceID = &id
 	}
 
+	if c.isConsumerGroup(req.Group) {
+		return fail(kerr.InconsistentGroupProtocol.Code)
+	}
 	g := c.lockGroup(req.Group, true)
 	if g == nil {
 		return fail(kerr.CoordinatorNotAvailable.Code)

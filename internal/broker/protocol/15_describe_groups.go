@@ -3,6 +3,8 @@ package protocol
 import (
 	"slices"
 
+	"github.com/twmb/franz-go/pkg/kerr"
+
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
@@ -10,8 +12,9 @@ import (
 // operations were not asked for.
 const authorizedOperationsOmitted = -2147483648
 
-// handleDescribe reports live groups with their members; a group known only
-// by its committed offsets is Empty, an unknown one Dead.
+// handleDescribe reports live classic groups with their members; a group
+// known only by its committed offsets is Empty, an unknown one Dead; a
+// live KIP-848 group gets GROUP_ID_NOT_FOUND, as in Kafka.
 func (c *coordinator) handleDescribe(req *kmsg.DescribeGroupsRequest) kmsg.Response {
 	resp := req.ResponseKind().(*kmsg.DescribeGroupsResponse)
 	var committed []string
@@ -22,6 +25,10 @@ func (c *coordinator) handleDescribe(req *kmsg.DescribeGroupsRequest) kmsg.Respo
 		if g := c.lockGroup(id, false); g != nil {
 			g.describe(&dg)
 			g.mu.Unlock()
+		} else if c.isConsumerGroup(id) {
+			// As Kafka answers DescribeGroups for a consumer group:
+			// ConsumerGroupDescribe describes it.
+			dg.ErrorCode = kerr.GroupIDNotFound.Code
 		} else {
 			if committed == nil {
 				committed = c.s.b.Groups()

@@ -17,7 +17,7 @@ var supportedVersions = map[int16]versionRange{
 	kmsg.Fetch.Int16():                   {4, 12},
 	kmsg.ListOffsets.Int16():             {1, 7},
 	kmsg.Metadata.Int16():                {0, 12},
-	kmsg.OffsetCommit.Int16():            {0, 8},
+	kmsg.OffsetCommit.Int16():            {0, 9},
 	kmsg.OffsetFetch.Int16():             {0, 8},
 	kmsg.FindCoordinator.Int16():         {0, 4},
 	kmsg.JoinGroup.Int16():               {0, 9},
@@ -25,7 +25,7 @@ var supportedVersions = map[int16]versionRange{
 	kmsg.LeaveGroup.Int16():              {0, 5},
 	kmsg.SyncGroup.Int16():               {0, 5},
 	kmsg.DescribeGroups.Int16():          {0, 5},
-	kmsg.ListGroups.Int16():              {0, 4},
+	kmsg.ListGroups.Int16():              {0, 5},
 	kmsg.ApiVersions.Int16():             {0, 3},
 	kmsg.CreateTopics.Int16():            {0, 7},
 	kmsg.DeleteTopics.Int16():            {0, 6},
@@ -50,6 +50,8 @@ var supportedVersions = map[int16]versionRange{
 	kmsg.DescribeACLs.Int16():            {0, 3},
 	kmsg.CreateACLs.Int16():              {0, 3},
 	kmsg.DeleteACLs.Int16():              {0, 3},
+	kmsg.ConsumerGroupHeartbeat.Int16():  {0, 1},
+	kmsg.ConsumerGroupDescribe.Int16():   {0, 1},
 }
 
 func apiVersionKeys() []kmsg.ApiVersionsResponseApiKey {

@@ -17,7 +17,13 @@ import (
 func (s *Server) handleTxnOffsetCommit(ctx context.Context, req *kmsg.TxnOffsetCommitRequest) kmsg.Response {
 	var code int16
 	if req.Version >= 3 && req.Generation >= 0 {
-		code = s.groups.checkCommit(req.Group, req.MemberID, req.InstanceID, req.Generation)
+		var parts []topicPart
+		for _, rt := range req.Topics {
+			for _, rp := range rt.Partitions {
+				parts = append(parts, topicPart{rt.Topic, rp.Partition})
+			}
+		}
+		code = s.groups.checkAnyCommit(req.Group, req.MemberID, req.InstanceID, req.Generation, parts, true)
 	}
 	var commits []broker.OffsetCommit
 	for _, rt := range req.Topics {

@@ -30,6 +30,9 @@ func (c *coordinator) handleDeleteGroups(req *kmsg.DeleteGroupsRequest) kmsg.Res
 }
 
 func (c *coordinator) deleteGroup(id string) (int16, error) {
+	if c.isConsumerGroup(id) {
+		return kerr.NonEmptyGroup.Code, fmt.Errorf("consumer group %s has members", id)
+	}
 	live := false
 	if g := c.lockGroup(id, false); g != nil {
 		if len(g.members) > 0 || len(g.pending) > 0 {
@@ -64,6 +67,11 @@ func (c *coordinator) handleOffsetDelete(req *kmsg.OffsetDeleteRequest) kmsg.Res
 			}
 		}
 		g.mu.Unlock()
+	} else if cg, _ := c.lockConsumerGroup(req.Group, false); cg != nil {
+		for _, t := range cg.partitionsSubscribed() {
+			subscribed[t] = true
+		}
+		cg.mu.Unlock()
 	} else if _, known := slices.BinarySearch(c.s.b.Groups(), req.Group); !known {
 		resp.ErrorCode = kerr.GroupIDNotFound.Code
 		return resp

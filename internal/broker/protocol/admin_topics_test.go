@@ -235,6 +235,7 @@ func TestEveryAPIIsAuthorized(t *testing.T) {
 		kmsg.AddPartitionsToTxn.Int16(): "Write transactional id, Write topic", kmsg.AddOffsetsToTxn.Int16(): "Write transactional id, Read group",
 		kmsg.TxnOffsetCommit.Int16(): "Write transactional id, Read group, Read topic", kmsg.EndTxn.Int16(): "Write transactional id",
 		kmsg.DescribeTransactions.Int16(): "Describe transactional id", kmsg.ListTransactions.Int16(): "Describe transactional id",
+		kmsg.ConsumerGroupHeartbeat.Int16(): "Read group, Describe subscribed topics", kmsg.ConsumerGroupDescribe.Int16(): "Describe group",
 	}
 	for key := range supportedVersions {
 		if _, ok := checked[key]; !ok {

@@ -34,6 +34,8 @@ import (
 //	JoinGroup, SyncGroup,   Read on the group
 //	Heartbeat, LeaveGroup
 //	DescribeGroups          Describe on each group (ListGroups lists only those)
+//	ConsumerGroupHeartbeat  Read on the group, Describe on each subscribed topic
+//	ConsumerGroupDescribe   Describe on each group
 //	Describe/Create/DeleteAcls  Describe/Alter on the cluster
 //	DescribeConfigs         DescribeConfigs on each topic (the cluster for the broker)
 //	(Incremental)AlterConfigs  AlterConfigs on each topic (the cluster for the broker)
@@ -205,7 +207,8 @@ func (s *Server) authorizeRequest(c *conn, r kmsg.Request) (refused kmsg.Respons
 		*kmsg.DescribeGroupsRequest, *kmsg.ListGroupsRequest, *kmsg.ListOffsetsRequest,
 		*kmsg.DescribeConfigsRequest, *kmsg.AlterConfigsRequest, *kmsg.IncrementalAlterConfigsRequest,
 		*kmsg.CreateTopicsRequest, *kmsg.CreatePartitionsRequest, *kmsg.DeleteTopicsRequest, *kmsg.DeleteRecordsRequest,
-		*kmsg.DeleteGroupsRequest, *kmsg.OffsetDeleteRequest, *kmsg.DescribeLogDirsRequest, *kmsg.DescribeClusterRequest:
+		*kmsg.DeleteGroupsRequest, *kmsg.OffsetDeleteRequest, *kmsg.DescribeLogDirsRequest, *kmsg.DescribeClusterRequest,
+		*kmsg.ConsumerGroupHeartbeatRequest, *kmsg.ConsumerGroupDescribeRequest:
 		refused, fix = s.authorizeClassic(c, r)
 		return refused, fix, true
 	}
@@ -238,6 +241,32 @@ func (s *Server) authorizeClassic(c *conn, r kmsg.Request) (kmsg.Response, func(
 			resp := req.ResponseKind().(*kmsg.LeaveGroupResponse)
 			resp.ErrorCode = groupDenied
 			return resp, nil
+		}
+	case *kmsg.ConsumerGroupHeartbeatRequest:
+		resp := req.ResponseKind().(*kmsg.ConsumerGroupHeartbeatResponse)
+		if !s.canGroup(c, kmsg.ACLOperationRead, req.Group) {
+			resp.ErrorCode = groupDenied
+			return resp, nil
+		}
+		for _, t := range req.SubscribedTopicNames {
+			if !s.canTopic(c, kmsg.ACLOperationDescribe, t) {
+				resp.ErrorCode = topicDenied
+				msg := "not authorized to describe subscribed topic " + t
+				resp.ErrorMessage = &msg
+				return resp, nil
+			}
+		}
+	case *kmsg.ConsumerGroupDescribeRequest:
+		return nil, func(r kmsg.Response) {
+			resp := r.(*kmsg.ConsumerGroupDescribeResponse)
+			for i := range resp.Groups {
+				g := &resp.Groups[i]
+				if !s.canGroup(c, kmsg.ACLOperationDescribe, g.Group) {
+					id := g.Group
+					*g = kmsg.NewConsumerGroupDescribeResponseGroup()
+					g.Group, g.ErrorCode = id, groupDenied
+				}
+			}
 		}
 	case *kmsg.FindCoordinatorRequest:
 		return nil, func(r kmsg.Response) {

@@ -555,6 +555,10 @@ func (s *Server) handleSync(ctx context.Context, c *conn, r request) (kmsg.Respo
 		return s.handleOffsetFetch(req), nil
 	case *kmsg.DescribeGroupsRequest:
 		return s.groups.handleDescribe(req), nil
+	case *kmsg.ConsumerGroupHeartbeatRequest:
+		return s.groups.handleConsumerGroupHeartbeat(c, r.clientID, req), nil
+	case *kmsg.ConsumerGroupDescribeRequest:
+		return s.groups.handleConsumerGroupDescribe(req), nil
 	case *kmsg.ListGroupsRequest:
 		return s.groups.handleList(req), nil
 	case *kmsg.CreateTopicsRequest:

@@ -48,13 +48,16 @@ type coordinator struct {
 	s      *Server
 	mu     sync.Mutex
 	groups map[string]*group
-	closed bool
+	// cgroups are the KIP-848 consumer groups (consumer_group.go); an id
+	// is in at most one of the two maps.
+	cgroups map[string]*cgroup
+	closed  bool
 }
 
 // newCoordinator makes the coordinator, with the groups saved in the
 // broker restored.
 func newCoordinator(s *Server) *coordinator {
-	c := &coordinator{s: s, groups: map[string]*group{}}
+	c := &coordinator{s: s, groups: map[string]*group{}, cgroups: map[string]*cgroup{}}
 	c.restore()
 	return c
 }
@@ -69,7 +72,7 @@ func (c *coordinator) group(id string, create bool) *group {
 		return nil
 	}
 	g := c.groups[id]
-	if g == nil && create {
+	if g == nil && create && c.cgroups[id] == nil {
 		g = c.newGroup(id)
 		c.groups[id] = g
 	}
@@ -110,7 +113,14 @@ func (c *coordinator) close() {
 		gs = append(gs, g)
 	}
 	c.groups = map[string]*group{}
+	cgs := slices.Collect(maps.Values(c.cgroups))
+	c.cgroups = map[string]*cgroup{}
 	c.mu.Unlock()
+	for _, g := range cgs {
+		g.mu.Lock()
+		g.stopAll()
+		g.mu.Unlock()
+	}
 	for _, g := range gs {
 		g.mu.Lock()
 		for _, m := range g.members {

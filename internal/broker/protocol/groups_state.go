@@ -2,6 +2,9 @@ package protocol
 
 import (
 	"encoding/json"
+	"maps"
+	"regexp"
+	"slices"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -25,11 +28,15 @@ import (
 
 // savedGroup is a group's membership as the broker keeps it.
 type savedGroup struct {
-	ProtocolType string        `json:"protocol_type"`
-	Protocol     string        `json:"protocol,omitempty"`
-	Leader       string        `json:"leader,omitempty"`
-	Generation   int32         `json:"generation"`
-	Members      []savedMember `json:"members,omitempty"`
+	// Type is "consumer" for a KIP-848 group (its state in Consumer),
+	// empty for a classic one.
+	Type         string         `json:"type,omitempty"`
+	ProtocolType string         `json:"protocol_type"`
+	Protocol     string         `json:"protocol,omitempty"`
+	Leader       string         `json:"leader,omitempty"`
+	Generation   int32          `json:"generation"`
+	Members      []savedMember  `json:"members,omitempty"`
+	Consumer     *savedConsumer `json:"consumer,omitempty"`
 }
 
 type savedMember struct {
@@ -79,6 +86,12 @@ func (c *coordinator) restore() {
 			c.s.log.Warn("a saved group membership is unreadable; the group will rebalance", "group", id, "err", err)
 			continue
 		}
+		if sg.Type == groupTypeConsumer {
+			if sg.Consumer != nil && len(sg.Consumer.Members) > 0 {
+				c.cgroups[id] = c.restoreConsumerGroup(id, sg.Consumer)
+			}
+			continue
+		}
 		if len(sg.Members) == 0 {
 			continue
 		}
@@ -117,4 +130,139 @@ func (c *coordinator) savedProtocolType(id string) string {
 		return ""
 	}
 	return sg.ProtocolType
+}
+
+// groupTypeConsumer is the saved type, and Kafka's group type, of KIP-848
+// groups.
+const groupTypeConsumer = "consumer"
+
+// savedConsumer is a KIP-848 group's state as the broker keeps it: saved
+// after every change of epochs, members, targets or assignments, before
+// the heartbeat that caused it is answered, so that no member is told of
+// an assignment that a restart would forget.
+type savedConsumer struct {
+	GroupEpoch      int32                 `json:"group_epoch"`
+	AssignmentEpoch int32                 `json:"assignment_epoch"`
+	Assignor        string                `json:"assignor,omitempty"`
+	Partitions      map[string]int32      `json:"partitions,omitempty"`
+	Members         []savedConsumerMember `json:"members,omitempty"`
+}
+
+type savedConsumerMember struct {
+	ID                 string             `json:"id"`
+	InstanceID         *string            `json:"instance_id,omitempty"`
+	RackID             *string            `json:"rack_id,omitempty"`
+	ClientID           string             `json:"client_id"`
+	ClientHost         string             `json:"client_host"`
+	Subscribed         []string           `json:"subscribed,omitempty"`
+	Regex              *string            `json:"regex,omitempty"`
+	Assignor           string             `json:"assignor,omitempty"`
+	RebalanceTimeoutMS int64              `json:"rebalance_timeout_ms"`
+	SessionTimeoutMS   int64              `json:"session_timeout_ms"`
+	Epoch              int32              `json:"epoch"`
+	PrevEpoch          int32              `json:"prev_epoch"`
+	Left               bool               `json:"left,omitempty"`
+	Assigned           map[string][]int32 `json:"assigned,omitempty"`
+	Revoking           map[string][]int32 `json:"revoking,omitempty"`
+	Target             map[string][]int32 `json:"target,omitempty"`
+	// Since lists, per topic, the member epoch at which each held
+	// partition was given, in the order of Assigned then Revoking.
+	Since map[string][]int32 `json:"since,omitempty"`
+}
+
+// save stores the locked consumer group's state in the broker. A failed
+// save is logged: the group goes on from memory, and a restart before the
+// next successful save restores the previous state, whose members with a
+// newer epoch are then fenced and rejoin (FENCED_MEMBER_EPOCH), so no
+// partition is held twice, but what they consumed since their last commit
+// is read again.
+func (g *cgroup) save() {
+	sc := &savedConsumer{GroupEpoch: g.epoch, AssignmentEpoch: g.assignmentEpoch, Assignor: g.assignor, Partitions: g.partitions}
+	for _, id := range slices.Sorted(maps.Keys(g.members)) {
+		m := g.members[id]
+		sm := savedConsumerMember{ID: m.id, InstanceID: m.instanceID, RackID: m.rackID, ClientID: m.clientID, ClientHost: m.clientHost,
+			Subscribed: m.subscribed, Regex: m.regex, Assignor: m.assignor, RebalanceTimeoutMS: m.rebalanceTimeout.Milliseconds(),
+			SessionTimeoutMS: m.sessionLimit.Milliseconds(), Epoch: m.epoch, PrevEpoch: m.prevEpoch, Left: m.left,
+			Assigned: m.assigned, Revoking: m.revoking, Target: g.target[m.id], Since: map[string][]int32{}}
+		for _, a := range []assignment{m.assigned, m.revoking} {
+			a.each(func(t string, p int32) { sm.Since[t] = append(sm.Since[t], m.since[topicPart{t, p}]) })
+		}
+		sc.Members = append(sc.Members, sm)
+	}
+	b, err := json.Marshal(savedGroup{Type: groupTypeConsumer, ProtocolType: consumerProtocolType, Generation: g.epoch, Consumer: sc})
+	if err == nil {
+		err = g.c.s.b.SaveGroupMembership(g.id, b)
+	}
+	if err != nil {
+		g.c.s.log.Warn("saving a consumer group's state failed; a restart will fence its members", "group", g.id, "err", err)
+	}
+}
+
+// restoreConsumerGroup rebuilds a saved KIP-848 group, each member's
+// session (and revocation deadline) starting now.
+func (c *coordinator) restoreConsumerGroup(id string, sc *savedConsumer) *cgroup {
+	g := c.newConsumerGroup(id)
+	g.epoch, g.assignmentEpoch, g.assignor, g.partitions = sc.GroupEpoch, sc.AssignmentEpoch, sc.Assignor, sc.Partitions
+	if g.partitions == nil {
+		g.partitions = map[string]int32{}
+	}
+	for _, sm := range sc.Members {
+		m := &cmember{id: sm.ID, instanceID: sm.InstanceID, rackID: sm.RackID, clientID: sm.ClientID, clientHost: sm.ClientHost,
+			subscribed: sm.Subscribed, regex: sm.Regex, assignor: sm.Assignor,
+			rebalanceTimeout: time.Duration(sm.RebalanceTimeoutMS) * time.Millisecond,
+			sessionLimit:     time.Duration(sm.SessionTimeoutMS) * time.Millisecond,
+			epoch:            sm.Epoch, prevEpoch: sm.PrevEpoch, left: sm.Left,
+			assigned: assignment(sm.Assigned).clone(), revoking: assignment(sm.Revoking).clone(), since: map[topicPart]int32{}}
+		if m.regex != nil {
+			if re, err := regexp.Compile("^(?:" + *m.regex + ")$"); err == nil {
+				m.re = re
+			}
+		}
+		next := map[string]int{}
+		for _, a := range []assignment{m.assigned, m.revoking} {
+			a.each(func(t string, p int32) {
+				tp := topicPart{t, p}
+				g.owners[tp] = m.id
+				if i := next[t]; i < len(sm.Since[t]) {
+					m.since[tp] = sm.Since[t][i]
+				}
+				next[t]++
+			})
+		}
+		g.target[m.id] = assignment(sm.Target).clone()
+		g.members[m.id] = m
+		if m.instanceID != nil {
+			g.static[*m.instanceID] = m.id
+		}
+		g.startSession(m)
+		if len(m.revoking) > 0 {
+			m.revokeUntil = time.Now().Add(m.rebalanceTimeout)
+			m.revokeTimer = time.AfterFunc(m.rebalanceTimeout, func() { g.revokeExpired(m) })
+		}
+	}
+	c.s.log.Info("restored a consumer group's state", "group", id, "epoch", g.epoch, "members", len(g.members))
+	return g
+}
+
+// savedConsumerGroup is the saved state of a KIP-848 group, if the id's
+// saved state is one.
+func (c *coordinator) savedConsumerGroup(id string) (savedConsumer, bool) {
+	raw, ok := c.s.b.GroupMembership(id)
+	if !ok {
+		return savedConsumer{}, false
+	}
+	var sg savedGroup
+	if json.Unmarshal(raw, &sg) != nil || sg.Type != groupTypeConsumer || sg.Consumer == nil {
+		return savedConsumer{}, false
+	}
+	return *sg.Consumer, true
+}
+
+// savedGroupType is Kafka's group type of a group with no live state:
+// "consumer" for a KIP-848 group, "classic" otherwise.
+func (c *coordinator) savedGroupType(id string) string {
+	if _, ok := c.savedConsumerGroup(id); ok {
+		return groupTypeConsumer
+	}
+	return "classic"
 }

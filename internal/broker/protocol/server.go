@@ -49,6 +49,18 @@ type Config struct {
 	// group.initial.rebalance.delay.ms; default 3s, negative for none). Each
 	// new member extends the wait by this much, up to the rebalance timeout.
 	InitialRebalanceDelay time.Duration
+	// ConsumerSessionTimeout and ConsumerHeartbeatInterval are the
+	// session timeout and the heartbeat interval of KIP-848 consumer
+	// group members, set by the broker as in Kafka
+	// (group.consumer.session.timeout.ms, default 45s, and
+	// group.consumer.heartbeat.interval.ms, default 5s).
+	ConsumerSessionTimeout    time.Duration
+	ConsumerHeartbeatInterval time.Duration
+	// FetchSessionCacheSlots is how many incremental fetch sessions
+	// (KIP-227) the server keeps (Kafka's
+	// max.incremental.fetch.session.cache.slots, default 1000); negative
+	// turns fetch sessions off, every fetch then being a full one.
+	FetchSessionCacheSlots int
 	// LostDataErrorCode answers a fetch of offsets the broker reports lost
 	// (broker.ErrDataLost): CORRUPT_MESSAGE (2, the default), which Java
 	// consumers raise to the application but franz-go retries quietly
@@ -111,13 +123,16 @@ type Config struct {
 
 // Defaults of Config.
 const (
-	DefaultMaxFrameBytes         = 100 << 20
-	DefaultMinSessionTimeout     = 6 * time.Second
-	DefaultMaxSessionTimeout     = 30 * time.Minute
-	DefaultInitialRebalanceDelay = 3 * time.Second
-	DefaultClusterID             = "relay"
-	DefaultHandshakeTimeout      = 10 * time.Second
-	DefaultIOTimeout             = 30 * time.Second
+	DefaultMaxFrameBytes             = 100 << 20
+	DefaultMinSessionTimeout         = 6 * time.Second
+	DefaultMaxSessionTimeout         = 30 * time.Minute
+	DefaultInitialRebalanceDelay     = 3 * time.Second
+	DefaultConsumerSessionTimeout    = 45 * time.Second
+	DefaultConsumerHeartbeatInterval = 5 * time.Second
+	DefaultFetchSessionCacheSlots    = 1000
+	DefaultClusterID                 = "relay"
+	DefaultHandshakeTimeout          = 10 * time.Second
+	DefaultIOTimeout                 = 30 * time.Second
 )
 
 // nodeID is the broker id of the one node this server is.
@@ -141,6 +156,15 @@ func (c Config) withDefaults() Config {
 	}
 	if c.InitialRebalanceDelay < 0 {
 		c.InitialRebalanceDelay = 0
+	}
+	if c.ConsumerSessionTimeout <= 0 {
+		c.ConsumerSessionTimeout = DefaultConsumerSessionTimeout
+	}
+	if c.ConsumerHeartbeatInterval <= 0 {
+		c.ConsumerHeartbeatInterval = DefaultConsumerHeartbeatInterval
+	}
+	if c.FetchSessionCacheSlots == 0 {
+		c.FetchSessionCacheSlots = DefaultFetchSessionCacheSlots
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
