@@ -12,32 +12,48 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
-// handleFetch serves stored record batches verbatim. It answers at once
+// handleFetch resolves the request's fetch session (fetch_session.go),
+// checks the session's partitions against the ACLs (authorizeFetch) and
+// serves them (fetchLog); an incremental response then keeps only the
+// partitions with something new.
+func (s *Server) handleFetch(ctx context.Context, c *conn, req *kmsg.FetchRequest) (kmsg.Response, func()) {
+	fc, code := s.fetchSessions.begin(req)
+	if code != 0 {
+		resp := req.ResponseKind().(*kmsg.FetchResponse)
+		resp.ErrorCode, resp.SessionID = code, 0
+		return resp, nil
+	}
+	work := fc.req
+	if work == req {
+		cp := *req
+		work = &cp
+	}
+	fix := s.authorizeFetch(c, work)
+	r, release := s.fetchLog(ctx, work)
+	resp := r.(*kmsg.FetchResponse)
+	if fix != nil {
+		fix(resp)
+	}
+	fc.finish(resp)
+	return resp, release
+}
+
+// fetchLog serves stored record batches verbatim. It answers at once
 // when MinBytes are available or any partition has an error; otherwise it
 // long-polls, re-reading when a requested partition's high watermark moves,
 // until MinBytes arrive or MaxWaitMillis passes. Each partition gets at
 // most PartitionMaxBytes and the response at most MaxBytes, except that
 // the first batch found is always returned whole so that a consumer can
-// make progress past a batch larger than its limits. There are no fetch
-// sessions: every response carries session id 0, which tells clients to
-// send full requests. read_uncommitted reads up to the high watermark;
+// make progress past a batch larger than its limits. read_uncommitted reads up to the high watermark;
 // read_committed (isolation level 1) up to the last stable offset, with
 // the aborted transactions among the returned batches listed so the
 // client skips their records (it also skips the control batches).
 //
 // The record batches are read into pooled buffers that the response
 // aliases; release returns them once the response is written.
-func (s *Server) handleFetch(ctx context.Context, req *kmsg.FetchRequest) (_ kmsg.Response, release func()) {
+func (s *Server) fetchLog(ctx context.Context, req *kmsg.FetchRequest) (_ kmsg.Response, release func()) {
 	resp := req.ResponseKind().(*kmsg.FetchResponse)
 	var bufs readBuffers
-	if req.SessionID != 0 || req.SessionEpoch > 0 {
-		if req.SessionID != 0 {
-			resp.ErrorCode = kerr.FetchSessionIDNotFound.Code
-		} else {
-			resp.ErrorCode = kerr.InvalidFetchSessionEpoch.Code
-		}
-		return resp, nil
-	}
 	var deadline time.Time
 	if req.MaxWaitMillis > 0 {
 		deadline = time.Now().Add(time.Duration(req.MaxWaitMillis) * time.Millisecond)

@@ -489,11 +489,7 @@ func (s *Server) handle(ctx context.Context, c *conn, r request) (resp kmsg.Resp
 		case <-ctx.Done():
 			return nil, nil, nil, ctx.Err()
 		}
-		fix := s.authorizeFetch(c, req)
-		resp, buffers := s.handleFetch(ctx, req)
-		if fix != nil {
-			fix(resp)
-		}
+		resp, buffers := s.handleFetch(ctx, c, req)
 		return resp, nil, func() {
 			if buffers != nil {
 				buffers()

@@ -19,10 +19,10 @@
 // exactly these ranges:
 //
 //	Produce 3-9          Fetch 4-12            ListOffsets 1-7
-//	Metadata 0-12        OffsetCommit 0-8      OffsetFetch 0-8
+//	Metadata 0-12        OffsetCommit 0-9      OffsetFetch 0-8
 //	FindCoordinator 0-4  JoinGroup 0-9         Heartbeat 0-4
 //	LeaveGroup 0-5       SyncGroup 0-5         DescribeGroups 0-5
-//	ListGroups 0-4       ApiVersions 0-3       CreateTopics 0-7
+//	ListGroups 0-5       ApiVersions 0-3       CreateTopics 0-7
 //	InitProducerId 0-4   SaslHandshake 0-1     SaslAuthenticate 0-2
 //	DescribeAcls 0-3     CreateAcls 0-3        DeleteAcls 0-3
 //	DescribeConfigs 0-4  AlterConfigs 0-2      IncrementalAlterConfigs 0-1
@@ -31,6 +31,7 @@
 //	OffsetDelete 0
 //	AddPartitionsToTxn 0-3  AddOffsetsToTxn 0-3  EndTxn 0-3
 //	TxnOffsetCommit 0-3  DescribeTransactions 0  ListTransactions 0-1
+//	ConsumerGroupHeartbeat 0-1  ConsumerGroupDescribe 0-1
 //
 // Topic configs (topic_config.go) are those the broker keeps:
 // cleanup.policy (a list: delete, compact or both), retention.ms,
@@ -68,8 +69,12 @@
 // Fetch serves the stored batches byte for byte, bounded by each
 // partition's and the response's max bytes except that the first batch is
 // always returned whole. It long-polls on the partitions' high watermarks
-// until MinBytes are there or MaxWaitMillis passes. Fetch sessions are not
-// kept (session id 0 in every response; clients then send full requests).
+// until MinBytes are there or MaxWaitMillis passes. Fetch sessions
+// (KIP-227) are kept as Kafka keeps them, in a cache of
+// Config.FetchSessionCacheSlots with Kafka's eviction rules
+// (fetch_session.go): an incremental fetch lists only the partitions whose
+// position changed and is answered only with those that have something
+// new.
 // ListOffsets answers earliest, latest and by timestamp (not -3, max
 // timestamp). read_uncommitted reads to the high watermark, which only
 // advances over durable data; read_committed to the last stable offset
@@ -103,12 +108,19 @@
 // (this package's test binary does with RELAY_PROTOCOL_TEST_ROLE=broker,
 // RELAY_PROTOCOL_TEST_DIR and RELAY_PROTOCOL_TEST_ADDR set), then in
 // franz-go's pkg/kgo run KGO_SEEDS=addr KGO_TEST_RF=1 go test -run
-// 'TestTxnEtl|TestGroupETL' (with KGO_TEST_UNSAFE too). Of that package's
-// whole suite run so, only TestConsumeRegex fails: it expects the
-// __consumer_offsets topic in metadata (the tests needing SCRAM, OAuth,
-// share groups or KIP-848 skip themselves).
+// 'TestTxnEtl|TestGroupETL' (with KGO_TEST_UNSAFE too). TestFranzGoSuite
+// runs that package's whole suite so, its KIP-848 variants included, and
+// lists the one test expected to fail and why (franzGoExpectedFailures).
 //
 // # Groups
+//
+// Both group protocols are served: the classic one (JoinGroup, SyncGroup,
+// Heartbeat, LeaveGroup), below, and KIP-848's (ConsumerGroupHeartbeat,
+// ConsumerGroupDescribe), where the coordinator assigns with the uniform
+// or range assignor and a partition moves to a new member only after its
+// previous owner acknowledged revoking it (consumer_group.go has its
+// rules and fault model). A group id is one or the other while it has
+// members; both are saved with the offsets and restored at start.
 //
 // The classic group protocol runs as Kafka's coordinator does, its last
 // Stable or Empty membership saved in the broker beside the offsets and
@@ -131,8 +143,7 @@
 // group waits Config.InitialRebalanceDelay for more members.
 //
 // Session timeouts must lie in [MinSessionTimeout, MaxSessionTimeout].
-// Membership is lost on restart (clients rejoin); committed offsets are
-// durable: OffsetCommit writes through broker.CommitOffsets (one fsync per
+// Membership is saved as said above; committed offsets are durable: OffsetCommit writes through broker.CommitOffsets (one fsync per
 // request), OffsetFetch reads broker.FetchOffset. A commit must name the
 // member's current generation, except that a group with no members
 // accepts standalone commits (generation -1).

@@ -15,10 +15,14 @@ import (
 )
 
 // franzGoExpectedFailures are the tests of franz-go's pkg/kgo that are
-// known to fail against the embedded broker, with why. Empty: every test
-// that does not skip itself passes. (Those needing SCRAM, OAuth, share
-// groups or the KIP-848 protocol skip themselves on this broker.)
-var franzGoExpectedFailures = map[string]string{}
+// known to fail against the embedded broker, with why; every other test
+// that does not skip itself passes, the KIP-848 ones included (those
+// needing SCRAM, OAuth or share groups skip themselves on this broker).
+var franzGoExpectedFailures = map[string]string{
+	"Test848RegexBrokerResolves": "expects a KIP-848 regex subscription to be resolved over internal topics too, so that the " +
+		"broker assigns __consumer_offsets; the relay's __consumer_offsets is listed in Metadata but holds no records and " +
+		"cannot be fetched, so the coordinator resolves regexes over the broker's own topics only",
+}
 
 // TestFranzGoSuite runs franz-go's own integration tests (pkg/kgo, the
 // version in go.mod) against a broker served here, as their README says:

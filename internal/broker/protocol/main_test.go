@@ -54,7 +54,8 @@ func runBrokerProcess(dir, addr string) error {
 		return err
 	}
 	defer b.Close()
-	srv, err := NewServer(b, Config{MinSessionTimeout: 500 * time.Millisecond, InitialRebalanceDelay: 100 * time.Millisecond, AutoCreateTopics: true})
+	srv, err := NewServer(b, Config{MinSessionTimeout: 500 * time.Millisecond, InitialRebalanceDelay: 100 * time.Millisecond, AutoCreateTopics: true,
+		FetchSessionCacheSlots: fetchSessionSlotsFromEnv()})
 	if err != nil {
 		return err
 	}

@@ -245,8 +245,10 @@ type Server struct {
 	authz       *Authorizer
 	budget      *budget
 	fetchBudget *budget
-	mechanisms  []string
-	stats       listenerStats
+	// fetchSessions is nil when fetch sessions are off.
+	fetchSessions *fetchSessionCache
+	mechanisms    []string
+	stats         listenerStats
 
 	mu        sync.Mutex
 	closed    bool
@@ -287,6 +289,9 @@ func NewServer(b *broker.Broker, cfg Config) (*Server, error) {
 		host, port, _ := net.SplitHostPort(cfg.AdvertisedAddr)
 		p, _ := strconv.Atoi(port)
 		s.advHost, s.advPort = host, int32(p)
+	}
+	if cfg.FetchSessionCacheSlots > 0 {
+		s.fetchSessions = newFetchSessionCache(cfg.FetchSessionCacheSlots)
 	}
 	s.groups = newCoordinator(s)
 	return s, nil
