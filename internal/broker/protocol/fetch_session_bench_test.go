@@ -46,8 +46,9 @@ func (c *fetchCounter) OnBrokerRead(_ kgo.BrokerMetadata, key int16, n int, _, _
 //
 //	go test -run '^$' -bench IdleConsumerFetchSessions -benchtime 1x ./internal/broker/protocol/
 //
-// RELAY_BENCH_WINDOW (default 30s) is each measurement's length; the
-// consumer's fetch max wait is franz-go's default, 5 s.
+// RELAY_BENCH_WINDOW (default 30s) is each measurement's length;
+// RELAY_BENCH_FETCH_MAX_WAIT the consumer's fetch max wait (default
+// franz-go's, 5 s; shorter means more idle fetches per second).
 func BenchmarkIdleConsumerFetchSessions(b *testing.B) {
 	window := 30 * time.Second
 	if w := os.Getenv("RELAY_BENCH_WINDOW"); w != "" {
@@ -57,12 +58,20 @@ func BenchmarkIdleConsumerFetchSessions(b *testing.B) {
 		}
 		window = d
 	}
+	maxWait := 5 * time.Second
+	if w := os.Getenv("RELAY_BENCH_FETCH_MAX_WAIT"); w != "" {
+		d, err := time.ParseDuration(w)
+		if err != nil {
+			b.Fatal(err)
+		}
+		maxWait = d
+	}
 	const rounds, partitions = 2, 1000
 	type result struct{ reqBps, respBps, cpu, fetches float64 }
 	sum := map[string]*result{"off": {}, "on": {}}
 	for round := range rounds {
 		for _, mode := range []string{"off", "on"} {
-			r := measureIdleConsumer(b, mode == "on", partitions, window)
+			r := measureIdleConsumer(b, mode == "on", partitions, window, maxWait)
 			b.Logf("round %d sessions %s: fetch requests %.0f B/s, responses %.0f B/s, %.2f fetches/s, broker CPU %.4f s/s", round+1, mode, r.reqBps, r.respBps, r.fetches, r.cpu)
 			s := sum[mode]
 			s.reqBps, s.respBps, s.cpu, s.fetches = s.reqBps+r.reqBps/rounds, s.respBps+r.respBps/rounds, s.cpu+r.cpu/rounds, s.fetches+r.fetches/rounds
@@ -79,7 +88,7 @@ func BenchmarkIdleConsumerFetchSessions(b *testing.B) {
 	b.ReportMetric(on.cpu/off.cpu, "cpu-on/off")
 }
 
-func measureIdleConsumer(b *testing.B, sessions bool, partitions int32, window time.Duration) (r struct{ reqBps, respBps, cpu, fetches float64 }) {
+func measureIdleConsumer(b *testing.B, sessions bool, partitions int32, window, maxWait time.Duration) (r struct{ reqBps, respBps, cpu, fetches float64 }) {
 	b.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), window+2*time.Minute)
 	defer cancel()
@@ -114,7 +123,7 @@ func measureIdleConsumer(b *testing.B, sessions bool, partitions int32, window t
 		b.Fatalf("create topic: %v", err)
 	}
 	counter := &fetchCounter{}
-	cons := newKgo(b, addr, kgo.ConsumeTopics("idle"), kgo.WithHooks(counter))
+	cons := newKgo(b, addr, kgo.ConsumeTopics("idle"), kgo.FetchMaxWait(maxWait), kgo.WithHooks(counter))
 	defer cons.Close()
 	pollCtx, stopPoll := context.WithCancel(ctx)
 	polled := make(chan struct{})
@@ -125,7 +134,7 @@ func measureIdleConsumer(b *testing.B, sessions bool, partitions int32, window t
 		}
 	}()
 	// Warm up: the first fetches (full ones) and metadata are not counted.
-	time.Sleep(6 * time.Second)
+	time.Sleep(maxWait + 6*time.Second)
 	pid := cmd.Process.Pid
 	cpu0, err := procstat.CPUSeconds(pid)
 	if err != nil {

@@ -72,6 +72,14 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(membersDesc, prometheus.GaugeValue, float64(n), id, state.String())
 		}
 	}
+	for _, g := range c.s.groups.consumerSnapshot() {
+		g.mu.Lock()
+		id, state, n, dead := g.id, g.state(), len(g.members), g.dead
+		g.mu.Unlock()
+		if !dead {
+			ch <- prometheus.MustNewConstMetric(membersDesc, prometheus.GaugeValue, float64(n), id, state)
+		}
+	}
 	storageCollector{c.s.b}.Collect(ch)
 	c.s.collectListener(ch)
 }
