@@ -46,7 +46,7 @@ func (c *coordinator) handleConsumerGroupHeartbeat(cc *conn, clientID string, re
 		if code != kerr.GroupIDNotFound.Code {
 			return fail(code, "")
 		}
-		if c.classicGroupHasMembers(req.Group) {
+		if req.MemberEpoch == 0 || c.classicGroupHasMembers(req.Group) {
 			return fail(code, "Group %s is not a consumer group.", req.Group)
 		}
 		// An empty group: the member is not (or no longer) in it.
