@@ -54,6 +54,15 @@ import (
 // The group's state is saved with its offsets each time it changes
 // (groups_state.go) before the heartbeat is answered, so a restart finds
 // the same members, epochs, assignments and revocations in progress.
+//
+// How we know: TestConsumerGroupProtocolRaw drives each rule by hand
+// (a partition withheld until its owner acknowledged, the epoch errors,
+// the commit rules, leave, session expiry, the protocol mix refused);
+// TestConsumerGroupSurvivesRestart restarts the broker mid-revocation;
+// TestKgoConsumerGroupProtocol runs three franz-go members through joins
+// and a leave with both assignors and finds every record read once (it
+// reads records twice when the owner check in reconcile is removed);
+// franz-go's own KIP-848 tests pass in TestFranzGoSuite.
 
 // consumerProtocolType is the protocol type Kafka reports for KIP-848
 // groups, the same as classic consumer groups.

@@ -39,7 +39,11 @@ import (
 // fetch is answered without a session (id 0), and the client goes on with
 // full fetches. There are no followers, so no session is privileged.
 // Sessions are in memory only: after a restart clients get
-// FETCH_SESSION_ID_NOT_FOUND once and open a new one.
+// FETCH_SESSION_ID_NOT_FOUND once and open a new one. A session changes
+// what a fetch lists, never what it reads: every fetch still reads each
+// partition of the session from the offset the client last sent, so a
+// lost response or a dropped session costs a full fetch, not a record
+// (TestFetchSessions, TestFetchSessionEviction).
 
 const fetchSessionEviction = 120 * time.Second
 
