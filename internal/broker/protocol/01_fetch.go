@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"reflect"
 	"sync"
 	"time"
 
@@ -215,28 +216,19 @@ func waitAny(ctx context.Context, chs []<-chan struct{}, wait time.Duration) boo
 		}
 		return false
 	}
-	woke := make(chan struct{}, 1)
-	done := make(chan struct{})
-	defer close(done)
+	// One select over every channel (reflect.Select), not a goroutine per
+	// channel: an idle consumer's long poll may watch a thousand
+	// partitions, and starting and waking that many goroutines per fetch
+	// was most of the broker's cost of serving it.
+	cases := make([]reflect.SelectCase, 0, len(chs)+2)
+	cases = append(cases,
+		reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(timer.C)},
+		reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ctx.Done())})
 	for _, ch := range chs {
-		go func() {
-			select {
-			case <-ch:
-				select {
-				case woke <- struct{}{}:
-				default:
-				}
-			case <-done:
-			}
-		}()
+		cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ch)})
 	}
-	select {
-	case <-woke:
-		return true
-	case <-timer.C:
-	case <-ctx.Done():
-	}
-	return false
+	chosen, _, _ := reflect.Select(cases)
+	return chosen >= 2
 }
 
 // appendFetchResponse encodes resp as its AppendTo would, except that the
