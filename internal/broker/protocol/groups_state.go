@@ -49,8 +49,12 @@ type savedProtocol struct {
 	Metadata []byte `json:"metadata"`
 }
 
-// save stores the locked group's membership in the broker.
+// save stores the locked group's membership in the broker (unless
+// Config.EphemeralGroups).
 func (g *group) save() {
+	if g.c.s.cfg.EphemeralGroups {
+		return
+	}
 	sg := savedGroup{ProtocolType: g.protocolType, Protocol: g.protocol, Leader: g.leader, Generation: g.generation}
 	for _, m := range g.ordered() {
 		sm := savedMember{ID: m.id, InstanceID: m.instanceID, ClientID: m.clientID, ClientHost: m.clientHost,
