@@ -94,6 +94,7 @@ func TestE2ECrashLoopExactlyOnce(t *testing.T) {
 		Restart:   func() *e2e.Proc { return env.start() },
 		Killed:    func(p *e2e.Proc) { skips += strings.Count(p.Output(), "skipped re-delivered events") },
 		Published: e2e.LogRecords(env.dataDir),
+		More:      e2e.MoreOf(e2e.CrashLoad(env.url, 0, 1000), 400, ledger),
 	}.Run(t, ctx, relay, writeDone)
 	e2e.WaitDrained(t, env.url, "outbox", 2*time.Minute)
 	env.stop(relay)

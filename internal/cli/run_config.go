@@ -129,12 +129,15 @@ func (a *topicAdmin) wrap(next func(*broker.Broker) (func(), error)) func(*broke
 // serveAdmin serves the Kafka protocol, without authentication, on the
 // admin socket (mode 0600): whoever may open it may change the data
 // directory's files anyway. `relay topics` confirms partition increases
-// itself (--allow-repartition), so the socket allows them.
+// itself (--allow-repartition), so the socket allows them. The Kafka
+// listener coordinates the broker's consumer groups: this server keeps
+// its own groups in memory only, so it never overwrites their saved
+// membership (protocol.Config.EphemeralGroups).
 func (a *topicAdmin) serveAdmin(b *broker.Broker) (stop func()) {
 	path := filepath.Join(a.dataDir, adminSocket)
 	_ = os.Remove(path)
 	srv, err := protocol.NewServer(b, protocol.Config{AdvertisedAddr: "relay-admin:9", Logger: a.log,
-		AllowRepartition: func() bool { return true }, InitialRebalanceDelay: -1})
+		AllowRepartition: func() bool { return true }, InitialRebalanceDelay: -1, EphemeralGroups: true})
 	if err != nil {
 		a.log.Error("admin socket not served", "err", err)
 		return func() {}

@@ -41,8 +41,9 @@ type Proc struct {
 }
 
 // Start runs the relay binary with args and env added to the environment.
-// Its output goes to a log file in the test's temp dir, printed if the test
-// fails.
+// Its output goes to a log file in the test's temp dir, whose last lines
+// are printed if the test fails (few, so that a CI excerpt of a test that
+// ran many relays still shows the test's own errors).
 func Start(t testing.TB, bin string, env []string, args ...string) *Proc {
 	t.Helper()
 	logFile, err := os.CreateTemp(t.TempDir(), "relay-*.log")
@@ -70,7 +71,7 @@ func Start(t testing.TB, bin string, env []string, args ...string) *Proc {
 		p.Kill()
 		if t.Failed() {
 			out, _ := os.ReadFile(p.logPath)
-			t.Logf("relay (pid %d) output:\n%s", cmd.Process.Pid, tail(out, 60))
+			t.Logf("relay (pid %d) output, last 25 lines:\n%s", cmd.Process.Pid, tail(out, 25))
 		}
 	})
 	return p

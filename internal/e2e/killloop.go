@@ -32,19 +32,35 @@ type KillLoop struct {
 	// during the hold, so that it surely lands between the sink's
 	// acknowledgement and Postgres's (see waitPublished).
 	Published func() int64
+	// More, with Published set, writes a few more events the way the
+	// writers do (into the same ledger). Once the writers finished, a
+	// kill loop none of whose held kills has landed yet (the destination
+	// never grew during a hold: on a slow machine the writers may finish
+	// before the relay publishes) holds again, runs More inside the hold
+	// and kills after the destination grew, until one landed. A test that
+	// needs a kill between the two acknowledgements (repeats at least
+	// once, skipped re-deliveries exactly once) sets it, so that it never
+	// depends on the machine's speed.
+	More func(ctx context.Context) error
 }
+
+// maxLandingTries bounds the extra held kills Run makes for a landing.
+const maxLandingTries = 5
 
 func (k KillLoop) between(r [2]time.Duration) time.Duration {
 	return r[0] + time.Duration(k.Rand.Int64N(int64(r[1]-r[0])+1))
 }
 
 // Run kills and restarts p until writeDone has reported and MinKills kills
-// happened. It returns the running relay, the number of kills and how many
-// of them held acknowledgements back.
+// happened (and, with More set, one held kill landed). It returns the
+// running relay, the number of kills and how many of them held
+// acknowledgements back and landed: the destination grew during the hold
+// (without Published, every held kill counts).
 func (k KillLoop) Run(t testing.TB, ctx context.Context, p *Proc, writeDone <-chan error) (last *Proc, kills, held int) {
 	t.Helper()
-	writing := true
-	for writing || kills < k.MinKills {
+	writing, extra := true, 0
+	needLanding := func() bool { return k.More != nil && k.Published != nil && held == 0 }
+	for writing || kills < k.MinKills || needLanding() {
 		select {
 		case err := <-writeDone:
 			if err != nil {
@@ -53,16 +69,17 @@ func (k KillLoop) Run(t testing.TB, ctx context.Context, p *Proc, writeDone <-ch
 			writing = false
 		case <-time.After(k.between(k.Every)):
 		}
-		if kills%3 == 0 {
-			// A relay still starting reads its checkpoint, which the
-			// hold locks: wait until it publishes before holding.
-			k.waitGrowth(ctx, k.published())
-			var before int64
-			holdAcks(t, ctx, k.Locker, k.between(k.Hold), func() { before = k.published() }, func() {
-				k.waitPublished(ctx, before)
-				p.Kill()
-			})
-			held++
+		more := !writing && needLanding()
+		if more {
+			if extra == maxLandingTries {
+				t.Fatalf("%d kills, none with acknowledgements held back landed after the destination grew, %d of them with more events written during the hold", kills, extra)
+			}
+			extra++
+		}
+		if kills%3 == 0 || more {
+			if k.hold(t, ctx, p, more) {
+				held++
+			}
 		}
 		p.Kill()
 		kills++
@@ -72,6 +89,34 @@ func (k KillLoop) Run(t testing.TB, ctx context.Context, p *Proc, writeDone <-ch
 		p = k.Restart()
 	}
 	return p, kills, held
+}
+
+// hold holds acknowledgements back and kills p during the hold, once the
+// destination grew; with more it runs More inside the hold. It reports
+// whether the kill landed (always true without Published).
+func (k KillLoop) hold(t testing.TB, ctx context.Context, p *Proc, more bool) bool {
+	t.Helper()
+	// A relay still starting reads its checkpoint, which the hold locks:
+	// wait until it publishes before holding.
+	k.waitGrowth(ctx, k.published())
+	var before int64
+	wrote := make(chan error, 1)
+	landed := false
+	holdAcks(t, ctx, k.Locker, k.between(k.Hold), func() {
+		before = k.published()
+		if more {
+			go func() { wrote <- k.More(ctx) }()
+		}
+	}, func() {
+		landed = k.waitPublished(ctx, before)
+		p.Kill()
+	})
+	if more {
+		if err := <-wrote; err != nil {
+			t.Fatalf("writing more events during a hold: %v", err)
+		}
+	}
+	return landed || k.Published == nil
 }
 
 // published is the destination's record count, 0 without Published.
@@ -89,11 +134,13 @@ func (k KillLoop) published() int64 {
 // (a transactional sink's records count before their commit, which a
 // cluster may report as committed offsets: the commit that follows gets
 // time to land). Without writers there is nothing to publish and the
-// kill comes after the wait.
-func (k KillLoop) waitPublished(ctx context.Context, before int64) {
-	if k.waitGrowth(ctx, before) {
-		time.Sleep(300 * time.Millisecond)
+// kill comes after the wait. It reports whether the destination grew.
+func (k KillLoop) waitPublished(ctx context.Context, before int64) bool {
+	if !k.waitGrowth(ctx, before) {
+		return false
 	}
+	time.Sleep(300 * time.Millisecond)
+	return true
 }
 
 // waitGrowth waits, at most 5 s, until Published counts more than before,
@@ -128,4 +175,11 @@ func LogRecords(dataDir string) func() int64 {
 		}
 		return n
 	}
+}
+
+// MoreOf is a KillLoop.More that writes n more events of cfg's shape into
+// ledger (each key's sequence continues where the writers left it).
+func MoreOf(cfg WriterConfig, n int, ledger *Ledger) func(context.Context) error {
+	cfg.Events = n
+	return func(ctx context.Context) error { return Write(ctx, cfg, ledger) }
 }

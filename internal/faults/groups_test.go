@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -27,13 +28,16 @@ type memberReport struct {
 }
 
 // TestGroupsSurviveARelayRestart: three members of one consumer group, of
-// two client families (two librdkafka, through python3-confluent-kafka,
-// and one kafka-python), read the log slowly through the Kafka
+// three client families (librdkafka through python3-confluent-kafka,
+// kafka-python, and kafkajs from npm), read the log slowly through the Kafka
 // listener, committing after each poll; the relay is stopped (SIGTERM) and
-// started again, then SIGKILLed and started again. The group's membership
-// is durable: after the restarts no member is assigned or revoked again,
-// every commit once the relay is back is accepted, and no record is
-// delivered twice to the group.
+// started again, then SIGKILLed and started again, then partitioned from
+// PostgreSQL so that a standby on the same data directory and Kafka
+// address takes over (the old leader hands the directory over when the
+// new one asks for it). The group's membership is durable: after the
+// restarts and the takeover no member is assigned or revoked again, every
+// commit once a relay is back is accepted, and no record is delivered
+// twice to the group.
 //
 // franz-go members are not used here: franz-go ends its group session
 // when a heartbeat cannot reach the coordinator, so it rejoins after any
@@ -46,15 +50,23 @@ func TestGroupsSurviveARelayRestart(t *testing.T) {
 		t.Fatalf("a Python Kafka client is missing (apt-get install python3-confluent-kafka python3-kafka; .ci/run does): %v\n%s", err, out)
 	}
 	e := newEnv(t)
-	n, kafkaAddr, _ := e.listenerWithEvents(4000, "--partitions", "6")
+	n, kafkaAddr, _ := e.listenerWithEvents(15000, "--partitions", "6")
 
 	script, _ := filepath.Abs("testdata/group_member.py")
 	dir := t.TempDir()
 	var procs []*exec.Cmd
 	var outs []string
-	for i, client := range []string{"librdkafka", "kafka-python", "librdkafka"} {
+	node := filepath.Join("testdata", "clients", "node_modules", "kafkajs")
+	if _, err := os.Stat(node); err != nil {
+		t.Fatalf("kafkajs is missing (npm ci --prefix internal/faults/testdata/clients; .ci/run does): %v", err)
+	}
+	jsScript, _ := filepath.Abs("testdata/clients/group_member.js")
+	for i, client := range []string{"librdkafka", "kafka-python", "kafkajs"} {
 		out := filepath.Join(dir, fmt.Sprintf("member%d.json", i))
-		cmd := exec.Command(python, script, client, kafkaAddr, "durable", "60", out)
+		cmd := exec.Command(python, script, client, kafkaAddr, "durable", "130", out)
+		if client == "kafkajs" {
+			cmd = exec.Command("node", jsScript, kafkaAddr, "durable", "130", out)
+		}
 		cmd.Stderr = os.Stderr
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
@@ -93,6 +105,23 @@ func TestGroupsSurviveARelayRestart(t *testing.T) {
 		back = append(back, time.Now())
 		waitFor(t, time.Minute, "commits to go on after the "+how+" restart", func() bool { return committed() > before+200 })
 	}
+	// Longer than the members' session timeout (30 s) before the
+	// takeover: a coordinator that restored the group but saw none of its
+	// heartbeats (the admin socket's) would have expired the members and
+	// saved the group empty by now, and the takeover would rebalance it.
+	time.Sleep(35 * time.Second)
+	// The takeover: the leader loses PostgreSQL, the standby leads and
+	// asks for the directory, the old leader closes its broker and
+	// listener, the new one opens them on the same address.
+	standby := e.newNode("standby", "--kafka-addr", kafkaAddr, "--partitions", "6")
+	e2e.WaitRole(t, standby.start().proc, "standby", 30*time.Second)
+	before := committed()
+	n.proxy.Blackhole()
+	waitFor(t, time.Minute, "the standby's pipeline to start", func() bool { return strings.Contains(standby.proc.Output(), "pipeline started") })
+	back = append(back, time.Now())
+	waitFor(t, time.Minute, "commits to go on after the takeover", func() bool { return committed() > before+200 })
+	n.proxy.Heal()
+	e2e.WaitRole(t, n.proc, "standby", 30*time.Second)
 	adm.Close()
 	for i, cmd := range procs {
 		if err := cmd.Wait(); err != nil {
@@ -100,6 +129,7 @@ func TestGroupsSurviveARelayRestart(t *testing.T) {
 		}
 	}
 	n.stop()
+	standby.stop()
 
 	reports := make([]memberReport, len(outs))
 	firstClose := math.Inf(1)
@@ -140,6 +170,9 @@ func TestGroupsSurviveARelayRestart(t *testing.T) {
 				}
 			}
 		}
+		if len(r.Assigned) == 0 || len(r.IDs) == 0 {
+			t.Errorf("member %d was assigned partitions %d times and read %d records: it took no part", i, len(r.Assigned), len(r.IDs))
+		}
 		for id, c := range r.IDs {
 			all[id] += c
 		}
@@ -156,5 +189,5 @@ func TestGroupsSurviveARelayRestart(t *testing.T) {
 	if len(all) < 1000 {
 		t.Errorf("the group read only %d records", len(all))
 	}
-	t.Logf("%d records read by 2 librdkafka members and 1 kafka-python member across a SIGTERM and a SIGKILL restart of the relay; %d delivered twice", len(all), twice)
+	t.Logf("%d records read by a librdkafka, a kafka-python and a kafkajs member across a SIGTERM and a SIGKILL restart of the relay and a takeover by a standby; %d delivered twice", len(all), twice)
 }

@@ -55,10 +55,12 @@ type coordinator struct {
 }
 
 // newCoordinator makes the coordinator, with the groups saved in the
-// broker restored.
+// broker restored (unless Config.EphemeralGroups).
 func newCoordinator(s *Server) *coordinator {
 	c := &coordinator{s: s, groups: map[string]*group{}, cgroups: map[string]*cgroup{}}
-	c.restore()
+	if !s.cfg.EphemeralGroups {
+		c.restore()
+	}
 	return c
 }
 

@@ -56,8 +56,12 @@ type savedProtocol struct {
 	Metadata []byte `json:"metadata"`
 }
 
-// save stores the locked group's membership in the broker.
+// save stores the locked group's membership in the broker (unless
+// Config.EphemeralGroups).
 func (g *group) save() {
+	if g.c.s.cfg.EphemeralGroups {
+		return
+	}
 	sg := savedGroup{ProtocolType: g.protocolType, Protocol: g.protocol, Leader: g.leader, Generation: g.generation}
 	for _, m := range g.ordered() {
 		sm := savedMember{ID: m.id, InstanceID: m.instanceID, ClientID: m.clientID, ClientHost: m.clientHost,
@@ -170,13 +174,17 @@ type savedConsumerMember struct {
 	Since map[string][]int32 `json:"since,omitempty"`
 }
 
-// save stores the locked consumer group's state in the broker. A failed
+// save stores the locked consumer group's state in the broker (unless
+// Config.EphemeralGroups). A failed
 // save is logged: the group goes on from memory, and a restart before the
 // next successful save restores the previous state, whose members with a
 // newer epoch are then fenced and rejoin (FENCED_MEMBER_EPOCH), so no
 // partition is held twice, but what they consumed since their last commit
 // is read again.
 func (g *cgroup) save() {
+	if g.c.s.cfg.EphemeralGroups {
+		return
+	}
 	sc := &savedConsumer{GroupEpoch: g.epoch, AssignmentEpoch: g.assignmentEpoch, Assignor: g.assignor, Partitions: g.partitions}
 	for _, id := range slices.Sorted(maps.Keys(g.members)) {
 		m := g.members[id]

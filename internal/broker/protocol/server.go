@@ -61,6 +61,14 @@ type Config struct {
 	// max.incremental.fetch.session.cache.slots, default 1000); negative
 	// turns fetch sessions off, every fetch then being a full one.
 	FetchSessionCacheSlots int
+	// EphemeralGroups keeps this server's consumer-group membership in
+	// memory only: it neither restores the memberships saved in the
+	// broker nor saves its own. For a second server on a broker whose
+	// groups another server coordinates (the data directory's admin
+	// socket beside the Kafka listener): restoring them would arm session
+	// timers no member renews, since members heartbeat the other server,
+	// and expiring them would save an empty group over the live one.
+	EphemeralGroups bool
 	// LostDataErrorCode answers a fetch of offsets the broker reports lost
 	// (broker.ErrDataLost): CORRUPT_MESSAGE (2, the default), which Java
 	// consumers raise to the application but franz-go retries quietly

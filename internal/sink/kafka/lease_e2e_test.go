@@ -228,7 +228,7 @@ func leaderOf(t *testing.T, ctx context.Context, conn *pgx.Conn, procs []*e2e.Pr
 
 // settled waits until the holder of the current epoch is ready (its
 // pipeline runs: an elected relay whose pipeline failed is replaced after
-// its lease) and the other relay waits as a standby with a lease session
+// its lease) and has a lease session, and the other relay waits as a standby with a lease session
 // (a relay that failed to connect while connections were refused retries
 // after a backoff), so that a round can force a takeover. It returns the
 // epoch and the holder's pid.
@@ -238,23 +238,30 @@ func settled(t *testing.T, ctx context.Context, conn *pgx.Conn, procs []*e2e.Pro
 	for {
 		epoch, pid, p := leaderOf(t, ctx, conn, procs)
 		ready, _ := p.Ready()
+		leasing := func(pid int) bool {
+			var n int
+			if err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND client_port = ANY($2)`,
+				relay.LeaseApplicationName, clientPorts(t, pid, conn.Config().Port)).Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			return n > 0
+		}
+		// A leader whose lease session was just terminated (rounds 0 and
+		// 3) leads on while it reconnects: the round waits for the new
+		// session, which is the one it terminates.
+		leaderLease := leasing(pid)
 		standby := false
 		for _, o := range procs {
 			if o == p || o.Role() != string(relay.RoleStandby) {
 				continue
 			}
-			var n int
-			if err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND client_port = ANY($2)`,
-				relay.LeaseApplicationName, clientPorts(t, pidServing(t, o.HTTPAddr), conn.Config().Port)).Scan(&n); err != nil {
-				t.Fatal(err)
-			}
-			standby = n > 0
+			standby = leasing(pidServing(t, o.HTTPAddr))
 		}
-		if ready && standby {
+		if ready && leaderLease && standby {
 			return epoch, pid
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("not settled after a minute: the holder of epoch %d (pid %d) ready %v, a standby with a lease session %v", epoch, pid, ready, standby)
+			t.Fatalf("not settled after a minute: the holder of epoch %d (pid %d) ready %v with a lease session %v, a standby with a lease session %v", epoch, pid, ready, leaderLease, standby)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
