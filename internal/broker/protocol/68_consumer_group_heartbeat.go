@@ -77,12 +77,12 @@ func (c *coordinator) handleConsumerGroupHeartbeat(cc *conn, clientID string, re
 				}
 				// The static member comes back under a new member id and
 				// takes over its assignment.
+				g.target[memberID] = g.target[old]
 				delete(g.members, old)
 				delete(g.target, old)
 				prev.stopTimers()
 				m = prev
 				m.id, m.left, m.timer, m.revokeTimer = memberID, false, nil, nil
-				g.target[memberID] = g.target[old]
 				for tp, owner := range g.owners {
 					if owner == old {
 						g.owners[tp] = memberID

@@ -347,3 +347,60 @@ func TestConsumerGroupSurvivesRestart(t *testing.T) {
 		t.Fatalf("after the revocation: a epoch %d, b owns %v", a.epoch, b.owned)
 	}
 }
+
+// TestConsumerGroupStaticMember: an instance id held by a live member
+// cannot be taken (UNRELEASED_INSTANCE_ID); after the member leaves with
+// epoch -2 a new member id with the same instance takes over its
+// assignment without the others' partitions moving.
+func TestConsumerGroupStaticMember(t *testing.T) {
+	t.Parallel()
+	f := setup(t, func(c *Config) {
+		c.ConsumerSessionTimeout = 10 * time.Second
+		c.ConsumerHeartbeatInterval = 100 * time.Millisecond
+	})
+	f.createTopic(t, "orders", 2)
+	const group = "static848"
+	instance := "worker-1"
+	join := func(id string) (*cgh, *kmsg.ConsumerGroupHeartbeatResponse) {
+		m := newCGH(t, f.addr, group, id)
+		req := kmsg.NewPtrConsumerGroupHeartbeatRequest()
+		req.Version, req.Group, req.MemberID, req.MemberEpoch = 1, group, id, 0
+		req.InstanceID, req.RebalanceTimeoutMillis, req.SubscribedTopicNames = &instance, 5000, []string{"orders"}
+		req.Topics = []kmsg.ConsumerGroupHeartbeatRequestTopic{}
+		resp := roundTrip[*kmsg.ConsumerGroupHeartbeatResponse](t, m.rc, req)
+		if resp.ErrorCode == 0 {
+			m.epoch = resp.MemberEpoch
+			if resp.Assignment != nil && len(resp.Assignment.Topics) > 0 {
+				m.owned["orders"] = resp.Assignment.Topics[0].Partitions
+			}
+		}
+		return m, resp
+	}
+	a, resp := join("static-a")
+	wantCode(t, "static join", resp.ErrorCode, nil)
+	if !slices.Equal(a.owned["orders"], []int32{0, 1}) {
+		t.Fatalf("static member owns %v", a.owned)
+	}
+	_, resp = join("static-b")
+	wantCode(t, "a second member id for a held instance", resp.ErrorCode, kerr.UnreleasedInstanceID)
+
+	req := kmsg.NewPtrConsumerGroupHeartbeatRequest()
+	req.Version, req.Group, req.MemberID, req.MemberEpoch, req.InstanceID = 1, group, a.id, -2, &instance
+	if r := roundTrip[*kmsg.ConsumerGroupHeartbeatResponse](t, a.rc, req); r.ErrorCode != 0 || r.MemberEpoch != -2 {
+		t.Fatalf("static leave: %v epoch %d", kerr.ErrorForCode(r.ErrorCode), r.MemberEpoch)
+	}
+	d := describeConsumerGroup(t, f.addr, group)
+	if len(d.Members) != 1 {
+		t.Fatalf("after a static leave the member is kept for its instance: %+v", d)
+	}
+	b, resp := join("static-c")
+	wantCode(t, "the instance rejoining under a new member id", resp.ErrorCode, nil)
+	if b.epoch != a.epoch || !slices.Equal(b.owned["orders"], []int32{0, 1}) {
+		t.Fatalf("the rejoined instance: epoch %d (was %d), owns %v", b.epoch, a.epoch, b.owned)
+	}
+	wantCode(t, "the old member id after the takeover", a.beat(false, nil).ErrorCode, kerr.UnknownMemberID)
+	d = describeConsumerGroup(t, f.addr, group)
+	if len(d.Members) != 1 || d.Members[0].MemberID != "static-c" || d.State != "Stable" {
+		t.Fatalf("after the takeover: %+v", d)
+	}
+}
