@@ -61,7 +61,7 @@ type Config struct {
 	// to logical_decoding_work_mem, on its disk beyond).
 	NoStreaming bool
 	// StreamMemoryBytes bounds the memory held by streamed transactions
-	// that have not committed yet, all of them together (default 32 MiB);
+	// that have not committed yet, all of them together (default 16 MiB);
 	// beyond it their events are spilled to files in SpillDir.
 	StreamMemoryBytes int
 	// SpillDir holds the spill files of streamed transactions. The source
@@ -101,7 +101,7 @@ func (c Config) WithDefaults() Config {
 		c.SlotBusyTimeout = 90 * time.Second
 	}
 	if c.StreamMemoryBytes <= 0 {
-		c.StreamMemoryBytes = 32 << 20
+		c.StreamMemoryBytes = 16 << 20
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()

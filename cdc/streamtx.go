@@ -75,8 +75,9 @@ func (t *streamTx) seen(xid uint32) {
 }
 
 // memCost is what an event held in memory counts against the bound: its
-// bytes and about the size of the struct and its allocations.
-func memCost(e relay.Event) int64 { return eventBytes(e) + int64(len(e.EventID)+len(e.Topic)) + 192 }
+// bytes, the struct (184 bytes) and its share of the slice's spare
+// capacity, and the rounding of its allocations.
+func memCost(e relay.Event) int64 { return eventBytes(e) + int64(len(e.EventID)+len(e.Topic)) + 320 }
 
 // add keeps e, returning the memory it takes.
 func (t *streamTx) add(e relay.Event) int64 {
@@ -122,8 +123,9 @@ func (t *streamTx) spill(dir string) (int64, error) {
 	}
 	freed := t.memBytes
 	t.fileEvents += len(t.mem)
-	clear(t.mem)
-	t.mem, t.memBytes = t.mem[:0], 0
+	// The array goes too: kept, it would hold memory the bound does not
+	// count.
+	t.mem, t.memBytes = nil, 0
 	return freed, nil
 }
 
@@ -168,8 +170,7 @@ func (t *streamTx) abortSub(xid uint32) (int64, error) {
 	t.w.Reset(t.file)
 	t.fileEvents, t.fileBytes = sub.index, sub.offset
 	freed = t.memBytes
-	clear(t.mem)
-	t.mem, t.memBytes = t.mem[:0], 0
+	t.mem, t.memBytes = nil, 0
 	return freed, nil
 }
 
