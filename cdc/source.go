@@ -76,6 +76,9 @@ type Source struct {
 	// textTuples asks for text-format values even from servers that can
 	// send binary ones; tests set it to cover the text decoders.
 	textTuples bool
+	// spillFailures counts the sessions ended by a failed spill (each
+	// followed by protocol version 1).
+	spillFailures atomic.Int64
 }
 
 // chunk is the queued events of one transaction.

@@ -92,6 +92,7 @@ func (r *reader) run(ctx context.Context) {
 		switch {
 		case errors.As(err, &spill):
 			r.noStream = true
+			s.spillFailures.Add(1)
 			backoff = 0
 			s.log.Error("a streamed transaction could not be spilled to disk; reconnecting with pgoutput protocol version 1, which leaves large transactions to the server until they commit, for as long as this source runs",
 				"err", err, "spill_dir", r.spillDir)

@@ -79,7 +79,16 @@ func spillFiles(t *testing.T, dir string) int {
 func TestStreamedTransactionPublishedOnceInOrder(t *testing.T) {
 	t.Parallel()
 	f := streamingSetup(t)
+	// A torn spill file of an earlier process: removed, never read.
+	leftover := f.cfg.SpillDir + "/xid-42.stream"
+	if err := os.WriteFile(leftover, []byte{0x80}, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	_, c := f.startCore(t, relay.Position{})
+	waitFor(t, 10*time.Second, "the leftover spill file's removal", func() bool {
+		_, err := os.Stat(leftover)
+		return os.IsNotExist(err)
+	})
 	const n = 20_000
 	f.exec(t, "INSERT INTO outbox.events (topic) VALUES ('before')")
 	c.collect(1, 30*time.Second)
@@ -305,11 +314,15 @@ func TestStreamingSpillFailureFallsBack(t *testing.T) {
 	t.Parallel()
 	f := streamingSetup(t)
 	f.cfg.SpillDir = "/dev/null/spill"
-	_, c := f.startCore(t, relay.Position{})
+	src, c := f.startCore(t, relay.Position{})
 	const n = 10_000
 	insertN(t, f.url, 1, n)
 	got := c.collect(n, 60*time.Second)
 	checkExactlyOnce(t, got, n)
 	c.quiet(500 * time.Millisecond)
-	requireStreamed(t, f.conn, f.cfg.SlotName, 1)
+	// A spill was tried, so the transaction was streamed (the slot's
+	// statistics may miss a chunk cut off by the disconnection).
+	if k := cdc.SpillFailures(src); k != 1 {
+		t.Fatalf("%d sessions ended by a failed spill, want 1", k)
+	}
 }
