@@ -220,7 +220,14 @@ func (r *reader) session(ctx context.Context, backoff *time.Duration) error {
 	// The slot is this process's now: spill files in the directory are
 	// an earlier session's or process's, whose transactions the server
 	// sends again.
-	defer r.dropStreams()
+	defer func() {
+		r.dropStreams()
+		if s.cfg.SpillDir == "" {
+			// The default directory goes when empty (a process killed
+			// leaves it, and its files, to the next one).
+			os.Remove(r.spillDir)
+		}
+	}()
 	if n, err := removeSpills(r.spillDir); err != nil {
 		s.log.Warn("removing earlier spill files failed", "err", err, "spill_dir", r.spillDir)
 	} else if n > 0 {
