@@ -25,9 +25,13 @@ type BigTxConfig struct {
 	PayloadBytes int
 	Keys         int
 	Streaming    []bool
-	RelayBinary  string
-	RelayArgs    []string
-	Logger       *slog.Logger
+	// WorkMem, when set, is the bench database's
+	// logical_decoding_work_mem (say "64kB", so a small transaction
+	// streams).
+	WorkMem     string
+	RelayBinary string
+	RelayArgs   []string
+	Logger      *slog.Logger
 }
 
 // BigTxResult is one publication of the big transaction.
@@ -67,6 +71,11 @@ func RunBigTx(ctx context.Context, cfg BigTxConfig) ([]BigTxResult, error) {
 		return nil, err
 	}
 	defer e.close()
+	if cfg.WorkMem != "" {
+		if _, err := e.pool.Exec(ctx, fmt.Sprintf("ALTER DATABASE %s SET logical_decoding_work_mem = '%s'", e.dbName, strings.ReplaceAll(cfg.WorkMem, "'", "''"))); err != nil {
+			return nil, fmt.Errorf("setting logical_decoding_work_mem: %w", err)
+		}
+	}
 	var out []BigTxResult
 	for i, on := range cfg.Streaming {
 		res, err := e.bigTx(ctx, cfg, i, on)

@@ -21,6 +21,7 @@ func runBigTxBench(ctx context.Context, stdio cli.IO, args []string) error {
 	fs.IntVar(&cfg.Events, "events", 5_000_000, "rows in the one transaction")
 	fs.IntVar(&cfg.PayloadBytes, "payload-bytes", 100, "payload size")
 	fs.IntVar(&cfg.Keys, "keys", 1000, "distinct keys")
+	fs.StringVar(&cfg.WorkMem, "logical-decoding-work-mem", "", "the bench database's logical_decoding_work_mem, say 64kB (default: the server's)")
 	order := fs.String("streaming", "on,off", "runs in order, each on (pgoutput streaming) or off (--cdc-streaming=false)")
 	relayArgs := fs.String("relay-args", "", "extra `relay run` flags, space-separated")
 	relayBinary := fs.String("relay-binary", "", "run this executable's `run` command as the relay (default: this binary)")
