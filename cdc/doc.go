@@ -159,7 +159,8 @@
 //     its streamed transactions and spill files are dropped (a new session
 //     gets them again from their first chunk), and the reconnect resumes
 //     as above. A Stream Start marked as a first segment for an xid held
-//     already starts it over.
+//     already starts it over. TestE2EPostgresRestartWhileStreaming
+//     restarts PostgreSQL twice while writers' transactions stream.
 //   - Leftover or torn spill files at restart: never read. Spill files
 //     live only within the session that wrote them; a new session, once
 //     it holds the slot (so never a standby's), removes every spill file

@@ -55,3 +55,8 @@ func TestE2EStreamedCrashLoop(t *testing.T) {
 	t.Logf("%d events exactly once in per-key order through %d SIGKILLs (%d with acknowledgements held back) while transactions streamed; %d rolled-back events absent",
 		n, kills, held, len(ledger.RolledBack))
 }
+
+// TestE2EPostgresRestartWhileStreaming restarts PostgreSQL (immediate
+// shutdown) twice under the relay while writers' transactions of up to
+// 400 events stream: every committed event once, in per-key order.
+func TestE2EPostgresRestartWhileStreaming(t *testing.T) { postgresRestartMidStream(t, 400, true) }
