@@ -193,7 +193,8 @@
 // transaction whose commit is past confirmed_flush_lsn, decoding from
 // restart_lsn, and does not resume streaming a transaction part way
 // (ReorderBufferCanStartStreaming waits until decoding is past
-// confirmed_flush_lsn).
+// confirmed_flush_lsn). TestNoConfirmPastOpenStreamedTransaction checks
+// that heartbeats do not move the flush position past an open one.
 //
 // # What is confirmed when
 //

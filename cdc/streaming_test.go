@@ -326,3 +326,37 @@ func TestStreamingSpillFailureFallsBack(t *testing.T) {
 		t.Fatalf("%d sessions ended by a failed spill, want 1", k)
 	}
 }
+
+// While a streamed transaction is open, the heartbeats' positions do not
+// move the slot's confirmed flush position past it; once it committed and
+// was acknowledged, the flush position moves past its commit.
+func TestNoConfirmPastOpenStreamedTransaction(t *testing.T) {
+	t.Parallel()
+	f := streamingSetup(t)
+	_, c := f.startCore(t, relay.Position{})
+	f.exec(t, "INSERT INTO outbox.events (topic) VALUES ('before')")
+	c.collect(1, 30*time.Second)
+	ctx := context.Background()
+	tx := f.openTx(t, "k", "0")
+	if _, err := tx.Exec(ctx, "INSERT INTO outbox.events (topic, payload) SELECT 'big', convert_to(g::text, 'UTF8') FROM generate_series(1, 10000) AS g"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "a spill file of the open transaction", func() bool { return spillFiles(t, f.cfg.SpillDir) > 0 })
+	var inTx uint64
+	if err := f.conn.QueryRow(ctx, "SELECT (pg_current_wal_lsn() - '0/0')::numeric::bigint").Scan(&inTx); err != nil {
+		t.Fatal(err)
+	}
+	// Heartbeats every 200 ms, status updates every 100 ms: without the
+	// open transaction the flush position would pass inTx at once.
+	time.Sleep(1500 * time.Millisecond)
+	if flush := slotFlush(t, f.conn, f.cfg.SlotName); flush >= inTx {
+		t.Fatalf("confirmed flush %d is past the open streamed transaction's changes (%d)", flush, inTx)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got := c.collect(1+10001, 60*time.Second)
+	end := got[len(got)-1].Position.Major
+	waitFor(t, 10*time.Second, "the flush position past the commit", func() bool { return slotFlush(t, f.conn, f.cfg.SlotName) > end })
+	requireStreamed(t, f.conn, f.cfg.SlotName, 1)
+}

@@ -144,3 +144,13 @@ func TestRemoveSpills(t *testing.T) {
 		t.Fatalf("missing directory: %d, %v", n, err)
 	}
 }
+
+// Protocol version 2 with streaming is asked of PostgreSQL 14 and later
+// only.
+func TestServerMajor(t *testing.T) {
+	for v, want := range map[string]int{"15.18 (Debian 15.18-0+deb12u1)": 15, "14beta1": 14, "13.9": 13, "9.6.24": 9, "devel": 0, "": 0} {
+		if got := serverMajor(v); got != want {
+			t.Errorf("serverMajor(%q) = %d, want %d", v, got, want)
+		}
+	}
+}
