@@ -55,6 +55,21 @@ type Config struct {
 	// server's default wal_sender_timeout of 60s). Start never waits: it
 	// returns ErrSlotActive at once.
 	SlotBusyTimeout time.Duration
+	// NoStreaming reads pgoutput protocol version 1 even from servers that
+	// can stream in-progress transactions (PostgreSQL 14 and later): the
+	// server then holds every transaction until it commits (in memory up
+	// to logical_decoding_work_mem, on its disk beyond).
+	NoStreaming bool
+	// StreamMemoryBytes bounds the memory held by streamed transactions
+	// that have not committed yet, all of them together (default 16 MiB);
+	// beyond it their events are spilled to files in SpillDir.
+	StreamMemoryBytes int
+	// SpillDir holds the spill files of streamed transactions. The source
+	// owns it while it holds the slot: spill files left in it by an
+	// earlier process are removed when streaming starts. Empty:
+	// os.TempDir()/relay-cdc-spill-<cluster system id>-<slot>, which only
+	// the process holding that slot of that cluster uses.
+	SpillDir string
 	// Logger receives the source's logs (default slog.Default()).
 	Logger *slog.Logger
 }
@@ -84,6 +99,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.SlotBusyTimeout <= 0 {
 		c.SlotBusyTimeout = 90 * time.Second
+	}
+	if c.StreamMemoryBytes <= 0 {
+		c.StreamMemoryBytes = 16 << 20
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()

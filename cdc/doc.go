@@ -1,7 +1,8 @@
 // Package cdc reads the outbox from the write-ahead log: the WAL reader, a
 // relay.Source that streams the inserts of <schema>.events, and the
-// logical messages of <schema>.emit_message, through logical replication (the pgoutput plugin, protocol version 1, read with
-// github.com/jackc/pglogrepl).
+// logical messages of <schema>.emit_message, through logical replication
+// (the pgoutput plugin, protocol version 2 with streaming from PostgreSQL
+// 14 on, 1 before, read with github.com/jackc/pglogrepl).
 //
 // # Setup and preflight
 //
@@ -104,6 +105,96 @@
 //   - Switching readers: emit_message refuses once the poll reader
 //     recorded the progress, and the poll reader refuses to start while
 //     a slot that carried messages exists (cdc_slots.messages).
+//
+// # Streamed transactions
+//
+// With protocol version 1 the server decodes a transaction only when it
+// commits: until then it holds all of it in its reorder buffer, in memory
+// up to logical_decoding_work_mem and in spill files on its disk beyond,
+// so a transaction of millions of rows costs the server that much and
+// arrives all at once at its end. From PostgreSQL 14 on the reader asks
+// for protocol version 2 with "streaming 'on'" (Config.NoStreaming, the
+// run flag --cdc-streaming=false, keeps version 1; an older server gets
+// version 1 and a log line saying so). The server then sends a
+// transaction that outgrows logical_decoding_work_mem while it runs, in
+// chunks between Stream Start and Stream Stop, each change tagged with the
+// xid of its subtransaction, interleaved with other transactions' chunks
+// and with transactions sent whole, and ends it with Stream Commit or
+// Stream Abort (streamtx.go).
+//
+// The reader decodes each chunk's outbox events as they arrive and keeps
+// them per top-level xid; nothing of a streamed transaction is queued
+// before its Stream Commit. At Stream Commit its events are queued at
+// (commit LSN, index), exactly the positions and the order the same
+// transaction sent whole gets: the chunks together are its changes in WAL
+// order, less those of aborted subtransactions, which is what the server
+// sends of it whole. Events, identities, deduplication and checkpoints are
+// therefore those of protocol version 1, whichever way a transaction
+// arrives, in any session. Stream Abort of the top-level xid drops the
+// transaction; of a subtransaction (ROLLBACK TO SAVEPOINT), it drops the
+// events from that subtransaction's first message on: subtransactions
+// nest, so everything after it until its abort is its own or its
+// children's, which are aborted with it (PostgreSQL's own apply worker
+// does the same). The events of all open streamed transactions together
+// are held in memory up to Config.StreamMemoryBytes; beyond it the
+// largest are appended to one spill file per transaction in
+// Config.SpillDir, read back at commit, and removed at commit or abort.
+// The bounded queue downstream of the commit works as for any
+// transaction, so the relay's memory is the two bounds, whatever the
+// transaction's size.
+//
+// Faults, and how they are survived:
+//
+//   - Process killed mid-stream, or between Stream Commit and the
+//     acknowledgement of its events: the events were in memory, the spill
+//     file, or the queue, none of it confirmed. The slot's restart_lsn is
+//     held back by the open transaction (the server keeps WAL from its
+//     first record), and its commit lies past confirmed_flush_lsn, so the
+//     server decodes it again from the start and sends it again, streamed
+//     or whole, at the same positions; what the core already published is
+//     skipped by position and by the sink's identity check, as after any
+//     kill. TestE2EStreamedCrashLoop SIGKILLs the relay while 64 kB
+//     transactions stream.
+//   - Connection lost or server restarted mid-stream: the session ends,
+//     its streamed transactions and spill files are dropped (a new session
+//     gets them again from their first chunk), and the reconnect resumes
+//     as above. A Stream Start marked as a first segment for an xid held
+//     already starts it over. TestE2EPostgresRestartWhileStreaming
+//     restarts PostgreSQL twice while writers' transactions stream.
+//   - Leftover or torn spill files at restart: never read. Spill files
+//     live only within the session that wrote them; a new session, once
+//     it holds the slot (so never a standby's), removes every spill file
+//     in the directory before reading. A torn file is therefore only
+//     garbage; a file that reads back short within its own session (the
+//     disk failing under it) fails the session like a full disk does.
+//   - Disk full, or the spill directory unusable, while spilling: the
+//     session ends with the spill error, its files are removed, and the
+//     reader reconnects with protocol version 1 for as long as the source
+//     runs, logging the switch at error level: the server then holds the
+//     large transactions again, and nothing is lost or published twice,
+//     since nothing of the failed transaction was queued.
+//     TestStreamingSpillFailureFallsBack points the spill directory at a
+//     path that cannot be made.
+//   - Abort of a subtransaction: its events, and those of the
+//     subtransactions under it, are cut from memory or truncated from the
+//     spill file at its first event's offset; the rest of the transaction
+//     is published at commit with positions counted without them.
+//     TestStreamedSubtransactionAbort rolls back savepoints.
+//   - Abort of the transaction: dropped, file removed, nothing queued.
+//
+// Confirmation with open streamed transactions: the flush position does
+// not move to the server's reported position while any streamed
+// transaction is open (received in part, not yet committed or aborted),
+// so nothing past such a transaction's changes is confirmed on the idle
+// path. Transactions that commit while it is open are confirmed past, as
+// with protocol version 1 (where the open transaction is invisible to the
+// relay): their end LSN may lie past the open transaction's first
+// changes, which is safe because the server sends whole every
+// transaction whose commit is past confirmed_flush_lsn, decoding from
+// restart_lsn, and does not resume streaming a transaction part way
+// (ReorderBufferCanStartStreaming waits until decoding is past
+// confirmed_flush_lsn). TestNoConfirmPastOpenStreamedTransaction checks
+// that heartbeats do not move the flush position past an open one.
 //
 // # What is confirmed when
 //

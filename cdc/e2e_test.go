@@ -221,11 +221,22 @@ func resilientWriter(ctx context.Context, cfg e2e.WriterConfig, w, n int, ledger
 // The writers reconnect and resolve their in-doubt commits; the relay
 // reconnects; the log holds every committed event exactly once in per-key
 // order. Not parallel: it restarts the package's server.
-func TestE2EPostgresRestartMidStream(t *testing.T) {
+func TestE2EPostgresRestartMidStream(t *testing.T) { postgresRestartMidStream(t, 10, false) }
+
+// postgresRestartMidStream is TestE2EPostgresRestartMidStream with writer
+// transactions of up to perTx events, and, with streaming, a server that
+// streams those past 64 kB.
+func postgresRestartMidStream(t *testing.T, perTx int, streaming bool) {
 	env := newRelayEnv(t)
 	conn := pgtest.Connect(t, env.url)
 	if _, err := conn.Exec(context.Background(), "CREATE TABLE e2e_txs (id text PRIMARY KEY)"); err != nil {
 		t.Fatal(err)
+	}
+	if streaming {
+		if _, err := conn.Exec(context.Background(), fmt.Sprintf("ALTER DATABASE %s SET logical_decoding_work_mem = '64kB'",
+			pgx.Identifier{conn.Config().Database}.Sanitize())); err != nil {
+			t.Fatal(err)
+		}
 	}
 	ledger := e2e.NewLedger()
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
@@ -236,12 +247,19 @@ func TestE2EPostgresRestartMidStream(t *testing.T) {
 	go func() {
 		writeDone <- resilientWrite(ctx, e2e.WriterConfig{
 			URL: env.url, Schema: "outbox", Topic: "orders", Writers: 8, Events: 30_000, Keys: 1000,
-			PerTx: 10, RollbackEvery: 25, PayloadBytes: 120,
+			PerTx: perTx, RollbackEvery: 25, PayloadBytes: 120,
 		}, ledger, &retries)
 	}()
 	restarts := 0
 	for _, after := range []int64{3000, 12000} {
-		e2e.WaitPublished(t, env.url, after, time.Minute)
+		if streaming {
+			// Large transactions commit fast and publish after: restart
+			// while the writers are still at it, their transactions
+			// streaming.
+			waitFor(t, time.Minute, "the writers' progress", func() bool { return int64(ledger.Len()) >= after })
+		} else {
+			e2e.WaitPublished(t, env.url, after, time.Minute)
+		}
 		if err := pgtest.Cluster(t).Restart(ctx, true); err != nil {
 			t.Fatal(err)
 		}
@@ -259,6 +277,9 @@ func TestE2EPostgresRestartMidStream(t *testing.T) {
 	n := e2e.CheckLog(t, env.dataDir, ledger)
 	if retries == 0 {
 		t.Errorf("no writer transaction was retried: the restarts missed the writers")
+	}
+	if streaming {
+		requireStreamed(t, pgtest.Connect(t, env.url), env.slot, 1)
 	}
 	t.Logf("%d events exactly once in per-key order through %d immediate restarts of PostgreSQL; writers retried %d times",
 		n, restarts, retries)

@@ -55,6 +55,10 @@ type Source struct {
 	// inTx is true between a BEGIN and its COMMIT, and while the table is
 	// being read after slot loss.
 	inTx bool
+	// streamsOpen counts the streamed transactions received in part and
+	// not yet committed or aborted: while there are any, the flush
+	// position does not move to the server's reported position.
+	streamsOpen int
 	// acked is the last position passed to Acked (or Start's from).
 	acked relay.Position
 	// delivered is the last position returned by Next.
@@ -72,6 +76,9 @@ type Source struct {
 	// textTuples asks for text-format values even from servers that can
 	// send binary ones; tests set it to cover the text decoders.
 	textTuples bool
+	// spillFailures counts the sessions ended by a failed spill (each
+	// followed by protocol version 1).
+	spillFailures atomic.Int64
 }
 
 // chunk is the queued events of one transaction.
@@ -164,7 +171,7 @@ func (s *Source) Start(ctx context.Context, from relay.Position) error {
 	s.mu.Lock()
 	s.pool, s.cancel, s.done = pool, cancel, make(chan struct{})
 	s.changed = make(chan struct{})
-	s.queue, s.open, s.queued, s.queuedBytes, s.txs, s.inTx = nil, nil, 0, 0, nil, false
+	s.queue, s.open, s.queued, s.queuedBytes, s.txs, s.inTx, s.streamsOpen = nil, nil, 0, 0, nil, false, 0
 	s.acked, s.delivered = from, from
 	s.flush, s.serverEnd, s.fatal = st.confirmed, 0, nil
 	s.markerDone = make(chan pglogrepl.LSN, 1)
@@ -173,7 +180,7 @@ func (s *Source) Start(ctx context.Context, from relay.Position) error {
 
 	markerDone := s.markerDone
 	r := &reader{s: s, pool: pool, skipBelow: from, marker: mk, decode: newDecoder(), rels: map[uint32]*relation{},
-		prefix: messagePrefix(s.cfg.Schema)}
+		prefix: messagePrefix(s.cfg.Schema), streams: map[uint32]*streamTx{}, spillDir: s.cfg.SpillDir}
 	var wg sync.WaitGroup
 	wg.Add(2)
 	go func() {
@@ -367,7 +374,7 @@ func (s *Source) advanceLocked() {
 			}
 		}
 	}
-	if len(s.txs) == 0 && !s.inTx && s.open == nil && s.queued == 0 {
+	if len(s.txs) == 0 && !s.inTx && s.streamsOpen == 0 && s.open == nil && s.queued == 0 {
 		s.flush = max(s.flush, s.serverEnd)
 	}
 	if s.flush != before {

@@ -3,9 +3,12 @@ package cdc
 import (
 	"bufio"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"strconv"
 	"time"
 
@@ -59,6 +62,19 @@ type reader struct {
 	txIndex uint64
 	// txCommitted is the commit time of the transaction being received.
 	txCommitted time.Time
+
+	// streams are the streamed transactions not yet committed or aborted
+	// in this session (streamtx.go), by top-level xid; cur is the one
+	// whose chunk is arriving (between Stream Start and Stream Stop).
+	streams map[uint32]*streamTx
+	cur     *streamTx
+	// streamMem is the memory the events in streams take.
+	streamMem int64
+	spillDir  string
+	// noStream is set after a spill file failed: the reader reconnects
+	// with protocol version 1, which needs no disk of its own.
+	noStream bool
+	loggedV1 bool
 }
 
 func (r *reader) run(ctx context.Context) {
@@ -72,7 +88,14 @@ func (r *reader) run(ctx context.Context) {
 		}
 		backoff = min(max(2*backoff, 100*time.Millisecond), s.cfg.MaxBackoff)
 		var perm *permanentError
+		var spill *spillError
 		switch {
+		case errors.As(err, &spill):
+			r.noStream = true
+			s.spillFailures.Add(1)
+			backoff = 0
+			s.log.Error("a streamed transaction could not be spilled to disk; reconnecting with pgoutput protocol version 1, which leaves large transactions to the server until they commit, for as long as this source runs",
+				"err", err, "spill_dir", r.spillDir)
 		case errors.As(err, &perm):
 			s.log.Error("the replication stream failed and cannot recover on its own", "err", err)
 			s.fail(err)
@@ -157,13 +180,30 @@ func (r *reader) session(ctx context.Context, backoff *time.Duration) error {
 	s.mu.Lock()
 	s.flush = max(s.flush, st.confirmed)
 	s.mu.Unlock()
+	version := conn.ParameterStatus("server_version")
+	streaming := !s.cfg.NoStreaming && !r.noStream && serverMajor(version) >= 14
 	args := []string{
 		"proto_version '1'",
 		"publication_names '" + s.cfg.PublicationName + "'",
 		"messages 'true'",
 	}
-	if !s.textTuples && binaryTuples(conn.ParameterStatus("server_version")) {
+	if streaming {
+		args[0] = "proto_version '2'"
+		args = append(args, "streaming 'on'")
+	} else if !s.cfg.NoStreaming && !r.noStream && !r.loggedV1 {
+		r.loggedV1 = true
+		s.log.Warn("the server cannot stream transactions in progress (PostgreSQL 14 and later can): reading pgoutput protocol version 1, so the server holds each transaction until it commits",
+			"server_version", version)
+	}
+	if !s.textTuples && binaryTuples(version) {
 		args = append(args, "binary 'true'")
+	}
+	if r.spillDir == "" {
+		id, err := pglogrepl.IdentifySystem(ctx, conn)
+		if err != nil {
+			return fmt.Errorf("cdc: identifying the server: %w", err)
+		}
+		r.spillDir = filepath.Join(os.TempDir(), "relay-cdc-spill-"+id.SystemID+"-"+s.slotName())
 	}
 	err = pglogrepl.StartReplication(ctx, conn, s.slotName(), 0, pglogrepl.StartReplicationOptions{
 		Mode:       pglogrepl.LogicalReplication,
@@ -177,7 +217,23 @@ func (r *reader) session(ctx context.Context, backoff *time.Duration) error {
 	}
 	*backoff = 0
 	r.rels = map[uint32]*relation{}
-	s.log.Info("streaming from the replication slot", "after", r.skipBelow.String())
+	// The slot is this process's now: spill files in the directory are
+	// an earlier session's or process's, whose transactions the server
+	// sends again.
+	defer func() {
+		r.dropStreams()
+		if s.cfg.SpillDir == "" {
+			// The default directory goes when empty (a process killed
+			// leaves it, and its files, to the next one).
+			os.Remove(r.spillDir)
+		}
+	}()
+	if n, err := removeSpills(r.spillDir); err != nil {
+		s.log.Warn("removing earlier spill files failed", "err", err, "spill_dir", r.spillDir)
+	} else if n > 0 {
+		s.log.Info("removed spill files of an earlier run; the server sends their transactions again", "files", n, "spill_dir", r.spillDir)
+	}
+	s.log.Info("streaming from the replication slot", "after", r.skipBelow.String(), "streaming", streaming)
 	return r.stream(ctx, conn)
 }
 
@@ -187,13 +243,20 @@ func (r *reader) session(ctx context.Context, backoff *time.Duration) error {
 // send function, and sends bytea at half the size. Types without one still
 // come as text, which the decoder reads too. serverVersion is the
 // server_version the connection reported, say "15.18 (Debian ...)".
-func binaryTuples(serverVersion string) bool {
+func binaryTuples(serverVersion string) bool { return serverMajor(serverVersion) >= 14 }
+
+// serverMajor is the major version in a server_version, 0 when it has
+// none.
+func serverMajor(serverVersion string) int {
 	end := 0
 	for end < len(serverVersion) && isDigit(serverVersion[end]) {
 		end++
 	}
 	major, err := strconv.Atoi(serverVersion[:end])
-	return err == nil && major >= 14
+	if err != nil {
+		return 0
+	}
+	return major
 }
 
 // awaitRelease waits until the walsender pid no longer holds the slot, so
@@ -279,7 +342,7 @@ func (r *reader) stream(ctx context.Context, conn *pgconn.PgConn) error {
 				if err != nil {
 					return fmt.Errorf("cdc: %w", err)
 				}
-				if err := r.handle(xld.WALData); err != nil {
+				if err := r.handle(ctx, st, xld.WALData); err != nil {
 					return err
 				}
 			}
@@ -292,13 +355,20 @@ func (r *reader) stream(ctx context.Context, conn *pgconn.PgConn) error {
 }
 
 // handle applies one pgoutput message.
-func (r *reader) handle(data []byte) error {
+func (r *reader) handle(ctx context.Context, st *statusSender, data []byte) error {
 	s := r.s
+	if r.cur != nil {
+		return r.streamed(data)
+	}
 	if relID, ok := insertRelationID(data); ok {
 		return r.insert(relID, data)
 	}
 	if len(data) == 0 {
 		return &permanentError{errors.New("cdc: an empty pgoutput message")}
+	}
+	switch pglogrepl.MessageType(data[0]) {
+	case pglogrepl.MessageTypeStreamStart, pglogrepl.MessageTypeStreamCommit, pglogrepl.MessageTypeStreamAbort:
+		return r.streamControl(ctx, st, data)
 	}
 	msg, err := pglogrepl.Parse(data)
 	if err != nil {
@@ -312,23 +382,9 @@ func (r *reader) handle(data []byte) error {
 		}
 		r.rels[m.RelationID] = rel
 	case *pglogrepl.BeginMessage:
-		r.txMajor, r.txIndex, r.txCommitted = uint64(m.FinalLSN), 0, m.CommitTime
-		s.mu.Lock()
-		s.inTx = true
-		s.mu.Unlock()
+		r.begin(m.FinalLSN, m.CommitTime)
 	case *pglogrepl.CommitMessage:
-		s.mu.Lock()
-		if s.open != nil && s.open.major == r.txMajor {
-			s.closeOpenLocked()
-		}
-		if r.txMajor > r.lastMajor {
-			s.txs = append(s.txs, txMark{major: r.txMajor, last: r.txIndex - 1, empty: r.txIndex == 0, end: m.TransactionEndLSN})
-			r.lastMajor = r.txMajor
-		}
-		s.inTx = false
-		s.advanceLocked()
-		s.notifyLocked()
-		s.mu.Unlock()
+		r.commit(m.TransactionEndLSN)
 	case *pglogrepl.LogicalDecodingMessage:
 		if !m.Transactional {
 			s.mu.Lock()
@@ -342,6 +398,238 @@ func (r *reader) handle(data []byte) error {
 		}
 	}
 	return nil
+}
+
+// begin starts a transaction whose commit record is at commitLSN.
+func (r *reader) begin(commitLSN pglogrepl.LSN, committed time.Time) {
+	r.txMajor, r.txIndex, r.txCommitted = uint64(commitLSN), 0, committed
+	s := r.s
+	s.mu.Lock()
+	s.inTx = true
+	s.mu.Unlock()
+}
+
+// commit ends the transaction begun, whose end LSN is end.
+func (r *reader) commit(end pglogrepl.LSN) {
+	s := r.s
+	s.mu.Lock()
+	if s.open != nil && s.open.major == r.txMajor {
+		s.closeOpenLocked()
+	}
+	if r.txMajor > r.lastMajor {
+		s.txs = append(s.txs, txMark{major: r.txMajor, last: r.txIndex - 1, empty: r.txIndex == 0, end: end})
+		r.lastMajor = r.txMajor
+	}
+	s.inTx = false
+	s.advanceLocked()
+	s.notifyLocked()
+	s.mu.Unlock()
+}
+
+// streamControl applies Stream Start, Stream Commit and Stream Abort,
+// which arrive outside chunks.
+func (r *reader) streamControl(ctx context.Context, st *statusSender, data []byte) error {
+	msg, err := pglogrepl.ParseV2(data, false)
+	if err != nil {
+		return &permanentError{fmt.Errorf("cdc: decoding a pgoutput message: %w", err)}
+	}
+	switch m := msg.(type) {
+	case *pglogrepl.StreamStartMessageV2:
+		tx := r.streams[m.Xid]
+		if tx != nil && m.FirstSegment == 1 {
+			// The server starts the transaction over.
+			r.dropStream(tx)
+			tx = nil
+		}
+		if tx == nil {
+			tx = &streamTx{xid: m.Xid, rels: map[uint32]*relation{}}
+			r.streams[m.Xid] = tx
+			r.s.mu.Lock()
+			r.s.streamsOpen++
+			r.s.mu.Unlock()
+		}
+		r.cur = tx
+	case *pglogrepl.StreamAbortMessageV2:
+		tx := r.streams[m.Xid]
+		if tx == nil {
+			return nil
+		}
+		if m.SubXid == m.Xid {
+			r.dropStream(tx)
+			return nil
+		}
+		freed, err := tx.abortSub(m.SubXid)
+		r.streamMem -= freed
+		return err
+	case *pglogrepl.StreamCommitMessageV2:
+		return r.streamCommit(ctx, st, m)
+	}
+	return nil
+}
+
+// streamed applies a message of a chunk: every one but Stream Stop
+// carries the xid of the (sub)transaction whose change it is after its
+// type byte.
+func (r *reader) streamed(data []byte) error {
+	tx := r.cur
+	if data[0] == byte(pglogrepl.MessageTypeStreamStop) {
+		r.cur = nil
+		return nil
+	}
+	if len(data) < 5 {
+		return &permanentError{fmt.Errorf("cdc: a streamed pgoutput message of %d bytes", len(data))}
+	}
+	tx.seen(binary.BigEndian.Uint32(data[1:5]))
+	switch pglogrepl.MessageType(data[0]) {
+	case pglogrepl.MessageTypeInsert:
+		// Without the xid the message is a protocol 1 insert: the byte
+		// before the relation id becomes the type byte.
+		data[4] = data[0]
+		relID, ok := insertRelationID(data[4:])
+		if !ok {
+			return &permanentError{errors.New("cdc: malformed streamed insert")}
+		}
+		rel := tx.rels[relID]
+		if rel == nil {
+			rel = r.rels[relID]
+		}
+		if rel == nil {
+			return &permanentError{fmt.Errorf("cdc: insert into relation %d before its relation message", relID)}
+		}
+		if !rel.outbox {
+			return nil
+		}
+		e, err := r.decode.insert(rel, data[4:])
+		if err != nil {
+			return &permanentError{err}
+		}
+		return r.keep(tx, e)
+	case pglogrepl.MessageTypeRelation:
+		msg, err := pglogrepl.ParseV2(data, true)
+		if err != nil {
+			return &permanentError{fmt.Errorf("cdc: decoding a pgoutput message: %w", err)}
+		}
+		m := msg.(*pglogrepl.RelationMessageV2)
+		rel, err := newRelation(&m.RelationMessage, r.s.cfg.Schema)
+		if err != nil {
+			return &permanentError{err}
+		}
+		tx.rels[m.RelationID] = rel
+	case pglogrepl.MessageTypeMessage:
+		msg, err := pglogrepl.ParseV2(data, true)
+		if err != nil {
+			return &permanentError{fmt.Errorf("cdc: decoding a pgoutput message: %w", err)}
+		}
+		m := msg.(*pglogrepl.LogicalDecodingMessageV2)
+		if m.Transactional && m.Prefix == r.prefix {
+			return r.keep(tx, messageEvent(&m.LogicalDecodingMessage))
+		}
+	}
+	return nil
+}
+
+// keep adds e to tx, spilling the largest open transactions while their
+// events take more than the memory bound.
+func (r *reader) keep(tx *streamTx, e relay.Event) error {
+	r.streamMem += tx.add(e)
+	bound := int64(r.s.cfg.StreamMemoryBytes)
+	for r.streamMem > bound {
+		var largest *streamTx
+		for _, t := range r.streams {
+			if largest == nil || t.memBytes > largest.memBytes {
+				largest = t
+			}
+		}
+		freed, err := largest.spill(r.spillDir)
+		if err != nil {
+			return err
+		}
+		r.streamMem -= freed
+	}
+	return nil
+}
+
+// streamCommit queues the events of a committed streamed transaction at
+// their positions, as its BEGIN ... COMMIT would have, waiting for room
+// in the queue on the way.
+func (r *reader) streamCommit(ctx context.Context, st *statusSender, m *pglogrepl.StreamCommitMessageV2) error {
+	tx := r.streams[m.Xid]
+	if tx == nil {
+		// Nothing of it was streamed in this session: it had no changes
+		// the publication sends.
+		tx = &streamTx{xid: m.Xid}
+	}
+	r.begin(m.CommitLSN, m.CommitTime)
+	n := 0
+	err := tx.each(func(e relay.Event) error {
+		if n++; n%1024 == 0 {
+			if err := st.send(ctx, r.s, false); err != nil {
+				return err
+			}
+		}
+		if err := r.waitForRoom(ctx, st); err != nil {
+			return err
+		}
+		r.queueStreamed(e)
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	// pgoutput counts the relation messages of a committed streamed
+	// transaction as sent to everything after it.
+	for id, rel := range tx.rels {
+		r.rels[id] = rel
+	}
+	if r.streams[m.Xid] != nil {
+		r.dropStream(tx)
+	}
+	r.commit(m.TransactionEndLSN)
+	return nil
+}
+
+// queueStreamed queues an event of a committed streamed transaction at
+// the next position of the transaction, if not delivered yet.
+func (r *reader) queueStreamed(e relay.Event) {
+	pos := relay.Position{Major: r.txMajor, Minor: r.txIndex}
+	r.txIndex++
+	if !r.skipBelow.Less(pos) {
+		return
+	}
+	if e.CreatedAt.IsZero() && !e.HasRow() {
+		e.CreatedAt = r.txCommitted
+	}
+	e.Position = pos
+	e.CommittedAt = r.txCommitted
+	s := r.s
+	s.mu.Lock()
+	s.pushLocked(e)
+	s.mu.Unlock()
+	r.skipBelow = pos
+}
+
+// dropStream forgets a streamed transaction and removes its spill file.
+func (r *reader) dropStream(tx *streamTx) {
+	r.streamMem -= tx.memBytes
+	tx.close()
+	delete(r.streams, tx.xid)
+	if r.cur == tx {
+		r.cur = nil
+	}
+	s := r.s
+	s.mu.Lock()
+	s.streamsOpen--
+	s.advanceLocked()
+	s.mu.Unlock()
+}
+
+// dropStreams forgets every streamed transaction of the session: the
+// next session receives them again.
+func (r *reader) dropStreams() {
+	for _, tx := range r.streams {
+		r.dropStream(tx)
+	}
+	r.streams, r.cur, r.streamMem = map[uint32]*streamTx{}, nil, 0
 }
 
 // message queues the event of an emit_message message (message.go), if

@@ -39,7 +39,9 @@
 // backlog back through the relay's Kafka listener (one consumer, or a
 // group). RunBroker (`relay-dev bench broker`) measures the embedded
 // broker alone: the open time of a data directory after a clean stop or
-// a SIGKILL, warm or cold, and a compaction pass (broker.go).
+// a SIGKILL, warm or cold, and a compaction pass (broker.go). RunBigTx
+// (`relay-dev bench bigtx`) publishes one large transaction with the WAL
+// reader, pgoutput streaming on and off (bigtx.go).
 //
 // The relay's peak RSS, CPU seconds and open file descriptors come from
 // /proc. The first SIGINT

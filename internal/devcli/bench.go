@@ -20,6 +20,9 @@ func runBench(ctx context.Context, stdio cli.IO, args []string) error {
 	if len(args) > 0 && args[0] == "broker" {
 		return runBrokerBench(ctx, stdio, args[1:])
 	}
+	if len(args) > 0 && args[0] == "bigtx" {
+		return runBigTxBench(ctx, stdio, args[1:])
+	}
 	fs := cli.FlagSet("relay-dev bench", stdio)
 	var cfg bench.Config
 	fs.StringVar(&cfg.DatabaseURL, "database-url", "", "PostgreSQL server to use (default: start a throwaway one from the local binaries)")

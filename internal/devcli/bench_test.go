@@ -56,6 +56,33 @@ func TestBenchRuns(t *testing.T) {
 	}
 }
 
+// TestBenchBigTx keeps `relay-dev bench bigtx` from rotting: a
+// transaction of 30,000 events at a logical_decoding_work_mem of 64 kB,
+// streamed and spilled on the server, each published whole.
+func TestBenchBigTx(t *testing.T) {
+	t.Parallel()
+	admin := pgtest.Cluster(t).URL()
+	r, err := testbin.Run(context.Background(), testbin.RelayDev(t), nil, "bench", "bigtx", "--json", "--database-url", admin,
+		"--events", "30000", "--logical-decoding-work-mem", "64kB")
+	if err != nil || r.Code != 0 {
+		t.Fatalf("%v, exit %d: %s", err, r.Code, r.Stderr)
+	}
+	var results []bench.BigTxResult
+	if err := json.Unmarshal([]byte(r.Stdout), &results); err != nil || len(results) != 2 {
+		t.Fatalf("output is not a JSON array of 2 runs: %v\n%s", err, r.Stdout)
+	}
+	for _, res := range results {
+		if res.Records != 30000 || res.OutOfOrder != 0 || res.PublishSeconds <= 0 || res.RSSPeakBytes <= 0 {
+			t.Fatalf("%+v: want 30,000 records in key order, timed, RSS measured", res)
+		}
+		// The relay's acknowledgements, deleting 1,000 rows each, are
+		// large transactions too: they stream or spill as well.
+		if res.Streaming && (res.StreamTxns < 1 || res.SpillTxns != 0) || !res.Streaming && (res.StreamTxns != 0 || res.SpillTxns < 1) {
+			t.Fatalf("%+v: the server's statistics do not match the mode", res)
+		}
+	}
+}
+
 func checkBenchResult(t *testing.T, name string, base bool, res bench.Result) {
 	t.Helper()
 	if res.Published != res.Events || res.Written != res.Events || res.PublishRate <= 0 {
