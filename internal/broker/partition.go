@@ -234,12 +234,38 @@ func (p *partition) recoverActiveLocked() ([]LostRange, error) {
 		return nil, storageErr("stat active segment", err)
 	}
 	s.idx, s.tidx, s.maxTS, s.bytesSinceIdx, s.created = nil, nil, -1, 0, 0
+	s.hasLast, s.rpGen = false, s.rpGen+1
 	p.attachDamageLocked()
-	expect := s.base
+	expect, start := s.base, int64(0)
+	if st, idx, tidx, clean, err := loadRecoveryPoint(fsys, s, s.log, size); err == nil {
+		// Trust what an fsync covered and the point's check passed; scan
+		// the rest (see Recovery in doc.go).
+		s.idx, s.tidx, s.maxTS, s.created, s.bytesSinceIdx = idx, tidx, st.maxTS, st.created, st.sinceIdx
+		var hdr [BatchHeaderSize]byte
+		if _, err := s.log.ReadAt(hdr[:], st.lastPos); err == nil {
+			s.last, _ = ParseBatchHeader(hdr[:])
+			s.lastPos, s.hasLast = st.lastPos, true
+		}
+		s.rpIdx, s.rpTidx, s.rpStale, s.rpNext, s.rpSnap = st.nIdx, st.nTidx, !clean, st.next, st.snap
+		expect, start = st.next, st.pos
+	} else {
+		if !errors.Is(err, errNoRecoveryPoint) {
+			p.set.logger.Warn("recovery point unusable; scanning the whole active segment", "topic", p.topic, "partition", p.id,
+				"segment", s.base, "reason", err)
+			// Removed (durably), so that no later crash finds it again
+			// beside data it does not describe.
+			if rerr := fsys.Remove(segmentName(p.dir, s.base, recoverySuffix)); rerr == nil {
+				if err := p.set.health.syncDir(fsys, p.dir, "fsync partition dir"); err != nil {
+					return nil, err
+				}
+			}
+		}
+		s.rpIdx, s.rpTidx, s.rpStale, s.rpNext, s.rpSnap = 0, 0, true, -1, nil
+	}
 	var cands []LostRange
 	var end int64
 	var scanErr error
-	for pos := int64(0); ; {
+	for pos := start; ; {
 		end, scanErr = scanBatchesSkip(s.log, pos, size, true, s.damaged, func(h BatchHeader, pos int64, _ []byte) error {
 			if h.BaseOffset < expect {
 				return fmt.Errorf("%w: batch offset %d below expected %d", ErrCorruptBatch, h.BaseOffset, expect)
@@ -373,6 +399,13 @@ func (p *partition) settleDamageLocked() {
 // batch headers after it.
 func (p *partition) rebuildProducersLocked(snaps []int64) {
 	from, table, txns := loadNewestSnapshot(p.set.fs, p.dir, snaps, p.next)
+	if active := p.segs[len(p.segs)-1]; active.rpSnap != nil {
+		// The recovery point's producer state, when newer.
+		if off, t, x, err := decodeSnapshot(active.rpSnap); err == nil && off > from && off <= p.next {
+			from, table, txns = off, t, x
+		}
+		active.rpSnap = nil
+	}
 	if from < 0 {
 		from = p.segs[0].base
 	}
@@ -390,7 +423,13 @@ func (p *partition) rebuildProducersLocked(snaps []int64) {
 				continue
 			}
 		}
-		_, err := scanBatchesSkip(f, 0, s.size, false, s.damaged, func(h BatchHeader, pos int64, _ []byte) error {
+		start := int64(0)
+		if s.loaded && from > s.base {
+			// Headers before the index entry at or below from are skipped
+			// anyway: do not read them.
+			start, _ = s.lookup(from)
+		}
+		_, err := scanBatchesSkip(f, start, s.size, false, s.damaged, func(h BatchHeader, pos int64, _ []byte) error {
 			if h.BaseOffset < from {
 				return nil
 			}
@@ -570,7 +609,9 @@ func (p *partition) rollLocked() error {
 	}
 	old.idx, old.tidx, old.loaded = nil, nil, false
 	old.lastUse = p.tick()
-	ns := &segment{dir: p.dir, base: p.next, maxTS: -1, log: f, loaded: true}
+	// Its recovery point is of no use once the segment is inactive.
+	_ = fsys.Remove(segmentName(p.dir, old.base, recoverySuffix))
+	ns := &segment{dir: p.dir, base: p.next, maxTS: -1, log: f, loaded: true, rpStale: true, rpNext: -1}
 	p.segs = append(append([]*segment(nil), p.segs...), ns)
 	p.durablePos, p.hwPos = 0, 0
 	p.notifyLocked()
@@ -732,10 +773,22 @@ func (p *partition) syncSegment() error {
 		return nil
 	}
 	s := p.segs[len(p.segs)-1]
+	st, ok := p.recoveryStateLocked(s)
+	gen := s.rpGen
 	p.pinLocked(s)
 	p.mu.Unlock()
 	defer p.unpin(s)
-	return p.set.health.sync(s.log, "fsync segment")
+	if err := p.set.health.sync(s.log, "fsync segment"); err != nil {
+		return err
+	}
+	if ok {
+		p.mu.Lock()
+		if !p.closed && s == p.segs[len(p.segs)-1] && s.rpGen == gen && p.broken == nil {
+			p.writeRecoveryLocked(s, st)
+		}
+		p.mu.Unlock()
+	}
+	return nil
 }
 
 // activeBase is the base offset of the active segment.
@@ -755,6 +808,11 @@ func (p *partition) rewindTo(offset int64) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	s := p.segs[len(p.segs)-1]
+	if s.rpNext > offset {
+		// An fsync of the segment covered everything before the recovery
+		// point: only what follows it is rewritten.
+		offset = s.rpNext
+	}
 	if offset >= p.next || offset < s.base {
 		return nil
 	}
@@ -1331,6 +1389,9 @@ func (p *partition) closeLocked() error {
 			errs = append(errs, err)
 		} else if p.broken == nil {
 			p.durable = p.next
+			if st, ok := p.recoveryStateLocked(active); ok {
+				p.writeRecoveryLocked(active, st)
+			}
 			if err := writeSnapshot(p.set.fs, p.dir, p.next, p.producers, p.txns); err != nil {
 				errs = append(errs, err)
 			}
