@@ -184,6 +184,11 @@ type Options struct {
 	// segments' read handles are bounded per partition apart
 	// (MaxOpenSegmentReaders).
 	MaxOpenFiles int
+	// CompactionMapBytes bounds the memory of compaction's key map, about
+	// 27 bytes per distinct key (default 128 MiB, about 5 million keys);
+	// a partition with more keys is compacted in several passes over its
+	// log, as Kafka's log.cleaner.dedupe.buffer.size does.
+	CompactionMapBytes int64
 	// OffsetsCompactBytes rewrites the group offsets file when it grows past
 	// this size and is mostly superseded entries (default 16 MiB).
 	OffsetsCompactBytes int64
@@ -236,6 +241,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.OffsetsCompactBytes <= 0 {
 		o.OffsetsCompactBytes = 16 << 20
+	}
+	if o.CompactionMapBytes <= 0 {
+		o.CompactionMapBytes = 128 << 20
 	}
 	if o.FS == nil {
 		o.FS = OSFS{}
@@ -660,15 +668,16 @@ func parallel(n, workers int, fn func(i int) error) []error {
 // a missing partition directory is lost data, not a new partition.
 func (b *Broker) openTopic(name string, cfg TopicConfig, h *health, known bool) (*topic, error) {
 	set := &partitionSettings{
-		health:         h,
-		allowLost:      b.opts.AllowLostPartitions,
-		fs:             b.opts.FS,
-		syncBeforeAck:  b.opts.Sync == SyncBeforeAck,
-		indexInterval:  b.opts.IndexIntervalBytes,
-		maxOpenReaders: b.opts.MaxOpenSegmentReaders,
-		now:            b.opts.Now,
-		logger:         b.opts.Logger,
-		journal:        b.journal,
+		health:             h,
+		allowLost:          b.opts.AllowLostPartitions,
+		fs:                 b.opts.FS,
+		syncBeforeAck:      b.opts.Sync == SyncBeforeAck,
+		indexInterval:      b.opts.IndexIntervalBytes,
+		maxOpenReaders:     b.opts.MaxOpenSegmentReaders,
+		compactionMapBytes: b.opts.CompactionMapBytes,
+		now:                b.opts.Now,
+		logger:             b.opts.Logger,
+		journal:            b.journal,
 	}
 	set.cfg.Store(&cfg)
 	t := &topic{name: name, set: set}

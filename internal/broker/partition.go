@@ -30,6 +30,8 @@ type partitionSettings struct {
 	allowLost bool
 	// health turns sticky on the first failed fsync (health.go).
 	health *health
+	// compactionMapBytes bounds compaction's key map (offsetmap.go).
+	compactionMapBytes int64
 }
 
 // config returns the topic's current configuration.
