@@ -30,7 +30,13 @@
 // at). meta.json is replaced atomically (write a temp file, fsync, rename,
 // fsync the directory); so are snapshots and rewritten offsets files. A new
 // topic's partition directories are fsynced into their parents before
-// meta.json lists it, so a directory missing later is lost data.
+// meta.json lists it, so a directory missing later is lost data. A
+// partition directory itself (the entry of the active segment an open or
+// a creation made) is fsynced only before its data is relied on: by the
+// journal checkpoint before it deletes journal files, on Close of a
+// partition with data, by the interval fsync; an empty segment lost in a
+// crash is created again. EnsureTopics creates many topics with one
+// DIR/topics fsync and one meta.json write.
 //
 // # Segments (.log)
 //
@@ -174,10 +180,12 @@
 //
 // Each partition keeps, per producer id, the current epoch and the last five
 // batches (first and last sequence, first and last offset, max timestamp)
-// for duplicate detection. A snapshot is written when a segment rolls and on
-// clean close; on open the newest snapshot at or below the log end is loaded
-// and the batch headers after its offset are replayed (with no usable
-// snapshot, the whole log is replayed). Format, big-endian:
+// for duplicate detection. A snapshot is written when a segment rolls, and
+// each recovery point carries one (see Recovery point), so a clean close
+// writes a snapshot file only when it could not write a recovery point; on
+// open the newest snapshot at or below the log end is loaded (the recovery
+// point's when newer) and the batch headers after its offset are replayed
+// (with no usable snapshot, the whole log is replayed). Format, big-endian:
 //
 //	"RLPS" | uint16 version (2) | int64 offset | uint32 producer count |
 //	per producer: int64 id | int16 epoch | uint8 n |

@@ -15,13 +15,24 @@ type syncCountFS struct {
 	FS
 	mu                sync.Mutex
 	dirSyncs, metaRen int
+	byDir             map[string]int
 }
 
 func (c *syncCountFS) SyncDir(dir string) error {
 	c.mu.Lock()
 	c.dirSyncs++
+	if c.byDir == nil {
+		c.byDir = map[string]int{}
+	}
+	c.byDir[dir]++
 	c.mu.Unlock()
 	return c.FS.SyncDir(dir)
+}
+
+func (c *syncCountFS) dirSyncsOf(dir string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.byDir[dir]
 }
 
 func (c *syncCountFS) Rename(from, to string) error {
@@ -64,9 +75,10 @@ func TestEnsureTopicsCreatesManyWithOneMetadataWrite(t *testing.T) {
 	if meta-meta0 != 1 {
 		t.Fatalf("meta.json written %d times for 40 topics", meta-meta0)
 	}
-	// Per topic: 3 partition directories and the topic directory; then
-	// DIR/topics and DIR (meta.json) once.
-	if got, want := dirs-dirs0, 40*(3+1)+2; got != want {
+	// Per topic the topic directory; then DIR/topics and DIR (meta.json)
+	// once. The partition directories are fsynced once they hold data
+	// that must stay (TestPartitionDirFsyncedBeforeItsDataIsRelied on).
+	if got, want := dirs-dirs0, 40+2; got != want {
 		t.Fatalf("%d directory fsyncs, want %d", got, want)
 	}
 	if err := b.Close(); err != nil {
@@ -85,5 +97,51 @@ func TestEnsureTopicsCreatesManyWithOneMetadataWrite(t *testing.T) {
 	}
 	if _, err := os.Stat(partitionDir(dir, "bad", 0)); err == nil {
 		t.Fatal("a directory was created for the invalid name")
+	}
+}
+
+// A new partition's directory is not fsynced when it is created, but
+// before anything relies on its active segment's entry being durable: the
+// checkpoint that lets the journal go, and Close of a partition with data
+// (an empty one lost in a crash is created again).
+func TestPartitionDirFsyncedBeforeItsDataIsRelied(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	counter := &syncCountFS{FS: OSFS{}}
+	b := openTest(t, dir, func(o *Options) { o.FS = counter })
+	if err := b.EnsureTopics([]string{"a", "b"}); err != nil {
+		t.Fatal(err)
+	}
+	a0, b0 := partitionDir(dir, "a", 0), partitionDir(dir, "b", 0)
+	if counter.dirSyncsOf(a0)+counter.dirSyncsOf(b0) != 0 {
+		t.Fatal("partition directories fsynced at creation")
+	}
+	mustAppend(t, b, "a", 0, EncodeBatch(-1, -1, -1, recs("x", 2)))
+	if err := b.partitionFor("a", 0).syncSegment(); err != nil {
+		t.Fatal(err)
+	}
+	if n := counter.dirSyncsOf(a0); n != 1 {
+		t.Fatalf("the checkpoint fsynced a's directory %d times, want 1", n)
+	}
+	if err := b.partitionFor("a", 0).syncSegment(); err != nil {
+		t.Fatal(err)
+	}
+	mustAppend(t, b, "b", 0, EncodeBatch(-1, -1, -1, recs("y", 2)))
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if na, nb := counter.dirSyncsOf(a0), counter.dirSyncsOf(b0); na != 1 || nb != 1 {
+		t.Fatalf("directory fsyncs: a %d (want 1: once is enough), b %d (want 1, at Close)", na, nb)
+	}
+	// Opened again, the entries may have been written by a process that
+	// was killed before fsyncing them: the first checkpoint or Close of a
+	// partition with data fsyncs its directory again.
+	counter2 := &syncCountFS{FS: OSFS{}}
+	r := openTest(t, dir, func(o *Options) { o.FS = counter2 })
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if na := counter2.dirSyncsOf(a0); na != 1 {
+		t.Fatalf("after reopening, a's directory fsynced %d times, want 1", na)
 	}
 }

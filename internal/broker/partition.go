@@ -87,6 +87,25 @@ type partition struct {
 
 	syncMu  sync.Mutex
 	cleanMu sync.Mutex
+	// dirDirty says the directory may hold an entry (the active segment
+	// opened or created by openPartition) not yet fsynced into it.
+	dirDirty atomic.Bool
+}
+
+// syncDirIfDirty fsyncs the partition directory if the active segment's
+// entry may not be durable yet. Every path that makes the segment's
+// contents durable in their own right (a checkpoint before it deletes the
+// journal, Close, the interval or non-journal fsync) calls it first; a
+// roll fsyncs the directory itself.
+func (p *partition) syncDirIfDirty() error {
+	if !p.dirDirty.Load() {
+		return nil
+	}
+	if err := p.set.health.syncDir(p.set.fs, p.dir, "fsync partition dir"); err != nil {
+		return err
+	}
+	p.dirDirty.Store(false)
+	return nil
 }
 
 func openPartition(set *partitionSettings, dir, topic string, id int32, mustExist bool) (*partition, error) {
@@ -227,9 +246,12 @@ func (p *partition) recoverActiveLocked() ([]LostRange, error) {
 			return nil, storageErr("open active segment", err)
 		}
 		s.log = f
-		if err := p.set.health.syncDir(fsys, p.dir, "fsync partition dir"); err != nil {
-			return nil, err
-		}
+		// The segment's directory entry is made durable before anything
+		// relies on the file's contents being durable (syncDirIfDirty),
+		// not here: an empty segment lost in a crash is created again,
+		// and a topic of thousands of partitions is created, and opened,
+		// without one directory fsync each.
+		p.dirDirty.Store(true)
 	}
 	size, err := fileSize(s.log)
 	if err != nil {
@@ -609,6 +631,7 @@ func (p *partition) rollLocked() error {
 		_ = f.Close()
 		return err
 	}
+	p.dirDirty.Store(false)
 	old.idx, old.tidx, old.loaded = nil, nil, false
 	old.lastUse = p.tick()
 	// Its recovery point is of no use once the segment is inactive.
@@ -780,6 +803,9 @@ func (p *partition) syncSegment() error {
 	p.pinLocked(s)
 	p.mu.Unlock()
 	defer p.unpin(s)
+	if err := p.syncDirIfDirty(); err != nil {
+		return err
+	}
 	if err := p.set.health.sync(s.log, "fsync segment"); err != nil {
 		return err
 	}
@@ -934,7 +960,10 @@ func (p *partition) syncLocked() error {
 		return nil
 	}
 	p.mu.Unlock()
-	err := p.set.health.sync(s.log, "fsync segment")
+	err := p.syncDirIfDirty()
+	if err == nil {
+		err = p.set.health.sync(s.log, "fsync segment")
+	}
 	p.mu.Lock()
 	if err != nil {
 		return err
@@ -1387,15 +1416,29 @@ func (p *partition) closeLocked() error {
 	// After a storage failure nothing written since is trusted: no fsync
 	// to believe, no snapshot; the next open recovers from disk.
 	if p.set.health.check() == nil {
-		if err := p.set.health.sync(active.log, "fsync on close"); err != nil {
+		// An empty active segment lost in a crash is created again: its
+		// directory entry need not be durable.
+		var err error
+		if active.size > 0 {
+			err = p.syncDirIfDirty()
+		}
+		if err != nil {
+			errs = append(errs, err)
+		} else if err := p.set.health.sync(active.log, "fsync on close"); err != nil {
 			errs = append(errs, err)
 		} else if p.broken == nil {
 			p.durable = p.next
+			// The recovery point holds the producer state; a snapshot is
+			// written only without one (an empty active segment has the
+			// snapshot its roll wrote, or no producers).
+			wrote := false
 			if st, ok := p.recoveryStateLocked(active); ok {
-				p.writeRecoveryLocked(active, st)
+				wrote = p.writeRecoveryLocked(active, st)
 			}
-			if err := writeSnapshot(p.set.fs, p.dir, p.next, p.producers, p.txns); err != nil {
-				errs = append(errs, err)
+			if !wrote && active.size > 0 {
+				if err := writeSnapshot(p.set.fs, p.dir, p.next, p.producers, p.txns); err != nil {
+					errs = append(errs, err)
+				}
 			}
 		}
 	}

@@ -72,8 +72,8 @@ func (p *partition) recoveryStateLocked(s *segment) (recoveryState, bool) {
 // active segment of the generation st was taken in. A failure is not a
 // storage failure of the broker: the recovery point is an optimisation, so
 // the file is marked stale (rewritten whole next time) and the next open
-// scans more.
-func (p *partition) writeRecoveryLocked(s *segment, st recoveryState) {
+// scans more. It reports whether the frame is durable.
+func (p *partition) writeRecoveryLocked(s *segment, st recoveryState) bool {
 	from, tfrom := s.rpIdx, s.rpTidx
 	flag := os.O_CREATE | os.O_WRONLY | os.O_APPEND
 	if s.rpStale || from > st.nIdx || tfrom > st.nTidx {
@@ -108,9 +108,10 @@ func (p *partition) writeRecoveryLocked(s *segment, st recoveryState) {
 		s.rpStale = true
 		p.set.logger.Warn("writing the recovery point failed; the next open after a crash scans more of the active segment",
 			"topic", p.topic, "partition", p.id, "segment", s.base, "err", err)
-		return
+		return false
 	}
 	s.rpIdx, s.rpTidx, s.rpStale, s.rpNext = st.nIdx, st.nTidx, false, st.next
+	return true
 }
 
 func writeRecoveryFrame(fsys FS, path string, flag int, frame []byte) error {
