@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -227,7 +228,11 @@ func (p *partition) compact(ctx context.Context, nowMs int64) error {
 		return nil
 	}
 	tombstoneCutoff := nowMs - p.set.config().DeleteRetentionMs
-	m := newOffsetMap(p.set.compactionMapBytes)
+	m, err := newOffsetMap(p.set.compactionMapBytes)
+	if err != nil {
+		return err
+	}
+	defer m.free()
 	start := segs[0].base
 	for pass := 1; ; pass++ {
 		end, err := p.fillOffsetMap(ctx, segs, segsEnd, start, m, txns)
@@ -284,9 +289,9 @@ func (p *partition) fillOffsetMap(ctx context.Context, segs []*segment, segsEnd,
 			if h.LastOffset() < start || h.Control() || (h.Transactional() && txns.isAborted(h.ProducerID, h.BaseOffset)) {
 				return nil
 			}
-			if !m.room(len(recs)) {
+			if ok, err := m.room(len(recs)); err != nil || !ok {
 				end = h.BaseOffset
-				return errMapFull
+				return cmp.Or(err, errMapFull)
 			}
 			for _, r := range recs {
 				m.put(hashKey(r.Key), r.Offset)

@@ -11,10 +11,21 @@ import (
 
 func TestOffsetMapBoundedAndExact(t *testing.T) {
 	t.Parallel()
-	m := newOffsetMap(100 << 10) // 4,266 slots
+	m, err := newOffsetMap(100 << 10) // 4,266 slots
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.free()
+	room := func(n int) bool {
+		ok, err := m.room(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ok
+	}
 	want := map[keyHash]int64{}
 	n := 0
-	for ; m.room(1); n++ {
+	for ; room(1); n++ {
 		h := hashKey([]byte(fmt.Sprint("k", n%5000)))
 		m.put(h, int64(n))
 		want[h] = int64(n)
@@ -31,11 +42,11 @@ func TestOffsetMapBoundedAndExact(t *testing.T) {
 		t.Fatal("found a key never put")
 	}
 	m.reset()
-	if _, ok := m.get(hashKey([]byte("k1"))); ok || m.used != 0 || !m.room(10) {
+	if _, ok := m.get(hashKey([]byte("k1"))); ok || m.used != 0 || !room(10) {
 		t.Fatal("reset left entries")
 	}
 	// One batch of more records than the bound holds still gets room.
-	if !m.room(len(m.slots) * 2) {
+	if !room(len(m.slots) * 2) {
 		t.Fatal("an empty map refused one batch")
 	}
 }
