@@ -792,6 +792,11 @@ func (p *partition) rollBack(gen int) {
 // syncSegment fsyncs the active segment, whatever the journal already made
 // durable: a journal checkpoint does this before deleting journal files.
 func (p *partition) syncSegment() error {
+	// syncMu keeps Close out until the fsyncs are done: Close closes the
+	// files, and the broker closes its partitions before it stops the
+	// checkpoint.
+	p.syncMu.Lock()
+	defer p.syncMu.Unlock()
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
