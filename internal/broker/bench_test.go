@@ -148,3 +148,35 @@ func BenchmarkValidateProduced(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkCreateTopics creates 100 topics of 8 partitions one CreateTopic
+// at a time, or with one EnsureTopics call; ns/op is per topic.
+func BenchmarkCreateTopics(b *testing.B) {
+	for _, how := range []string{"one-by-one", "ensure"} {
+		b.Run(how, func(b *testing.B) {
+			for i := 0; i < b.N; i++ {
+				b.StopTimer()
+				br := openTest(b, b.TempDir(), func(o *Options) { o.DefaultPartitions = 8 })
+				var names []string
+				for t := 0; t < 100; t++ {
+					names = append(names, fmt.Sprint("t", t))
+				}
+				b.StartTimer()
+				if how == "ensure" {
+					if err := br.EnsureTopics(names); err != nil {
+						b.Fatal(err)
+					}
+				} else {
+					for _, n := range names {
+						if _, err := br.CreateTopic(n, TopicConfig{}); err != nil {
+							b.Fatal(err)
+						}
+					}
+				}
+				b.StopTimer()
+				_ = br.Close()
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*100), "ns/topic")
+		})
+	}
+}

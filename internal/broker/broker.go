@@ -184,6 +184,11 @@ type Options struct {
 	// segments' read handles are bounded per partition apart
 	// (MaxOpenSegmentReaders).
 	MaxOpenFiles int
+	// CompactionMapBytes bounds the memory of compaction's key map, about
+	// 27 bytes per distinct key (default 128 MiB, about 5 million keys);
+	// a partition with more keys is compacted in several passes over its
+	// log, as Kafka's log.cleaner.dedupe.buffer.size does.
+	CompactionMapBytes int64
 	// OffsetsCompactBytes rewrites the group offsets file when it grows past
 	// this size and is mostly superseded entries (default 16 MiB).
 	OffsetsCompactBytes int64
@@ -236,6 +241,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.OffsetsCompactBytes <= 0 {
 		o.OffsetsCompactBytes = 16 << 20
+	}
+	if o.CompactionMapBytes <= 0 {
+		o.CompactionMapBytes = 128 << 20
 	}
 	if o.FS == nil {
 		o.FS = OSFS{}
@@ -660,15 +668,16 @@ func parallel(n, workers int, fn func(i int) error) []error {
 // a missing partition directory is lost data, not a new partition.
 func (b *Broker) openTopic(name string, cfg TopicConfig, h *health, known bool) (*topic, error) {
 	set := &partitionSettings{
-		health:         h,
-		allowLost:      b.opts.AllowLostPartitions,
-		fs:             b.opts.FS,
-		syncBeforeAck:  b.opts.Sync == SyncBeforeAck,
-		indexInterval:  b.opts.IndexIntervalBytes,
-		maxOpenReaders: b.opts.MaxOpenSegmentReaders,
-		now:            b.opts.Now,
-		logger:         b.opts.Logger,
-		journal:        b.journal,
+		health:             h,
+		allowLost:          b.opts.AllowLostPartitions,
+		fs:                 b.opts.FS,
+		syncBeforeAck:      b.opts.Sync == SyncBeforeAck,
+		indexInterval:      b.opts.IndexIntervalBytes,
+		maxOpenReaders:     b.opts.MaxOpenSegmentReaders,
+		compactionMapBytes: b.opts.CompactionMapBytes,
+		now:                b.opts.Now,
+		logger:             b.opts.Logger,
+		journal:            b.journal,
 	}
 	set.cfg.Store(&cfg)
 	t := &topic{name: name, set: set}
@@ -695,18 +704,25 @@ func (b *Broker) openTopic(name string, cfg TopicConfig, h *health, known bool) 
 	t.parts = parts
 	if !known {
 		// The directories must be durable before meta.json lists the
-		// topic: a partition directory missing later is lost data.
-		topicDir := filepath.Dir(partitionDir(b.opts.Dir, name, 0))
-		for _, dir := range []string{topicDir, filepath.Dir(topicDir)} {
-			if err := h.syncDir(b.opts.FS, dir, "fsync topic dir"); err != nil {
-				for _, q := range t.parts {
-					_ = q.close()
-				}
-				return nil, err
-			}
+		// topic: a partition directory missing later is lost data. The
+		// caller fsyncs DIR/topics, once for all the topics it creates.
+		if err := h.syncDir(b.opts.FS, filepath.Dir(partitionDir(b.opts.Dir, name, 0)), "fsync topic dir"); err != nil {
+			t.closeParts()
+			return nil, err
 		}
 	}
 	return t, nil
+}
+
+func (t *topic) closeParts() {
+	for _, q := range t.parts {
+		_ = q.close()
+	}
+}
+
+// syncTopicsDir fsyncs DIR/topics, making new topic directories durable.
+func (b *Broker) syncTopicsDir(h *health) error {
+	return h.syncDir(b.opts.FS, filepath.Join(b.opts.Dir, "topics"), "fsync topics dir")
 }
 
 // partitionFor returns an open partition, nil when there is none.
@@ -779,6 +795,10 @@ func (b *Broker) CreateTopic(name string, cfg TopicConfig) (TopicInfo, error) {
 	}
 	t, err := b.openTopic(name, cfg, h, false)
 	if err != nil {
+		return TopicInfo{}, err
+	}
+	if err := b.syncTopicsDir(h); err != nil {
+		t.closeParts()
 		return TopicInfo{}, err
 	}
 	m := b.copyMeta()
@@ -900,6 +920,101 @@ func (b *Broker) EnsureTopic(name string) (TopicInfo, error) {
 		return b.Topic(name)
 	}
 	return info, err
+}
+
+// EnsureTopics makes sure every named topic exists, creating the missing
+// ones with the broker's default configuration all together: their
+// partitions are created in parallel, DIR/topics is fsynced once and
+// meta.json written once for all of them, so a thousand new topics cost
+// a few rounds of fsyncs rather than a few per topic. Each topic is
+// durable (its directories fsynced, meta.json naming it) before
+// EnsureTopics returns, as with CreateTopic. A name that is invalid or
+// was deleted since the broker opened is not created; the error names
+// each such one, and the others are created all the same.
+func (b *Broker) EnsureTopics(names []string) error {
+	cfg := b.fillTopicConfig(TopicConfig{})
+	if err := cfg.validate(); err != nil {
+		return err
+	}
+	b.metaMu.Lock()
+	defer b.metaMu.Unlock()
+	var errs []error
+	var todo []string
+	seen := map[string]bool{}
+	b.mu.RLock()
+	closed, h := b.closed, b.health.Load()
+	for _, name := range names {
+		if seen[name] {
+			continue
+		}
+		seen[name] = true
+		if _, ok := b.topics[name]; ok {
+			continue
+		}
+		if err := ValidateTopicName(name); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if b.deleted[name] {
+			errs = append(errs, fmt.Errorf("%w: %s was deleted since the broker opened and may still be in its journal; it can be created again once the broker reopened (a restart)", ErrRecentlyDeleted, name))
+			continue
+		}
+		todo = append(todo, name)
+	}
+	b.mu.RUnlock()
+	if closed {
+		return ErrClosed
+	}
+	if err := h.check(); err != nil {
+		return err
+	}
+	if len(todo) == 0 {
+		return errors.Join(errs...)
+	}
+	for _, name := range todo {
+		if err := b.trashTopicDir(name); err != nil {
+			return err
+		}
+	}
+	created := make([]*topic, len(todo))
+	openErrs := parallel(len(todo), openParallelism, func(i int) error {
+		var err error
+		created[i], err = b.openTopic(todo[i], cfg, h, false)
+		return err
+	})
+	closeAll := func() {
+		for _, t := range created {
+			if t != nil {
+				t.closeParts()
+			}
+		}
+	}
+	for i, err := range openErrs {
+		if err != nil {
+			closeAll()
+			return fmt.Errorf("create topic %s: %w", todo[i], err)
+		}
+	}
+	if err := b.syncTopicsDir(h); err != nil {
+		closeAll()
+		return err
+	}
+	m := b.copyMeta()
+	for _, name := range todo {
+		m.Topics[name] = cfg
+	}
+	if err := b.saveMetaLocked(m); err != nil {
+		closeAll()
+		return err
+	}
+	b.mu.Lock()
+	b.meta = m
+	for _, t := range created {
+		b.topics[t.name] = t
+	}
+	b.mu.Unlock()
+	b.configVersion.Add(1)
+	return errors.Join(errs...)
 }
 
 // TopicInfo describes a topic and its partitions.

@@ -1,8 +1,8 @@
 package broker
 
 import (
+	"cmp"
 	"context"
-	"crypto/sha256"
 	"errors"
 	"fmt"
 	"maps"
@@ -171,22 +171,22 @@ func (p *partition) enforceRetention(nowMs int64) error {
 	return storageErr("retention", errors.Join(errs...))
 }
 
-type keyHash [16]byte
-
-func hashKey(k []byte) keyHash {
-	sum := sha256.Sum256(k)
-	var h keyHash
-	copy(h[:], sum[:])
-	return h
-}
-
 // compact keeps only the newest record per key in the cleanable segments,
 // preserving offsets: the inactive segments up to the first whose newest
 // record is younger than min.compaction.lag.ms (which, and everything after
-// it, stays as written, and does not shadow older records). Memory is one
-// 24-byte entry per distinct key. The active segment is never touched.
-// Tombstones older than delete.retention.ms are dropped. A batch that is some producer's last known batch is kept
-// (even emptied of records) so idempotence state still rebuilds from the log.
+// it, stays as written, and does not shadow older records). The active
+// segment is never touched. Tombstones older than delete.retention.ms are
+// dropped. A batch that is some producer's last known batch is kept (even
+// emptied of records) so idempotence state still rebuilds from the log.
+//
+// The keys are tracked in an offsetMap of at most
+// Options.CompactionMapBytes (about 27 bytes per key). When the keys do not
+// fit, compaction runs in passes, as Kafka's cleaner does: a pass fills the
+// map from where the previous one stopped up to the batch that does not
+// fit (end), then cleans every segment below end: a record below end goes
+// when the map holds a newer offset of its key (or, at or above where the
+// map starts, holds it not at all: an aborted record), a tombstone below
+// end when old enough; records from end on stay for the next pass.
 func (p *partition) compact(ctx context.Context, nowMs int64) error {
 	p.cleanMu.Lock()
 	defer p.cleanMu.Unlock()
@@ -212,6 +212,10 @@ func (p *partition) compact(ctx context.Context, nowMs int64) error {
 		}
 		segs = append(segs, s)
 	}
+	var segsEnd int64
+	if len(segs) > 0 {
+		segsEnd = p.segs[len(segs)].base
+	}
 	txns := p.txns.clone()
 	keepBatch := map[int64]bool{}
 	for _, e := range p.producers {
@@ -223,36 +227,85 @@ func (p *partition) compact(ctx context.Context, nowMs int64) error {
 	if len(segs) == 0 {
 		return nil
 	}
-	latest := map[keyHash]int64{}
-	for _, s := range segs {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		err := p.scanSegmentRecords(s, func(h BatchHeader, _ []byte, recs []Record) error {
-			// Markers have keys of their own, and an aborted record must
-			// not hide the committed value before it.
-			if h.Control() || (h.Transactional() && txns.isAborted(h.ProducerID, h.BaseOffset)) {
-				return nil
-			}
-			for _, r := range recs {
-				latest[hashKey(r.Key)] = r.Offset
-			}
-			return nil
-		})
+	tombstoneCutoff := nowMs - p.set.config().DeleteRetentionMs
+	m, err := newOffsetMap(p.set.compactionMapBytes)
+	if err != nil {
+		return err
+	}
+	defer m.free()
+	start := segs[0].base
+	for pass := 1; ; pass++ {
+		end, err := p.fillOffsetMap(ctx, segs, segsEnd, start, m, txns)
 		if err != nil {
 			return err
 		}
+		for _, s := range segs {
+			if s.base >= end {
+				break
+			}
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			if err := p.cleanSegment(s, m, start, end, keepBatch, tombstoneCutoff); err != nil {
+				return err
+			}
+		}
+		if end >= segsEnd {
+			if pass > 1 {
+				p.set.logger.Info("compaction took several passes: the keys did not fit the key map (CompactionMapBytes)",
+					"topic", p.topic, "partition", p.id, "passes", pass)
+			}
+			return nil
+		}
+		// The cleaned segments replaced the ones in segs, at the same
+		// places (cleanMu keeps retention out meanwhile).
+		p.mu.Lock()
+		segs = append(segs[:0:0], p.segs[:len(segs)]...)
+		p.mu.Unlock()
+		start = end
+		m.reset()
 	}
-	tombstoneCutoff := nowMs - p.set.config().DeleteRetentionMs
-	for _, s := range segs {
+}
+
+// errMapFull stops fillOffsetMap's scan at the batch that does not fit.
+var errMapFull = errors.New("compaction key map full")
+
+// fillOffsetMap records in m the newest offset of each key of the records
+// at or above start in segs (whose offsets end before segsEnd), up to the
+// first batch that does not fit, and returns where it stopped: that
+// batch's base offset, or segsEnd. Control batches and aborted records
+// are left out: markers have keys of their own, and an aborted record must
+// not hide the committed value before it.
+func (p *partition) fillOffsetMap(ctx context.Context, segs []*segment, segsEnd, start int64, m *offsetMap, txns txnIndex) (int64, error) {
+	end := segsEnd
+	for i, s := range segs {
+		if i+1 < len(segs) && segs[i+1].base <= start {
+			continue
+		}
 		if err := ctx.Err(); err != nil {
-			return err
+			return 0, err
 		}
-		if err := p.cleanSegment(s, latest, keepBatch, tombstoneCutoff); err != nil {
-			return err
+		err := p.scanSegmentRecords(s, func(h BatchHeader, _ []byte, recs []Record) error {
+			if h.LastOffset() < start || h.Control() || (h.Transactional() && txns.isAborted(h.ProducerID, h.BaseOffset)) {
+				return nil
+			}
+			if ok, err := m.room(len(recs)); err != nil || !ok {
+				end = h.BaseOffset
+				return cmp.Or(err, errMapFull)
+			}
+			for _, r := range recs {
+				m.put(hashKey(r.Key), r.Offset)
+			}
+			return nil
+		})
+		if errors.Is(err, errMapFull) {
+			return end, nil
+		}
+		if err != nil {
+			return 0, err
 		}
 	}
-	return nil
+	return end, nil
 }
 
 func (p *partition) scanSegmentRecords(s *segment, fn func(h BatchHeader, b []byte, recs []Record) error) error {
@@ -278,7 +331,7 @@ func (p *partition) scanSegmentRecords(s *segment, fn func(h BatchHeader, b []by
 // swaps it in. The index files are removed before the rename and written
 // after it, so a crash in between leaves no index that disagrees with its
 // log: missing indexes are rebuilt on open.
-func (p *partition) cleanSegment(s *segment, latest map[keyHash]int64, keepBatch map[int64]bool, tombstoneCutoff int64) error {
+func (p *partition) cleanSegment(s *segment, m *offsetMap, start, end int64, keepBatch map[int64]bool, tombstoneCutoff int64) error {
 	fsys := p.set.fs
 	cleanedPath := segmentName(p.dir, s.base, logSuffix+cleanedSuffix)
 	out, err := fsys.OpenFile(cleanedPath, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
@@ -301,11 +354,13 @@ func (p *partition) cleanSegment(s *segment, latest map[keyHash]int64, keepBatch
 		var kept []Record
 		var deltas []int32
 		for _, r := range recs {
-			if latest[hashKey(r.Key)] != r.Offset {
-				continue
-			}
-			if r.Value == nil && h.MaxTimestamp < tombstoneCutoff {
-				continue
+			if r.Offset < end {
+				if off, ok := m.get(hashKey(r.Key)); ok && off != r.Offset || !ok && r.Offset >= start {
+					continue
+				}
+				if r.Value == nil && h.MaxTimestamp < tombstoneCutoff {
+					continue
+				}
 			}
 			kept = append(kept, r)
 			deltas = append(deltas, int32(r.Offset-h.BaseOffset))

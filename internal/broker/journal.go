@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"hash/crc32"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -48,6 +50,9 @@ const (
 	// journalFileBytes is the size at which the journal starts a new file
 	// and checkpoints the segments the old ones cover.
 	journalFileBytes = 64 << 20
+	// checkpointParallelism is how many segments a checkpoint fsyncs at
+	// a time.
+	checkpointParallelism = 16
 )
 
 // journalEntry is a batch written since the last journal fsync; the fsync
@@ -564,10 +569,12 @@ func (j *journal) checkpoint() error {
 			parts[p] = struct{}{}
 		}
 	}
-	for p := range parts {
-		if err := p.syncSegment(); err != nil {
-			return err
-		}
+	// The segments are fsynced side by side (each with its recovery
+	// point): with thousands of partitions one after another, a
+	// checkpoint took as many fsyncs in series.
+	list := slices.Collect(maps.Keys(parts))
+	if err := errors.Join(parallel(len(list), checkpointParallelism, func(i int) error { return list[i].syncSegment() })...); err != nil {
+		return err
 	}
 	for _, o := range old {
 		if err := j.fs.Remove(journalName(j.dir, o.num)); err != nil && !errors.Is(err, os.ErrNotExist) {

@@ -164,28 +164,38 @@ func (p *partition) segmentEndLocked(i int) int64 {
 // is at least first, in a segment whose valid bytes end at limit and whose
 // offsets end before end. When its length field is sound and a good batch
 // follows (or the segment ends right after it), only that batch is lost, up
-// to the next batch's base; otherwise everything from pos to limit is.
+// to the next batch's base; damaged batches in a row, each length field
+// sound, are lost together up to the good batch after them (at most
+// maxDamagedRun of them). Otherwise everything from pos to limit is.
 func locateDamage(f File, pos, limit, first, end int64) (size, last int64) {
 	var hdr [BatchHeaderSize]byte
-	if limit-pos >= BatchHeaderSize {
-		if _, err := f.ReadAt(hdr[:], pos); err == nil {
-			if h, err := ParseBatchHeader(hdr[:]); err == nil && int64(h.Size()) <= limit-pos {
-				next := pos + int64(h.Size())
-				if next == limit {
-					last = end - 1
-					if h.LastOffset() >= first && h.LastOffset() < end {
-						last = h.LastOffset()
-					}
-					return int64(h.Size()), last
-				}
-				if nh, ok := goodBatchAt(f, next, limit); ok && nh.BaseOffset >= first && nh.BaseOffset <= end {
-					return int64(h.Size()), nh.BaseOffset - 1
-				}
-			}
+	at := pos
+	for hop := 0; hop < maxDamagedRun && limit-at >= BatchHeaderSize; hop++ {
+		if _, err := f.ReadAt(hdr[:], at); err != nil {
+			break
 		}
+		h, err := ParseBatchHeader(hdr[:])
+		if err != nil || int64(h.Size()) > limit-at {
+			break
+		}
+		next := at + int64(h.Size())
+		if next == limit {
+			last = end - 1
+			if h.LastOffset() >= first && h.LastOffset() < end {
+				last = h.LastOffset()
+			}
+			return next - pos, last
+		}
+		if nh, ok := goodBatchAt(f, next, limit); ok && nh.BaseOffset >= first && nh.BaseOffset <= end {
+			return next - pos, nh.BaseOffset - 1
+		}
+		at = next
 	}
 	return limit - pos, end - 1
 }
+
+// maxDamagedRun bounds the damaged batches locateDamage walks over.
+const maxDamagedRun = 64
 
 // goodBatchAt reports whether a whole batch with a valid CRC starts at pos.
 func goodBatchAt(f File, pos, limit int64) (BatchHeader, bool) {

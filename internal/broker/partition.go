@@ -30,6 +30,8 @@ type partitionSettings struct {
 	allowLost bool
 	// health turns sticky on the first failed fsync (health.go).
 	health *health
+	// compactionMapBytes bounds compaction's key map (offsetmap.go).
+	compactionMapBytes int64
 }
 
 // config returns the topic's current configuration.
@@ -85,6 +87,25 @@ type partition struct {
 
 	syncMu  sync.Mutex
 	cleanMu sync.Mutex
+	// dirDirty says the directory may hold an entry (the active segment
+	// opened or created by openPartition) not yet fsynced into it.
+	dirDirty atomic.Bool
+}
+
+// syncDirIfDirty fsyncs the partition directory if the active segment's
+// entry may not be durable yet. Every path that makes the segment's
+// contents durable in their own right (a checkpoint before it deletes the
+// journal, Close, the interval or non-journal fsync) calls it first; a
+// roll fsyncs the directory itself.
+func (p *partition) syncDirIfDirty() error {
+	if !p.dirDirty.Load() {
+		return nil
+	}
+	if err := p.set.health.syncDir(p.set.fs, p.dir, "fsync partition dir"); err != nil {
+		return err
+	}
+	p.dirDirty.Store(false)
+	return nil
 }
 
 func openPartition(set *partitionSettings, dir, topic string, id int32, mustExist bool) (*partition, error) {
@@ -225,21 +246,50 @@ func (p *partition) recoverActiveLocked() ([]LostRange, error) {
 			return nil, storageErr("open active segment", err)
 		}
 		s.log = f
-		if err := p.set.health.syncDir(fsys, p.dir, "fsync partition dir"); err != nil {
-			return nil, err
-		}
+		// The segment's directory entry is made durable before anything
+		// relies on the file's contents being durable (syncDirIfDirty),
+		// not here: an empty segment lost in a crash is created again,
+		// and a topic of thousands of partitions is created, and opened,
+		// without one directory fsync each.
+		p.dirDirty.Store(true)
 	}
 	size, err := fileSize(s.log)
 	if err != nil {
 		return nil, storageErr("stat active segment", err)
 	}
 	s.idx, s.tidx, s.maxTS, s.bytesSinceIdx, s.created = nil, nil, -1, 0, 0
+	s.hasLast, s.rpGen = false, s.rpGen+1
 	p.attachDamageLocked()
-	expect := s.base
+	expect, start := s.base, int64(0)
+	if st, idx, tidx, clean, err := loadRecoveryPoint(fsys, s, s.log, size); err == nil {
+		// Trust what an fsync covered and the point's check passed; scan
+		// the rest (see Recovery in doc.go).
+		s.idx, s.tidx, s.maxTS, s.created, s.bytesSinceIdx = idx, tidx, st.maxTS, st.created, st.sinceIdx
+		var hdr [BatchHeaderSize]byte
+		if _, err := s.log.ReadAt(hdr[:], st.lastPos); err == nil {
+			s.last, _ = ParseBatchHeader(hdr[:])
+			s.lastPos, s.hasLast = st.lastPos, true
+		}
+		s.rpIdx, s.rpTidx, s.rpStale, s.rpNext, s.rpSnap = st.nIdx, st.nTidx, !clean, st.next, st.snap
+		expect, start = st.next, st.pos
+	} else {
+		if !errors.Is(err, errNoRecoveryPoint) {
+			p.set.logger.Warn("recovery point unusable; scanning the whole active segment", "topic", p.topic, "partition", p.id,
+				"segment", s.base, "reason", err)
+			// Removed (durably), so that no later crash finds it again
+			// beside data it does not describe.
+			if rerr := fsys.Remove(segmentName(p.dir, s.base, recoverySuffix)); rerr == nil {
+				if err := p.set.health.syncDir(fsys, p.dir, "fsync partition dir"); err != nil {
+					return nil, err
+				}
+			}
+		}
+		s.rpIdx, s.rpTidx, s.rpStale, s.rpNext, s.rpSnap = 0, 0, true, -1, nil
+	}
 	var cands []LostRange
 	var end int64
 	var scanErr error
-	for pos := int64(0); ; {
+	for pos := start; ; {
 		end, scanErr = scanBatchesSkip(s.log, pos, size, true, s.damaged, func(h BatchHeader, pos int64, _ []byte) error {
 			if h.BaseOffset < expect {
 				return fmt.Errorf("%w: batch offset %d below expected %d", ErrCorruptBatch, h.BaseOffset, expect)
@@ -373,6 +423,13 @@ func (p *partition) settleDamageLocked() {
 // batch headers after it.
 func (p *partition) rebuildProducersLocked(snaps []int64) {
 	from, table, txns := loadNewestSnapshot(p.set.fs, p.dir, snaps, p.next)
+	if active := p.segs[len(p.segs)-1]; active.rpSnap != nil {
+		// The recovery point's producer state, when newer.
+		if off, t, x, err := decodeSnapshot(active.rpSnap); err == nil && off > from && off <= p.next {
+			from, table, txns = off, t, x
+		}
+		active.rpSnap = nil
+	}
 	if from < 0 {
 		from = p.segs[0].base
 	}
@@ -390,7 +447,13 @@ func (p *partition) rebuildProducersLocked(snaps []int64) {
 				continue
 			}
 		}
-		_, err := scanBatchesSkip(f, 0, s.size, false, s.damaged, func(h BatchHeader, pos int64, _ []byte) error {
+		start := int64(0)
+		if s.loaded && from > s.base {
+			// Headers before the index entry at or below from are skipped
+			// anyway: do not read them.
+			start, _ = s.lookup(from)
+		}
+		_, err := scanBatchesSkip(f, start, s.size, false, s.damaged, func(h BatchHeader, pos int64, _ []byte) error {
 			if h.BaseOffset < from {
 				return nil
 			}
@@ -568,9 +631,12 @@ func (p *partition) rollLocked() error {
 		_ = f.Close()
 		return err
 	}
+	p.dirDirty.Store(false)
 	old.idx, old.tidx, old.loaded = nil, nil, false
 	old.lastUse = p.tick()
-	ns := &segment{dir: p.dir, base: p.next, maxTS: -1, log: f, loaded: true}
+	// Its recovery point is of no use once the segment is inactive.
+	_ = fsys.Remove(segmentName(p.dir, old.base, recoverySuffix))
+	ns := &segment{dir: p.dir, base: p.next, maxTS: -1, log: f, loaded: true, rpStale: true, rpNext: -1}
 	p.segs = append(append([]*segment(nil), p.segs...), ns)
 	p.durablePos, p.hwPos = 0, 0
 	p.notifyLocked()
@@ -726,16 +792,36 @@ func (p *partition) rollBack(gen int) {
 // syncSegment fsyncs the active segment, whatever the journal already made
 // durable: a journal checkpoint does this before deleting journal files.
 func (p *partition) syncSegment() error {
+	// syncMu keeps Close out until the fsyncs are done: Close closes the
+	// files, and the broker closes its partitions before it stops the
+	// checkpoint.
+	p.syncMu.Lock()
+	defer p.syncMu.Unlock()
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
 		return nil
 	}
 	s := p.segs[len(p.segs)-1]
+	st, ok := p.recoveryStateLocked(s)
+	gen := s.rpGen
 	p.pinLocked(s)
 	p.mu.Unlock()
 	defer p.unpin(s)
-	return p.set.health.sync(s.log, "fsync segment")
+	if err := p.syncDirIfDirty(); err != nil {
+		return err
+	}
+	if err := p.set.health.sync(s.log, "fsync segment"); err != nil {
+		return err
+	}
+	if ok {
+		p.mu.Lock()
+		if !p.closed && s == p.segs[len(p.segs)-1] && s.rpGen == gen && p.broken == nil {
+			p.writeRecoveryLocked(s, st)
+		}
+		p.mu.Unlock()
+	}
+	return nil
 }
 
 // activeBase is the base offset of the active segment.
@@ -755,6 +841,11 @@ func (p *partition) rewindTo(offset int64) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	s := p.segs[len(p.segs)-1]
+	if s.rpNext > offset {
+		// An fsync of the segment covered everything before the recovery
+		// point: only what follows it is rewritten.
+		offset = s.rpNext
+	}
 	if offset >= p.next || offset < s.base {
 		return nil
 	}
@@ -874,7 +965,10 @@ func (p *partition) syncLocked() error {
 		return nil
 	}
 	p.mu.Unlock()
-	err := p.set.health.sync(s.log, "fsync segment")
+	err := p.syncDirIfDirty()
+	if err == nil {
+		err = p.set.health.sync(s.log, "fsync segment")
+	}
 	p.mu.Lock()
 	if err != nil {
 		return err
@@ -1327,12 +1421,29 @@ func (p *partition) closeLocked() error {
 	// After a storage failure nothing written since is trusted: no fsync
 	// to believe, no snapshot; the next open recovers from disk.
 	if p.set.health.check() == nil {
-		if err := p.set.health.sync(active.log, "fsync on close"); err != nil {
+		// An empty active segment lost in a crash is created again: its
+		// directory entry need not be durable.
+		var err error
+		if active.size > 0 {
+			err = p.syncDirIfDirty()
+		}
+		if err != nil {
+			errs = append(errs, err)
+		} else if err := p.set.health.sync(active.log, "fsync on close"); err != nil {
 			errs = append(errs, err)
 		} else if p.broken == nil {
 			p.durable = p.next
-			if err := writeSnapshot(p.set.fs, p.dir, p.next, p.producers, p.txns); err != nil {
-				errs = append(errs, err)
+			// The recovery point holds the producer state; a snapshot is
+			// written only without one (an empty active segment has the
+			// snapshot its roll wrote, or no producers).
+			wrote := false
+			if st, ok := p.recoveryStateLocked(active); ok {
+				wrote = p.writeRecoveryLocked(active, st)
+			}
+			if !wrote && active.size > 0 {
+				if err := writeSnapshot(p.set.fs, p.dir, p.next, p.producers, p.txns); err != nil {
+					errs = append(errs, err)
+				}
 			}
 		}
 	}

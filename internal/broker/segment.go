@@ -68,6 +68,24 @@ type segment struct {
 	// by position; reads and scans hop over them.
 	damaged []span
 
+	// last is the header of the segment's last batch noted (appended or
+	// scanned), at lastPos; hasLast says there is one.
+	last    BatchHeader
+	lastPos int64
+	hasLast bool
+	// Recovery point (recoverypoint.go), active segment only: rpIdx and
+	// rpTidx index entries are in the recovery file, which holds nothing
+	// else when rpStale is false; rpNext is the next offset of its last
+	// frame (-1: none); rpGen counts rebuilds of the in-memory state, so a
+	// point captured before one is not written after it.
+	rpIdx, rpTidx int
+	rpStale       bool
+	rpNext        int64
+	rpGen         int
+	// rpSnap is the producer state the recovery point held, until the
+	// partition's producer state is rebuilt from it.
+	rpSnap []byte
+
 	refs    int  // fetches currently reading the file
 	deleted bool // removed by retention or replaced by compaction
 	lastUse uint64
@@ -131,6 +149,7 @@ func (s *segment) noteBatch(h BatchHeader, pos int64, interval int) (offsetEntry
 	if s.created == 0 {
 		s.created = h.MaxTimestamp
 	}
+	s.last, s.lastPos, s.hasLast = h, pos, true
 	first := len(s.idx) == 0
 	s.bytesSinceIdx += h.Size()
 	var te *timeEntry
@@ -284,7 +303,7 @@ func (s *segment) closeFiles() error {
 // removeFiles deletes the segment's files from disk.
 func (s *segment) removeFiles(fsys FS) error {
 	var errs []error
-	for _, suf := range []string{logSuffix, indexSuffix, timeIndexSuffix} {
+	for _, suf := range []string{logSuffix, indexSuffix, timeIndexSuffix, recoverySuffix} {
 		if err := fsys.Remove(segmentName(s.dir, s.base, suf)); err != nil && !errors.Is(err, os.ErrNotExist) {
 			errs = append(errs, err)
 		}
@@ -299,9 +318,12 @@ func listSegmentBases(fsys FS, dir string, cleanup bool) ([]int64, []int64, erro
 	if err != nil {
 		return nil, nil, err
 	}
-	var bases, snaps []int64
+	var bases, snaps, recs []int64
 	for _, e := range entries {
 		name := e.Name()
+		if n, err := strconv.ParseInt(strings.TrimSuffix(name, recoverySuffix), 10, 64); err == nil && strings.HasSuffix(name, recoverySuffix) {
+			recs = append(recs, n)
+		}
 		if cleanup && (strings.HasSuffix(name, cleanedSuffix) || strings.HasSuffix(name, ".tmp")) {
 			_ = fsys.Remove(filepath.Join(dir, name))
 			continue
@@ -323,6 +345,15 @@ func listSegmentBases(fsys FS, dir string, cleanup bool) ([]int64, []int64, erro
 	}
 	sort.Slice(bases, func(i, j int) bool { return bases[i] < bases[j] })
 	sort.Slice(snaps, func(i, j int) bool { return snaps[i] < snaps[j] })
+	if cleanup {
+		// Only the active segment's recovery point is used; one left by a
+		// segment that rolled since is removed.
+		for _, n := range recs {
+			if len(bases) == 0 || n != bases[len(bases)-1] {
+				_ = fsys.Remove(segmentName(dir, n, recoverySuffix))
+			}
+		}
+	}
 	return bases, snaps, nil
 }
 

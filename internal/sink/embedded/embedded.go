@@ -519,6 +519,9 @@ func (s *Sink) PublishAsync(ctx context.Context, msgs []relay.Message) (wait fun
 	// nothing of the batch is appended, and it is offered again.
 	var waits []error
 	waiting := map[string]bool{}
+	if !s.cfg.WaitForTopics {
+		s.createTopics(b, msgs)
+	}
 	for i, m := range msgs {
 		if len(s.seen) > 0 {
 			if id := m.Identity(); id != "" {
@@ -674,6 +677,30 @@ func partitionKey(m relay.Message) []byte {
 		return m.Key
 	}
 	return m.EventID()
+}
+
+// createTopics creates the topics of msgs that the broker does not have
+// yet in one call (broker.EnsureTopics), so that a batch spread over many
+// new topics does not create them one after another, a few fsyncs each.
+// Failures are left to topicConfig, which reports them per message.
+func (s *Sink) createTopics(b *broker.Broker, msgs []relay.Message) {
+	if v := b.ConfigVersion(); v != s.topicsVersion {
+		s.topics, s.topicsVersion = map[string]broker.TopicConfig{}, v
+	}
+	var missing []string
+	seen := map[string]bool{}
+	for _, m := range msgs {
+		if _, ok := s.topics[m.Topic]; ok || seen[m.Topic] {
+			continue
+		}
+		seen[m.Topic] = true
+		if _, err := b.Topic(m.Topic); err != nil {
+			missing = append(missing, m.Topic)
+		}
+	}
+	if len(missing) > 1 {
+		_ = b.EnsureTopics(missing)
+	}
 }
 
 // topicConfig returns a topic's settings, creating the topic on first use
