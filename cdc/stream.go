@@ -570,7 +570,7 @@ func (r *reader) streamCommit(ctx context.Context, st *statusSender, m *pglogrep
 		if err := r.waitForRoom(ctx, st); err != nil {
 			return err
 		}
-		r.queueStreamed(e)
+		r.queueNext(e)
 		return nil
 	})
 	if err != nil {
@@ -588,9 +588,11 @@ func (r *reader) streamCommit(ctx context.Context, st *statusSender, m *pglogrep
 	return nil
 }
 
-// queueStreamed queues an event of a committed streamed transaction at
-// the next position of the transaction, if not delivered yet.
-func (r *reader) queueStreamed(e relay.Event) {
+// queueNext queues an event at the next position of the current
+// transaction, if not delivered yet: an event of a committed streamed
+// transaction, or a logical message. An event without a row of its own
+// is dated by the commit.
+func (r *reader) queueNext(e relay.Event) {
 	pos := relay.Position{Major: r.txMajor, Minor: r.txIndex}
 	r.txIndex++
 	if !r.skipBelow.Less(pos) {
@@ -636,22 +638,7 @@ func (r *reader) dropStreams() {
 // not delivered yet. It takes the next position of its transaction, as an
 // insert does, so messages and inserts keep their order.
 func (r *reader) message(m *pglogrepl.LogicalDecodingMessage) {
-	pos := relay.Position{Major: r.txMajor, Minor: r.txIndex}
-	r.txIndex++
-	if !r.skipBelow.Less(pos) {
-		return
-	}
-	e := messageEvent(m)
-	if e.CreatedAt.IsZero() {
-		e.CreatedAt = r.txCommitted
-	}
-	e.Position = pos
-	e.CommittedAt = r.txCommitted
-	s := r.s
-	s.mu.Lock()
-	s.pushLocked(e)
-	s.mu.Unlock()
-	r.skipBelow = pos
+	r.queueNext(messageEvent(m))
 }
 
 // insert queues the event of an Insert message, if it is an insert into
