@@ -590,14 +590,25 @@ func (r *reader) streamCommit(ctx context.Context, st *statusSender, m *pglogrep
 
 // queueNext queues an event at the next position of the current
 // transaction, if not delivered yet: an event of a committed streamed
-// transaction, or a logical message. An event without a row of its own
-// is dated by the commit.
+// transaction, or a logical message.
 func (r *reader) queueNext(e relay.Event) {
+	if pos, ok := r.nextPosition(); ok {
+		r.queueAt(e, pos)
+	}
+}
+
+// nextPosition takes the next position of the current transaction and
+// reports whether an event there is still to deliver (it is past what the
+// core already has).
+func (r *reader) nextPosition() (relay.Position, bool) {
 	pos := relay.Position{Major: r.txMajor, Minor: r.txIndex}
 	r.txIndex++
-	if !r.skipBelow.Less(pos) {
-		return
-	}
+	return pos, r.skipBelow.Less(pos)
+}
+
+// queueAt queues e at pos, the position nextPosition gave it. An event
+// without a row of its own is dated by the commit.
+func (r *reader) queueAt(e relay.Event, pos relay.Position) {
 	if e.CreatedAt.IsZero() && !e.HasRow() {
 		e.CreatedAt = r.txCommitted
 	}
@@ -651,22 +662,15 @@ func (r *reader) insert(relID uint32, data []byte) error {
 	if !rel.outbox {
 		return nil
 	}
-	pos := relay.Position{Major: r.txMajor, Minor: r.txIndex}
-	r.txIndex++
-	if !r.skipBelow.Less(pos) {
+	pos, ok := r.nextPosition()
+	if !ok {
 		return nil
 	}
 	e, err := r.decode.insert(rel, data)
 	if err != nil {
 		return &permanentError{err}
 	}
-	e.Position = pos
-	e.CommittedAt = r.txCommitted
-	s := r.s
-	s.mu.Lock()
-	s.pushLocked(e)
-	s.mu.Unlock()
-	r.skipBelow = pos
+	r.queueAt(e, pos)
 	return nil
 }
 
