@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/outboxrelay/relay/internal/pgtest"
 )
 
@@ -161,24 +162,7 @@ func TestPipelineRestartsCleanly(t *testing.T) {
 	ctx := context.Background()
 	url, conn := pgtest.MigratedDatabase(t, "outbox")
 	const n = 400
-	rows, err := conn.Query(ctx, `INSERT INTO outbox.events (topic, key, payload)
-SELECT 'orders', 'k' || (g % 5), convert_to('e' || g, 'UTF8') FROM generate_series(1, $1) AS g RETURNING id, event_id::text, key, payload, created_at`, n)
-	if err != nil {
-		t.Fatal(err)
-	}
-	src := &tableSource{}
-	for rows.Next() {
-		var e Event
-		var key string
-		if err := rows.Scan(&e.ID, &e.EventID, &key, &e.Payload, &e.CreatedAt); err != nil {
-			t.Fatal(err)
-		}
-		e.Topic, e.Key, e.Position = "orders", []byte(key), Position{Major: 1, Minor: uint64(e.ID)}
-		src.events = append(src.events, e)
-	}
-	if rows.Err() != nil {
-		t.Fatal(rows.Err())
-	}
+	src := &tableSource{events: insertOrders(t, conn, `SELECT 'orders', 'k' || (g % 5), convert_to('e' || g, 'UTF8') FROM generate_series(1, $1) AS g`, n)}
 	sink := &flakySink{failAt: map[int]bool{3: true, 9: true, 10: true, 20: true}}
 	r, err := New(Config{DatabaseURL: url, BatchSize: 50, BacklogInterval: 10 * time.Millisecond, Retain: time.Hour,
 		PruneInterval: 10 * time.Millisecond, Lease: time.Second, ReadyTimeout: -1, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, src, sink)
@@ -229,4 +213,30 @@ SELECT 'orders', 'k' || (g % 5), convert_to('e' || g, 'UTF8') FROM generate_seri
 		t.Fatalf("%d rows archived, want %d", archived, n)
 	}
 	t.Logf("%d sessions, %d messages for %d events", sink.sessions, len(sink.got), n)
+}
+
+// insertOrders inserts the rows select (taking the count as $1) makes
+// into the outbox and returns them as the events a source would deliver,
+// in id order, on the topic "orders" with their row id as the position.
+func insertOrders(t *testing.T, conn *pgx.Conn, selectRows string, n int) []Event {
+	t.Helper()
+	rows, err := conn.Query(context.Background(), `INSERT INTO outbox.events (topic, key, payload) `+selectRows+`
+RETURNING id, event_id::text, key, payload, created_at`, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var events []Event
+	for rows.Next() {
+		var e Event
+		var key string
+		if err := rows.Scan(&e.ID, &e.EventID, &key, &e.Payload, &e.CreatedAt); err != nil {
+			t.Fatal(err)
+		}
+		e.Topic, e.Key, e.Position = "orders", []byte(key), Position{Major: 1, Minor: uint64(e.ID)}
+		events = append(events, e)
+	}
+	if rows.Err() != nil {
+		t.Fatal(rows.Err())
+	}
+	return events
 }

@@ -167,27 +167,11 @@ func testPipelineStages(t *testing.T, failAt map[int]bool) {
 		batchSize  = 40
 		batchBytes = 4096
 	)
-	rows, err := conn.Query(ctx, `INSERT INTO outbox.events (topic, key, payload)
-SELECT 'orders', 'k' || (g % 10), convert_to(rpad('e' || g, 300, '.'), 'UTF8') FROM generate_series(1, $1) AS g
-RETURNING id, event_id::text, key, payload, created_at`, n)
-	if err != nil {
-		t.Fatal(err)
-	}
 	sink := &asyncSink{rng: rand.New(rand.NewPCG(1, 2)), failAt: failAt, durable: map[string]bool{}}
-	src := &ackingSource{sink: sink}
+	src := &ackingSource{sink: sink, tableSource: tableSource{events: insertOrders(t, conn, `SELECT 'orders', 'k' || (g % 10), convert_to(rpad('e' || g, 300, '.'), 'UTF8') FROM generate_series(1, $1) AS g`, n)}}
 	byRow := map[int64]string{}
-	for rows.Next() {
-		var e Event
-		var key string
-		if err := rows.Scan(&e.ID, &e.EventID, &key, &e.Payload, &e.CreatedAt); err != nil {
-			t.Fatal(err)
-		}
-		e.Topic, e.Key, e.Position = "orders", []byte(key), Position{Major: 1, Minor: uint64(e.ID)}
-		src.events = append(src.events, e)
+	for _, e := range src.events {
 		byRow[e.ID] = e.EventID
-	}
-	if rows.Err() != nil {
-		t.Fatal(rows.Err())
 	}
 	src.chunk = batchSize
 
