@@ -68,12 +68,21 @@ func (OSFS) SyncDir(dir string) error {
 	return err
 }
 
-// writeFileAtomic replaces path with data: write a temp file, fsync it,
-// rename it over path, fsync the directory. A crash leaves either the old or
-// the new content, never a mix.
+// writeFileAtomic is WriteFileAtomic for the broker's own files (0644).
 func writeFileAtomic(fsys FS, path string, data []byte) error {
+	return WriteFileAtomic(fsys, path, data, 0o644)
+}
+
+// WriteFileAtomic replaces path with data: write path+".tmp" (created with
+// perm), fsync it, rename it over path, fsync the directory. A crash leaves
+// either the old or the new content, never a mix (a leftover ".tmp" file
+// at most). It is the one atomic file writer of the repository: the
+// broker's metadata and state files, and the Kafka listener's users and
+// ACL files, all go through it and so through the FS a test injects faults
+// into.
+func WriteFileAtomic(fsys FS, path string, data []byte, perm os.FileMode) error {
 	tmp := path + ".tmp"
-	f, err := fsys.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
+	f, err := fsys.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, perm)
 	if err != nil {
 		return fmt.Errorf("create %s: %w", tmp, err)
 	}

@@ -6,11 +6,11 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
 
+	"github.com/outboxrelay/relay/internal/broker"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
@@ -182,22 +182,7 @@ func writeACLs(path string, acls []ACL) error {
 	if err != nil {
 		return err
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".acls-*")
-	if err != nil {
-		return fmt.Errorf("protocol: writing the ACL file: %w", err)
-	}
-	defer os.Remove(tmp.Name())
-	_, err = tmp.Write(append(data, '\n'))
-	if err == nil {
-		err = tmp.Sync()
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp.Name(), path)
-	}
-	if err != nil {
+	if err := broker.WriteFileAtomic(broker.OSFS{}, path, append(data, '\n'), 0o600); err != nil {
 		return fmt.Errorf("protocol: writing the ACL file: %w", err)
 	}
 	return nil

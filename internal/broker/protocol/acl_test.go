@@ -3,6 +3,7 @@ package protocol
 import (
 	"context"
 	"errors"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -179,6 +180,14 @@ func TestACLAPIs(t *testing.T) {
 	reloaded, err := NewAuthorizer(AuthorizerConfig{File: authz.cfg.File})
 	if err != nil || len(reloaded.ACLs()) != 4 {
 		t.Fatalf("ACL file reloaded: %v, %d ACLs", err, len(reloaded.ACLs()))
+	}
+	if st, err := os.Stat(authz.cfg.File); err != nil {
+		t.Error(err)
+	} else if st.Mode().Perm() != 0o600 {
+		t.Errorf("ACL file mode %v, want 0600", st.Mode().Perm())
+	}
+	if _, err := os.Stat(authz.cfg.File + ".tmp"); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the ACL file's temporary file is left: %v", err)
 	}
 
 	alice := kadm.NewClient(f.kgoAs(t, MechanismSCRAM256, "alice", "alice-pw"))

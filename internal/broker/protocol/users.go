@@ -7,13 +7,14 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 	"unicode"
+
+	"github.com/outboxrelay/relay/internal/broker"
 )
 
 // Credentials looks up the stored SCRAM credential of a user for a
@@ -145,7 +146,7 @@ func ReadUsers(path string) (map[string]map[string]Credential, error) {
 }
 
 // WriteUsers replaces path with users, atomically (a temporary file renamed
-// over it, mode 0600).
+// over it, mode 0600, with broker.WriteFileAtomic).
 func WriteUsers(path string, users map[string]map[string]Credential) error {
 	var b strings.Builder
 	b.WriteString("# relay Kafka listener users: name mechanism iterations salt stored-key server-key\n")
@@ -166,23 +167,7 @@ func WriteUsers(path string, users map[string]map[string]Credential) error {
 			fmt.Fprintf(&b, "%s %s %d %s %s %s\n", n, m, c.Iterations, enc(c.Salt), enc(c.StoredKey), enc(c.ServerKey))
 		}
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".users-*")
-	if err != nil {
-		return fmt.Errorf("protocol: writing users file: %w", err)
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.WriteString(b.String()); err != nil {
-		tmp.Close()
-		return fmt.Errorf("protocol: writing users file: %w", err)
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return fmt.Errorf("protocol: writing users file: %w", err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("protocol: writing users file: %w", err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
+	if err := broker.WriteFileAtomic(broker.OSFS{}, path, []byte(b.String()), 0o600); err != nil {
 		return fmt.Errorf("protocol: writing users file: %w", err)
 	}
 	return nil
