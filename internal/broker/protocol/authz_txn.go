@@ -27,19 +27,9 @@ func (s *Server) authorizeTxn(c *conn, r kmsg.Request) (refused kmsg.Response, f
 			return nil, nil, false
 		}
 		return nil, func(r kmsg.Response) {
-			resp := r.(*kmsg.FindCoordinatorResponse)
-			if req.Version < 4 {
-				if !s.canTxn(c, kmsg.ACLOperationDescribe, req.CoordinatorKey) {
-					resp.ErrorCode, resp.NodeID, resp.Host, resp.Port = txnDenied, -1, "", -1
-				}
-				return
-			}
-			for i := range resp.Coordinators {
-				co := &resp.Coordinators[i]
-				if !s.canTxn(c, kmsg.ACLOperationDescribe, co.Key) {
-					co.ErrorCode, co.NodeID, co.Host, co.Port = txnDenied, -1, "", -1
-				}
-			}
+			refuseCoordinators(req, r.(*kmsg.FindCoordinatorResponse), txnDenied, func(key string) bool {
+				return s.canTxn(c, kmsg.ACLOperationDescribe, key)
+			})
 		}, true
 	case *kmsg.AddPartitionsToTxnRequest:
 		txnOK := s.canTxn(c, kmsg.ACLOperationWrite, req.TransactionalID)
