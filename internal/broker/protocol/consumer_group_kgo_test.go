@@ -87,10 +87,7 @@ func TestKgoConsumerGroupProtocol(t *testing.T) {
 	} {
 		t.Run(tc.assignor, func(t *testing.T) {
 			t.Parallel()
-			f := setup(t, func(c *Config) {
-				c.ConsumerSessionTimeout = 3 * time.Second
-				c.ConsumerHeartbeatInterval = 100 * time.Millisecond
-			})
+			f := setupConsumerGroups(t, 3*time.Second)
 			ctx := testContext(t, 90*time.Second)
 			const topic, group, parts = "events", "next-gen", 6
 			f.createTopic(t, topic, parts)
