@@ -3,6 +3,7 @@ package protocol
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -378,13 +379,9 @@ func (s *Server) authorizeClassic(c *conn, r kmsg.Request) (kmsg.Response, func(
 	case *kmsg.ListGroupsRequest:
 		return nil, func(r kmsg.Response) {
 			resp := r.(*kmsg.ListGroupsResponse)
-			kept := resp.Groups[:0]
-			for _, g := range resp.Groups {
-				if s.canGroup(c, kmsg.ACLOperationDescribe, g.Group) {
-					kept = append(kept, g)
-				}
-			}
-			resp.Groups = kept
+			resp.Groups = slices.DeleteFunc(resp.Groups, func(g kmsg.ListGroupsResponseGroup) bool {
+				return !s.canGroup(c, kmsg.ACLOperationDescribe, g.Group)
+			})
 		}
 	case *kmsg.ListOffsetsRequest:
 		return nil, refuse(&req.Topics, func(t kmsg.ListOffsetsRequestTopic) bool { return s.canTopic(c, kmsg.ACLOperationDescribe, t.Topic) },

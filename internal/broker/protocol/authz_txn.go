@@ -1,6 +1,8 @@
 package protocol
 
 import (
+	"slices"
+
 	"github.com/outboxrelay/relay/internal/broker"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -111,13 +113,9 @@ func (s *Server) authorizeTxn(c *conn, r kmsg.Request) (refused kmsg.Response, f
 	case *kmsg.ListTransactionsRequest:
 		return nil, func(r kmsg.Response) {
 			resp := r.(*kmsg.ListTransactionsResponse)
-			kept := resp.TransactionStates[:0]
-			for _, ts := range resp.TransactionStates {
-				if s.canTxn(c, kmsg.ACLOperationDescribe, ts.TransactionalID) {
-					kept = append(kept, ts)
-				}
-			}
-			resp.TransactionStates = kept
+			resp.TransactionStates = slices.DeleteFunc(resp.TransactionStates, func(ts kmsg.ListTransactionsResponseTransactionState) bool {
+				return !s.canTxn(c, kmsg.ACLOperationDescribe, ts.TransactionalID)
+			})
 		}, true
 	}
 	return nil, nil, false
