@@ -118,6 +118,13 @@ type Config struct {
 	Logger *slog.Logger
 }
 
+// positiveOr sets an unset field (zero or negative) to its default.
+func positiveOr[T ~int | ~int64](v *T, def T) {
+	if *v <= 0 {
+		*v = def
+	}
+}
+
 // WithDefaults fills unset fields.
 func (c Config) WithDefaults() Config {
 	if c.Source == "" {
@@ -126,30 +133,18 @@ func (c Config) WithDefaults() Config {
 	if c.Sink == "" {
 		c.Sink = "embedded"
 	}
-	if c.Events <= 0 {
-		c.Events = 100_000
-	}
-	if c.Writers <= 0 {
-		c.Writers = 4
-	}
-	if c.Keys <= 0 {
-		c.Keys = 1000
-	}
-	if c.PayloadBytes <= 0 {
-		c.PayloadBytes = 200
-	}
-	if c.Topics <= 0 {
-		c.Topics = 1
-	}
+	positiveOr(&c.Events, 100_000)
+	positiveOr(&c.Writers, 4)
+	positiveOr(&c.Keys, 1000)
+	positiveOr(&c.PayloadBytes, 200)
+	positiveOr(&c.Topics, 1)
 	if c.EventsPerTx <= 0 {
 		c.EventsPerTx = 1
 		if c.Backlog {
 			c.EventsPerTx = 1000
 		}
 	}
-	if c.Runs <= 0 {
-		c.Runs = 1
-	}
+	positiveOr(&c.Runs, 1)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}

@@ -114,21 +114,11 @@ type brokerReport struct {
 }
 
 func (c BrokerConfig) withDefaults() BrokerConfig {
-	if c.LogBytes <= 0 {
-		c.LogBytes = 1 << 30
-	}
-	if c.Topics <= 0 {
-		c.Topics = 1
-	}
-	if c.Partitions <= 0 {
-		c.Partitions = 8
-	}
-	if c.PayloadBytes <= 0 {
-		c.PayloadBytes = 200
-	}
-	if c.Keys <= 0 {
-		c.Keys = 1000
-	}
+	positiveOr(&c.LogBytes, 1<<30)
+	positiveOr(&c.Topics, 1)
+	positiveOr(&c.Partitions, 8)
+	positiveOr(&c.PayloadBytes, 200)
+	positiveOr(&c.Keys, 1000)
 	if c.SegmentBytes <= 0 && c.Compact {
 		c.SegmentBytes = 64 << 20
 	}

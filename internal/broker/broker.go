@@ -1201,14 +1201,7 @@ func (b *Broker) Fetch(ctx context.Context, topicName string, part int32, offset
 // enough (into a new one otherwise), so that a caller can recycle its read
 // buffers: the result's Batches may alias buf.
 func (b *Broker) FetchInto(ctx context.Context, topicName string, part int32, offset int64, maxBytes int, buf []byte) (FetchResult, error) {
-	if err := ctx.Err(); err != nil {
-		return FetchResult{}, err
-	}
-	_, p, err := b.lookup(topicName, part, false)
-	if err != nil {
-		return FetchResult{}, err
-	}
-	return p.fetch(offset, maxBytes, buf, false)
+	return b.fetchInto(ctx, topicName, part, offset, maxBytes, buf, false)
 }
 
 // FetchCommittedInto is FetchInto for a read_committed consumer: it
@@ -1216,6 +1209,11 @@ func (b *Broker) FetchInto(ctx context.Context, topicName string, part int32, of
 // transaction) and lists the aborted transactions among the batches, which
 // the consumer skips.
 func (b *Broker) FetchCommittedInto(ctx context.Context, topicName string, part int32, offset int64, maxBytes int, buf []byte) (FetchResult, error) {
+	return b.fetchInto(ctx, topicName, part, offset, maxBytes, buf, true)
+}
+
+// fetchInto is FetchInto, and with committed FetchCommittedInto.
+func (b *Broker) fetchInto(ctx context.Context, topicName string, part int32, offset int64, maxBytes int, buf []byte, committed bool) (FetchResult, error) {
 	if err := ctx.Err(); err != nil {
 		return FetchResult{}, err
 	}
@@ -1223,7 +1221,7 @@ func (b *Broker) FetchCommittedInto(ctx context.Context, topicName string, part 
 	if err != nil {
 		return FetchResult{}, err
 	}
-	return p.fetch(offset, maxBytes, buf, true)
+	return p.fetch(offset, maxBytes, buf, committed)
 }
 
 // LastStableOffset is the partition's last stable offset: the first offset

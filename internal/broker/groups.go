@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"maps"
 	"math"
-	"os"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -140,16 +139,10 @@ func openGroupStore(fsys FS, dir string, compactBytes int64, logger *slog.Logger
 	}
 	g := &groupStore{fs: fsys, dir: dir, compactBytes: compactBytes, logger: logger, health: h,
 		offsets: map[groupKey]CommittedOffset{}, memberships: map[string]string{}}
-	path := filepath.Join(dir, offsetsFile)
-	data, err := readFile(fsys, path)
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		return nil, storageErr("read offsets", err)
-	}
-	pos := 0
-	for pos < len(data) {
-		k, c, n, err := parseOffsetFrame(data[pos:])
+	f, size, err := loadFrameLog(fsys, filepath.Join(dir, offsetsFile), logger, "offsets", func(b []byte) (int, error) {
+		k, c, n, err := parseOffsetFrame(b)
 		if err != nil {
-			break
+			return 0, err
 		}
 		switch {
 		case k.isMembership() && c.Offset == deletedOffset:
@@ -161,25 +154,12 @@ func openGroupStore(fsys FS, dir string, compactBytes int64, logger *slog.Logger
 		default:
 			g.offsets[k] = c
 		}
-		pos += n
-	}
-	f, err := fsys.OpenFile(path, os.O_CREATE|os.O_RDWR|os.O_APPEND, 0o644)
+		return n, nil
+	})
 	if err != nil {
-		return nil, storageErr("open offsets", err)
+		return nil, err
 	}
-	if pos < len(data) {
-		cut := fmt.Sprintf("%s%s%d", path, cutInfix, time.Now().UnixNano())
-		logger.Warn("truncating torn offsets file tail", "valid_bytes", pos, "cut_bytes", len(data)-pos, "kept_in", cut)
-		if err := copyRange(fsys, f, int64(pos), int64(len(data)), cut); err != nil {
-			_ = f.Close()
-			return nil, storageErr("save cut offsets tail", err)
-		}
-		if err := f.Truncate(int64(pos)); err != nil {
-			_ = f.Close()
-			return nil, storageErr("truncate offsets", err)
-		}
-	}
-	g.f, g.size = f, int64(pos)
+	g.f, g.size = f, size
 	return g, nil
 }
 
@@ -242,17 +222,7 @@ func (g *groupStore) saveMembership(group, state string, now time.Time) error {
 // writeLocked appends frames and fsyncs them; a failed write is cut off
 // again.
 func (g *groupStore) writeLocked(buf []byte) error {
-	if g.f == nil {
-		return ErrClosed
-	}
-	if err := g.health.check(); err != nil {
-		return err
-	}
-	if _, err := g.f.Write(buf); err != nil {
-		_ = g.f.Truncate(g.size)
-		return storageErr("write offsets", err)
-	}
-	if err := g.health.sync(g.f, "fsync offsets"); err != nil {
+	if err := appendFrames(g.f, g.size, g.health, buf, "offsets"); err != nil {
 		return err
 	}
 	g.size += int64(len(buf))
@@ -287,28 +257,13 @@ func (g *groupStore) compactLocked() error {
 	if int64(len(buf))*2 > g.size {
 		return nil
 	}
-	path := filepath.Join(g.dir, offsetsFile)
-	if err := writeFileAtomic(g.fs, path, buf); err != nil {
-		return err
-	}
-	f, err := g.fs.OpenFile(path, os.O_RDWR|os.O_APPEND, 0o644)
-	if err != nil {
-		return err
-	}
-	_ = g.f.Close()
-	g.f, g.size = f, int64(len(buf))
-	return nil
+	return replaceFrameLog(g.fs, filepath.Join(g.dir, offsetsFile), &g.f, &g.size, buf)
 }
 
 func (g *groupStore) close() error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.f == nil {
-		return nil
-	}
-	err := g.f.Close()
-	g.f = nil
-	return err
+	return closeFrameLog(&g.f)
 }
 
 // CommitOffsets durably stores a group's committed offsets (one fsync per

@@ -197,31 +197,17 @@ func parseRecoveryFrame(fr []byte, base int64, idx []offsetEntry, tidx []timeEnt
 	st.maxTS, st.created = int64(be.Uint64(fr[46:])), int64(be.Uint64(fr[54:]))
 	st.sinceIdx = int(be.Uint32(fr[62:]))
 	r := fr[recoveryFixed:]
-	if int(be.Uint32(r)) != len(idx) {
+	idx, r, ok := readIndexTail(r, idx, offsetEntrySize, 8, func(b []byte) offsetEntry {
+		return offsetEntry{rel: be.Uint32(b), pos: be.Uint32(b[4:])}
+	})
+	if !ok {
 		return st, nil, nil, false
 	}
-	n := int(be.Uint32(r[4:]))
-	r = r[8:]
-	if len(r) < n*offsetEntrySize+8 {
+	tidx, r, ok = readIndexTail(r, tidx, timeEntrySize, 4, func(b []byte) timeEntry {
+		return timeEntry{ts: int64(be.Uint64(b)), rel: be.Uint32(b[8:])}
+	})
+	if !ok {
 		return st, nil, nil, false
-	}
-	idx = append([]offsetEntry(nil), idx...)
-	for i := 0; i < n; i++ {
-		idx = append(idx, offsetEntry{rel: be.Uint32(r), pos: be.Uint32(r[4:])})
-		r = r[offsetEntrySize:]
-	}
-	if int(be.Uint32(r)) != len(tidx) {
-		return st, nil, nil, false
-	}
-	m := int(be.Uint32(r[4:]))
-	r = r[8:]
-	if len(r) < m*timeEntrySize+4 {
-		return st, nil, nil, false
-	}
-	tidx = append([]timeEntry(nil), tidx...)
-	for i := 0; i < m; i++ {
-		tidx = append(tidx, timeEntry{ts: int64(be.Uint64(r)), rel: be.Uint32(r[8:])})
-		r = r[timeEntrySize:]
 	}
 	if k := int(be.Uint32(r)); len(r) != 4+k {
 		return st, nil, nil, false
@@ -229,6 +215,28 @@ func parseRecoveryFrame(fr []byte, base int64, idx []offsetEntry, tidx []timeEnt
 	st.snap = r[4:]
 	st.nIdx, st.nTidx = len(idx), len(tidx)
 	return st, idx, tidx, true
+}
+
+// readIndexTail reads one index section of a recovery point from r: the
+// length the index had (which must be len(have)), the count n of entries
+// added since, then the n entries of size bytes each, which after more
+// bytes must follow. It returns have with the entries appended (in a new
+// array) and the rest of r; ok is false for a section that does not fit.
+func readIndexTail[E any](r []byte, have []E, size, after int, entry func([]byte) E) (_ []E, rest []byte, ok bool) {
+	if int(binary.BigEndian.Uint32(r)) != len(have) {
+		return nil, nil, false
+	}
+	n := int(binary.BigEndian.Uint32(r[4:]))
+	r = r[8:]
+	if len(r) < n*size+after {
+		return nil, nil, false
+	}
+	all := append([]E(nil), have...)
+	for i := 0; i < n; i++ {
+		all = append(all, entry(r))
+		r = r[size:]
+	}
+	return all, r, true
 }
 
 // checkRecoveryPoint checks a recovery point against the log it describes.

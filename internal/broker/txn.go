@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"hash/crc32"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"sort"
 	"sync"
@@ -169,38 +168,19 @@ func openTxnCoordinator(b *Broker, h *health) (*txnCoordinator, error) {
 	}
 	c := &txnCoordinator{b: b, fs: fsys, dir: dir, logger: b.opts.Logger, health: h,
 		entries: map[string]*txnEntry{}, byPID: map[int64]*txnEntry{}, frames: map[string][]byte{}}
-	path := filepath.Join(dir, txnStateFile)
-	data, err := readFile(fsys, path)
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		return nil, storageErr("read transaction state", err)
-	}
-	pos := 0
-	for pos < len(data) {
-		st, n, err := parseTxnFrame(data[pos:])
+	f, size, err := loadFrameLog(fsys, filepath.Join(dir, txnStateFile), c.logger, "transaction state", func(b []byte) (int, error) {
+		st, n, err := parseTxnFrame(b)
 		if err != nil {
-			break
+			return 0, err
 		}
-		c.frames[st.TransactionalID] = data[pos : pos+n : pos+n]
+		c.frames[st.TransactionalID] = b[:n:n]
 		c.setLocked(st)
-		pos += n
-	}
-	f, err := fsys.OpenFile(path, os.O_CREATE|os.O_RDWR|os.O_APPEND, 0o644)
+		return n, nil
+	})
 	if err != nil {
-		return nil, storageErr("open transaction state", err)
+		return nil, err
 	}
-	if pos < len(data) {
-		cut := fmt.Sprintf("%s%s%d", path, cutInfix, time.Now().UnixNano())
-		c.logger.Warn("truncating torn transaction state tail", "valid_bytes", pos, "cut_bytes", len(data)-pos, "kept_in", cut)
-		if err := copyRange(fsys, f, int64(pos), int64(len(data)), cut); err != nil {
-			_ = f.Close()
-			return nil, storageErr("save cut transaction state tail", err)
-		}
-		if err := f.Truncate(int64(pos)); err != nil {
-			_ = f.Close()
-			return nil, storageErr("truncate transaction state", err)
-		}
-	}
-	c.f, c.size = f, int64(pos)
+	c.f, c.size = f, size
 	return c, nil
 }
 
@@ -223,12 +203,7 @@ func (c *txnCoordinator) setLocked(st TxnStatus) {
 func (c *txnCoordinator) close() error {
 	c.fileMu.Lock()
 	defer c.fileMu.Unlock()
-	if c.f == nil {
-		return nil
-	}
-	err := c.f.Close()
-	c.f = nil
-	return err
+	return closeFrameLog(&c.f)
 }
 
 // persist writes st durably (one fsync) and only then installs it in e,
@@ -237,20 +212,7 @@ func (c *txnCoordinator) persist(e *txnEntry, st TxnStatus) error {
 	st.UpdateMs = c.b.opts.Now().UnixMilli()
 	frame := encodeTxnFrame(st)
 	c.fileMu.Lock()
-	if c.f == nil {
-		c.fileMu.Unlock()
-		return ErrClosed
-	}
-	if err := c.health.check(); err != nil {
-		c.fileMu.Unlock()
-		return err
-	}
-	if _, err := c.f.Write(frame); err != nil {
-		_ = c.f.Truncate(c.size)
-		c.fileMu.Unlock()
-		return storageErr("write transaction state", err)
-	}
-	if err := c.health.sync(c.f, "fsync transaction state"); err != nil {
+	if err := appendFrames(c.f, c.size, c.health, frame, "transaction state"); err != nil {
 		c.fileMu.Unlock()
 		return err
 	}
@@ -288,17 +250,7 @@ func (c *txnCoordinator) compactLocked() error {
 	for _, id := range ids {
 		buf = append(buf, c.frames[id]...)
 	}
-	path := filepath.Join(c.dir, txnStateFile)
-	if err := writeFileAtomic(c.fs, path, buf); err != nil {
-		return err
-	}
-	f, err := c.fs.OpenFile(path, os.O_RDWR|os.O_APPEND, 0o644)
-	if err != nil {
-		return err
-	}
-	_ = c.f.Close()
-	c.f, c.size = f, int64(len(buf))
-	return nil
+	return replaceFrameLog(c.fs, filepath.Join(c.dir, txnStateFile), &c.f, &c.size, buf)
 }
 
 // existing returns the entry of a transactional id that InitProducerId
@@ -512,6 +464,29 @@ func (b *Broker) coordinator() (*txnCoordinator, error) {
 	return c, nil
 }
 
+// lockTxn returns the coordinator and the entry InitProducerId made for
+// txnID, with the entry's lock held: the caller unlocks e.mu. Each of
+// known must be a partition the broker has (ErrUnknownTopicOrPartition
+// otherwise); that is checked once the coordinator is found open, before
+// the entry is looked up.
+func (b *Broker) lockTxn(txnID string, known []TxnPartition) (*txnCoordinator, *txnEntry, error) {
+	c, err := b.coordinator()
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, tp := range known {
+		if _, _, err := b.lookup(tp.Topic, tp.Partition, false); err != nil {
+			return nil, nil, err
+		}
+	}
+	e, err := c.existing(txnID)
+	if err != nil {
+		return nil, nil, err
+	}
+	e.mu.Lock()
+	return c, e, nil
+}
+
 // InitTransactional gives the producer of a transactional id its identity
 // for a new session: the same producer id at the next epoch (a fresh id
 // once the epoch would overflow), which fences every older instance. A
@@ -589,29 +564,31 @@ func beginLocked(e *txnEntry, pid ProducerID, nowMs int64) (TxnStatus, error) {
 	return st, nil
 }
 
+// beginTxn is lockTxn and then beginLocked: it returns the entry of txnID
+// locked (the caller unlocks e.mu) and the state that starts or continues
+// pid's transaction, not yet persisted.
+func (b *Broker) beginTxn(txnID string, pid ProducerID, known []TxnPartition) (*txnCoordinator, *txnEntry, TxnStatus, error) {
+	c, e, err := b.lockTxn(txnID, known)
+	if err != nil {
+		return nil, nil, TxnStatus{}, err
+	}
+	st, err := beginLocked(e, pid, b.opts.Now().UnixMilli())
+	if err != nil {
+		e.mu.Unlock()
+		return nil, nil, TxnStatus{}, err
+	}
+	return c, e, st, nil
+}
+
 // AddTxnPartitions adds partitions to the producer's transaction, starting
 // it if none is open; it returns once that is durable. Unknown partitions
 // fail the whole request (errors.Is ErrUnknownTopicOrPartition).
 func (b *Broker) AddTxnPartitions(ctx context.Context, txnID string, pid ProducerID, parts []TxnPartition) error {
-	c, err := b.coordinator()
+	c, e, st, err := b.beginTxn(txnID, pid, parts)
 	if err != nil {
 		return err
 	}
-	for _, tp := range parts {
-		if _, _, err := b.lookup(tp.Topic, tp.Partition, false); err != nil {
-			return err
-		}
-	}
-	e, err := c.existing(txnID)
-	if err != nil {
-		return err
-	}
-	e.mu.Lock()
 	defer e.mu.Unlock()
-	st, err := beginLocked(e, pid, b.opts.Now().UnixMilli())
-	if err != nil {
-		return err
-	}
 	changed := st.State != e.st.State
 	for _, tp := range parts {
 		if !st.hasPartition(tp.Topic, tp.Partition) {
@@ -631,20 +608,11 @@ func (b *Broker) AddTxnGroup(ctx context.Context, txnID string, pid ProducerID, 
 	if group == "" || len(group) > 1<<15 {
 		return fmt.Errorf("%w: group id length %d", ErrInvalidConfig, len(group))
 	}
-	c, err := b.coordinator()
+	c, e, st, err := b.beginTxn(txnID, pid, nil)
 	if err != nil {
 		return err
 	}
-	e, err := c.existing(txnID)
-	if err != nil {
-		return err
-	}
-	e.mu.Lock()
 	defer e.mu.Unlock()
-	st, err := beginLocked(e, pid, b.opts.Now().UnixMilli())
-	if err != nil {
-		return err
-	}
 	if st.State == e.st.State && st.hasGroup(group) {
 		return nil
 	}
@@ -658,20 +626,14 @@ func (b *Broker) AddTxnGroup(ctx context.Context, txnID string, pid ProducerID, 
 // transaction (durably); they replace the group's committed offsets only
 // when the transaction commits. Unknown partitions fail the request.
 func (b *Broker) TxnCommitOffsets(ctx context.Context, txnID string, pid ProducerID, group string, commits []OffsetCommit) error {
-	c, err := b.coordinator()
+	known := make([]TxnPartition, len(commits))
+	for i, oc := range commits {
+		known[i] = TxnPartition{Topic: oc.Topic, Partition: oc.Partition}
+	}
+	c, e, err := b.lockTxn(txnID, known)
 	if err != nil {
 		return err
 	}
-	for _, oc := range commits {
-		if _, _, err := b.lookup(oc.Topic, oc.Partition, false); err != nil {
-			return err
-		}
-	}
-	e, err := c.existing(txnID)
-	if err != nil {
-		return err
-	}
-	e.mu.Lock()
 	defer e.mu.Unlock()
 	if err := checkProducer(e.st, pid); err != nil {
 		return err
@@ -699,15 +661,10 @@ func (b *Broker) TxnCommitOffsets(ctx context.Context, txnID string, pid Produce
 // markers are written and durable (and, on commit, the offsets stored). A
 // repeated EndTxn with the same decision succeeds again.
 func (b *Broker) EndTxn(ctx context.Context, txnID string, pid ProducerID, commit bool) error {
-	c, err := b.coordinator()
+	c, e, err := b.lockTxn(txnID, nil)
 	if err != nil {
 		return err
 	}
-	e, err := c.existing(txnID)
-	if err != nil {
-		return err
-	}
-	e.mu.Lock()
 	defer e.mu.Unlock()
 	if !commit && e.st.timedOut(pid) {
 		// The producer aborting the transaction the coordinator already

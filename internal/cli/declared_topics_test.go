@@ -301,14 +301,7 @@ func TestDeclaredTopics(t *testing.T) {
 		for _, r := range kafkatest.ReadRecords(t, []string{kafkaAddr}, "grow", false) {
 			keys[string(r.Key)] = true
 		}
-		part := kgo.StickyKeyPartitioner(nil).ForTopic("grow")
-		moving := 0
-		for k := range keys {
-			if part.Partition(&kgo.Record{Key: []byte(k)}, 4) != part.Partition(&kgo.Record{Key: []byte(k)}, 8) {
-				moving++
-			}
-		}
-		want := fmt.Sprintf("moves %d of the %d keys", moving, len(keys))
+		want := keyMovement("grow", keys, 4, 8)
 		t.Logf("independent count: %s", want)
 
 		resps, err := adm.UpdatePartitions(ctx, 8, "grow")
@@ -364,6 +357,7 @@ func TestDeclaredTopics(t *testing.T) {
 			return nil
 		})
 		// The relay places new events by the new count.
+		part := kgo.StickyKeyPartitioner(nil).ForTopic("grow")
 		var key string
 		for k := range keys {
 			if part.Partition(&kgo.Record{Key: []byte(k)}, 4) != part.Partition(&kgo.Record{Key: []byte(k)}, 12) {

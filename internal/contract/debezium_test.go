@@ -3,7 +3,6 @@ package contract_test
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"strings"
@@ -41,10 +40,7 @@ const debeziumDDL = `CREATE TABLE public.outboxevent (
 // relay-event-id and its type and test columns as headers; nothing rolled
 // back. Detaching stops the copying.
 func TestDebeziumLayout(t *testing.T) {
-	t.Parallel()
-	for _, source := range readers {
-		t.Run(source, func(t *testing.T) { testDebeziumLayout(t, source) })
-	}
+	eachReader(t, testDebeziumLayout)
 }
 
 func testDebeziumLayout(t *testing.T, source string) {
@@ -67,21 +63,13 @@ func testDebeziumLayout(t *testing.T, source string) {
 	writeDone := make(chan error, 1)
 	go func() {
 		const writers = 4
-		errs := make([]error, writers)
-		var wg sync.WaitGroup
-		for w := range writers {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				errs[w] = writeDebezium(ctx, e.url, w, writers, 1600/writers, ledger, func(id, row string) {
-					mu.Lock()
-					ids[id] = row
-					mu.Unlock()
-				})
-			}()
-		}
-		wg.Wait()
-		writeDone <- errors.Join(errs...)
+		writeDone <- writeAll(writers, func(w int) error {
+			return writeDebezium(ctx, e.url, w, writers, 1600/writers, ledger, func(id, row string) {
+				mu.Lock()
+				ids[id] = row
+				mu.Unlock()
+			})
+		})
 	}()
 	kills := e.killLoop(ctx, p, writeDone, 3)
 

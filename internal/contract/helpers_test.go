@@ -2,7 +2,9 @@ package contract_test
 
 import (
 	"context"
+	"errors"
 	"math/rand/v2"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -16,6 +18,27 @@ func TestMain(m *testing.M) { pgtest.Main(m, testbin.Cleanup) }
 
 // readers are the two sources every test here runs with.
 var readers = []string{"poll", "cdc"}
+
+// eachReader runs test, in parallel with the other tests, as one subtest
+// per reader.
+func eachReader(t *testing.T, test func(t *testing.T, source string)) {
+	t.Parallel()
+	for _, source := range readers {
+		t.Run(source, func(t *testing.T) { test(t, source) })
+	}
+}
+
+// writeAll runs write for each of n writers (numbered 0 to n-1) at once
+// and returns their errors joined once all are done.
+func writeAll(n int, write func(w int) error) error {
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for w := range n {
+		wg.Go(func() { errs[w] = write(w) })
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
 
 // relayEnv is one test's migrated database, data directory and binary,
 // and the reader its relay runs.

@@ -29,10 +29,7 @@ import (
 // back, and the outbox drains: the relay's own acknowledgement deletes
 // the rows.
 func TestImmutableRows(t *testing.T) {
-	t.Parallel()
-	for _, source := range readers {
-		t.Run(source, func(t *testing.T) { testImmutableRows(t, source) })
-	}
+	eachReader(t, testImmutableRows)
 }
 
 func testImmutableRows(t *testing.T, source string) {

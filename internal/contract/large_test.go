@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"sync"
@@ -39,10 +38,7 @@ const (
 // them refused by the embedded broker's default topic limit); the six
 // above it are in the dead letters (too_large) with their whole payload.
 func TestLargePayloads(t *testing.T) {
-	t.Parallel()
-	for _, source := range readers {
-		t.Run(source, func(t *testing.T) { testLargePayloads(t, source) })
-	}
+	eachReader(t, testLargePayloads)
 }
 
 func testLargePayloads(t *testing.T, source string) {
@@ -62,25 +58,17 @@ func testLargePayloads(t *testing.T, source string) {
 	over := map[string]int{} // key of an event above the limit: its payload's length
 	writeDone := make(chan error, 1)
 	go func() {
-		var wg sync.WaitGroup
-		errs := make([]error, 2)
-		for w := range 2 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				errs[w] = writeLarge(ctx, e.url, toast, w, ledger, func(p e2e.Payload, body []byte, within bool) {
-					mu.Lock()
-					defer mu.Unlock()
-					if within {
-						sums[p.ID] = sha256.Sum256(body)
-					} else {
-						over[p.Key] = len(body)
-					}
-				})
-			}()
-		}
-		wg.Wait()
-		writeDone <- errors.Join(errs...)
+		writeDone <- writeAll(2, func(w int) error {
+			return writeLarge(ctx, e.url, toast, w, ledger, func(p e2e.Payload, body []byte, within bool) {
+				mu.Lock()
+				defer mu.Unlock()
+				if within {
+					sums[p.ID] = sha256.Sum256(body)
+				} else {
+					over[p.Key] = len(body)
+				}
+			})
+		})
 	}()
 	kills := e.killLoop(ctx, p, writeDone, 2)
 

@@ -56,21 +56,13 @@ func TestEmitMessage(t *testing.T) {
 	writeDone := make(chan error, 1)
 	go func() {
 		const writers = 4
-		errs := make([]error, writers)
-		var wg sync.WaitGroup
-		for w := range writers {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				n, err := writeMixed(ctx, e.url, w, writers, 2000/writers, ledger)
-				mu.Lock()
-				messages += n
-				mu.Unlock()
-				errs[w] = err
-			}()
-		}
-		wg.Wait()
-		err := errors.Join(errs...)
+		err := writeAll(writers, func(w int) error {
+			n, err := writeMixed(ctx, e.url, w, writers, 2000/writers, ledger)
+			mu.Lock()
+			messages += n
+			mu.Unlock()
+			return err
+		})
 		if err == nil {
 			// A tombstone message, then a row: once the row is deleted
 			// (the outbox drained), everything before it is published.

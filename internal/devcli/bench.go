@@ -52,14 +52,9 @@ func runBench(ctx context.Context, stdio cli.IO, args []string) error {
 	}
 	cfg.Baseline = *baseline
 	cfg.RelayArgs = strings.Fields(*relayArgs)
-	exe, err := os.Executable()
-	if err != nil {
+	var err error
+	if cfg.RelayBinary, err = relayExecutable(*relayBinary); err != nil {
 		return err
-	}
-	// This binary's `relay-dev run` is the relay's `relay run`.
-	cfg.RelayBinary = exe
-	if *relayBinary != "" {
-		cfg.RelayBinary = *relayBinary
 	}
 	cfg.Logger = slog.New(slog.NewTextHandler(stdio.Stderr, nil))
 	results, err := bench.Run(ctx, cfg)
@@ -76,6 +71,20 @@ func runBench(ctx context.Context, stdio cli.IO, args []string) error {
 	}
 	printBench(stdio.Stdout, results)
 	return nil
+}
+
+// relayExecutable is the relay a bench runs as a child: named, the
+// --relay-binary flag, or by default this binary, whose `relay-dev run` is
+// the relay's `relay run`. It fails when this binary's path is unknown.
+func relayExecutable(named string) (string, error) {
+	exe, err := os.Executable()
+	switch {
+	case err != nil:
+		return "", err
+	case named != "":
+		return named, nil
+	}
+	return exe, nil
 }
 
 func printBench(w io.Writer, results []bench.Result) {

@@ -111,6 +111,20 @@ type querier interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
+// knownHistory is history for a subject that has at least one version
+// (deleted ones count when deleted is true): codeSubjectNotFound for one
+// that has none.
+func (s *Store) knownHistory(ctx context.Context, q querier, subject string, deleted bool) ([]Version, error) {
+	hist, err := s.history(ctx, q, subject, deleted)
+	if err != nil {
+		return nil, err
+	}
+	if len(hist) == 0 {
+		return nil, errorf(http.StatusNotFound, codeSubjectNotFound, "subject %q not found", subject)
+	}
+	return hist, nil
+}
+
 // history returns a subject's versions, oldest first; deleted ones only
 // with deleted.
 func (s *Store) history(ctx context.Context, q querier, subject string, deleted bool) ([]Version, error) {
@@ -280,12 +294,9 @@ func (s *Store) Lookup(ctx context.Context, subject, typ, text string, deleted b
 	if err != nil {
 		return Version{}, err
 	}
-	hist, err := s.history(ctx, s.db, subject, deleted)
+	hist, err := s.knownHistory(ctx, s.db, subject, deleted)
 	if err != nil {
 		return Version{}, err
-	}
-	if len(hist) == 0 {
-		return Version{}, errorf(http.StatusNotFound, codeSubjectNotFound, "subject %q not found", subject)
 	}
 	fp := sch.Fingerprint()
 	for i := len(hist) - 1; i >= 0; i-- {
@@ -312,14 +323,7 @@ func (s *Store) Subjects(ctx context.Context, deleted bool) ([]string, error) {
 
 // Versions returns a subject's versions, oldest first.
 func (s *Store) Versions(ctx context.Context, subject string, deleted bool) ([]Version, error) {
-	hist, err := s.history(ctx, s.db, subject, deleted)
-	if err != nil {
-		return nil, err
-	}
-	if len(hist) == 0 {
-		return nil, errorf(http.StatusNotFound, codeSubjectNotFound, "subject %q not found", subject)
-	}
-	return hist, nil
+	return s.knownHistory(ctx, s.db, subject, deleted)
 }
 
 // Latest is the version number that names a subject's latest version.
@@ -402,12 +406,9 @@ func (s *Store) Compatible(ctx context.Context, subject string, version int, typ
 func (s *Store) DeleteSubject(ctx context.Context, subject string, permanent bool) ([]int, error) {
 	var out []int
 	err := s.write(ctx, func(tx pgx.Tx) error {
-		hist, err := s.history(ctx, tx, subject, true)
+		hist, err := s.knownHistory(ctx, tx, subject, true)
 		if err != nil {
 			return err
-		}
-		if len(hist) == 0 {
-			return errorf(http.StatusNotFound, codeSubjectNotFound, "subject %q not found", subject)
 		}
 		live := 0
 		for _, v := range hist {
@@ -438,12 +439,9 @@ func (s *Store) DeleteSubject(ctx context.Context, subject string, permanent boo
 // softly or, after that, permanently.
 func (s *Store) DeleteVersion(ctx context.Context, subject string, version int, permanent bool) (int, error) {
 	err := s.write(ctx, func(tx pgx.Tx) error {
-		hist, err := s.history(ctx, tx, subject, true)
+		hist, err := s.knownHistory(ctx, tx, subject, true)
 		if err != nil {
 			return err
-		}
-		if len(hist) == 0 {
-			return errorf(http.StatusNotFound, codeSubjectNotFound, "subject %q not found", subject)
 		}
 		var found *Version
 		for i := range hist {

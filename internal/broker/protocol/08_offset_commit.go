@@ -8,6 +8,20 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
+// offsetCommit is the commit of one partition of an OffsetCommit or
+// TxnOffsetCommit request: the leader epoch -1 for a request version
+// without one (hasEpoch false), the metadata empty when it is null.
+func offsetCommit(topic string, part int32, offset int64, leaderEpoch int32, hasEpoch bool, metadata *string) broker.OffsetCommit {
+	oc := broker.OffsetCommit{Topic: topic, Partition: part, Offset: offset, LeaderEpoch: -1}
+	if hasEpoch {
+		oc.LeaderEpoch = leaderEpoch
+	}
+	if metadata != nil {
+		oc.Metadata = *metadata
+	}
+	return oc
+}
+
 // handleOffsetCommit stores offsets durably in the broker (one fsync per
 // request). A member of a live group must name its current generation; a
 // generation below zero is a standalone commit, allowed while the group has
@@ -43,14 +57,7 @@ func (s *Server) handleOffsetCommit(ctx context.Context, req *kmsg.OffsetCommitR
 				codes[i][j] = broker.KafkaErrorCode(err)
 				continue
 			}
-			oc := broker.OffsetCommit{Topic: rt.Topic, Partition: rp.Partition, Offset: rp.Offset, LeaderEpoch: -1}
-			if req.Version >= 6 {
-				oc.LeaderEpoch = rp.LeaderEpoch
-			}
-			if rp.Metadata != nil {
-				oc.Metadata = *rp.Metadata
-			}
-			commits = append(commits, oc)
+			commits = append(commits, offsetCommit(rt.Topic, rp.Partition, rp.Offset, rp.LeaderEpoch, req.Version >= 6, rp.Metadata))
 		}
 	}
 	if len(commits) > 0 {

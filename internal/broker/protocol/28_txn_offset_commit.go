@@ -28,14 +28,7 @@ func (s *Server) handleTxnOffsetCommit(ctx context.Context, req *kmsg.TxnOffsetC
 	var commits []broker.OffsetCommit
 	for _, rt := range req.Topics {
 		for _, rp := range rt.Partitions {
-			oc := broker.OffsetCommit{Topic: rt.Topic, Partition: rp.Partition, Offset: rp.Offset, LeaderEpoch: -1}
-			if req.Version >= 2 {
-				oc.LeaderEpoch = rp.LeaderEpoch
-			}
-			if rp.Metadata != nil {
-				oc.Metadata = *rp.Metadata
-			}
-			commits = append(commits, oc)
+			commits = append(commits, offsetCommit(rt.Topic, rp.Partition, rp.Offset, rp.LeaderEpoch, req.Version >= 2, rp.Metadata))
 		}
 	}
 	if code == 0 && len(commits) > 0 {

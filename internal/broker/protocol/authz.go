@@ -3,6 +3,7 @@ package protocol
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -98,6 +99,52 @@ func split[T any](entries []T, allowed func(T) bool) (kept, denied []T) {
 	return kept, denied
 }
 
+// refuse takes the entries allowed refuses out of *entries (a request's
+// topics, groups or resources) and returns the fix that answers each of
+// them in the response (of type R) with answer; with nothing refused it
+// leaves *entries as it was and returns nil.
+func refuse[E any, R kmsg.Response](entries *[]E, allowed func(E) bool, answer func(resp R, refused E)) func(kmsg.Response) {
+	kept, denied := split(*entries, allowed)
+	if len(denied) == 0 {
+		return nil
+	}
+	*entries = kept
+	return func(r kmsg.Response) {
+		resp := r.(R)
+		for _, e := range denied {
+			answer(resp, e)
+		}
+	}
+}
+
+// refusals is the response's partitions of a refused topic: refusal of
+// each of the request's.
+func refusals[RP, P any](parts []RP, refusal func(RP) P) []P {
+	var out []P
+	for _, rp := range parts {
+		out = append(out, refusal(rp))
+	}
+	return out
+}
+
+// refuseCoordinators refuses, with code, each coordinator key of a
+// FindCoordinator that allowed refuses (the one key of a request before
+// v4).
+func refuseCoordinators(req *kmsg.FindCoordinatorRequest, resp *kmsg.FindCoordinatorResponse, code int16, allowed func(key string) bool) {
+	if req.Version < 4 {
+		if !allowed(req.CoordinatorKey) {
+			resp.ErrorCode, resp.NodeID, resp.Host, resp.Port = code, -1, "", -1
+		}
+		return
+	}
+	for i := range resp.Coordinators {
+		co := &resp.Coordinators[i]
+		if !allowed(co.Key) {
+			co.ErrorCode, co.NodeID, co.Host, co.Port = code, -1, "", -1
+		}
+	}
+}
+
 // configsDenied is the error code of a config resource refused.
 func configsDenied(rt kmsg.ConfigResourceType) int16 {
 	if rt == kmsg.ConfigResourceTypeTopic {
@@ -121,25 +168,18 @@ func (s *Server) authorizeProduce(c *conn, req *kmsg.ProduceRequest) func(kmsg.R
 	if !txnOK {
 		code = txnDenied
 	}
-	kept, denied := split(req.Topics, func(t kmsg.ProduceRequestTopic) bool { return txnOK && s.canTopic(c, kmsg.ACLOperationWrite, t.Topic) })
-	if len(denied) == 0 {
-		return nil
-	}
-	req.Topics = kept
-	return func(r kmsg.Response) {
-		resp := r.(*kmsg.ProduceResponse)
-		for _, rt := range denied {
+	return refuse(&req.Topics, func(t kmsg.ProduceRequestTopic) bool { return txnOK && s.canTopic(c, kmsg.ACLOperationWrite, t.Topic) },
+		func(resp *kmsg.ProduceResponse, rt kmsg.ProduceRequestTopic) {
 			t := kmsg.NewProduceResponseTopic()
 			t.Topic = rt.Topic
-			for _, rp := range rt.Partitions {
+			t.Partitions = refusals(rt.Partitions, func(rp kmsg.ProduceRequestTopicPartition) kmsg.ProduceResponseTopicPartition {
 				p := kmsg.NewProduceResponseTopicPartition()
 				p.Partition, p.ErrorCode = rp.Partition, code
 				p.BaseOffset, p.LogAppendTime, p.LogStartOffset = -1, -1, -1
-				t.Partitions = append(t.Partitions, p)
-			}
+				return p
+			})
 			resp.Topics = append(resp.Topics, t)
-		}
-	}
+		})
 }
 
 // authorizeFetch does the same for Fetch; a refused topic answers at once.
@@ -147,26 +187,23 @@ func (s *Server) authorizeFetch(c *conn, req *kmsg.FetchRequest) func(kmsg.Respo
 	if s.authz == nil {
 		return nil
 	}
-	kept, denied := split(req.Topics, func(t kmsg.FetchRequestTopic) bool { return s.canTopic(c, kmsg.ACLOperationRead, t.Topic) })
-	if len(denied) == 0 {
-		return nil
-	}
-	req.Topics, req.MaxWaitMillis = kept, 0
-	return func(r kmsg.Response) {
-		resp := r.(*kmsg.FetchResponse)
-		for _, rt := range denied {
+	fix := refuse(&req.Topics, func(t kmsg.FetchRequestTopic) bool { return s.canTopic(c, kmsg.ACLOperationRead, t.Topic) },
+		func(resp *kmsg.FetchResponse, rt kmsg.FetchRequestTopic) {
 			t := kmsg.NewFetchResponseTopic()
 			t.Topic, t.TopicID = rt.Topic, rt.TopicID
-			for _, rp := range rt.Partitions {
+			t.Partitions = refusals(rt.Partitions, func(rp kmsg.FetchRequestTopicPartition) kmsg.FetchResponseTopicPartition {
 				p := kmsg.NewFetchResponseTopicPartition()
 				p.Partition, p.ErrorCode = rp.Partition, topicDenied
 				p.HighWatermark, p.LastStableOffset, p.LogStartOffset, p.PreferredReadReplica = -1, -1, -1, -1
 				p.RecordBatches = []byte{}
-				t.Partitions = append(t.Partitions, p)
-			}
+				return p
+			})
 			resp.Topics = append(resp.Topics, t)
-		}
+		})
+	if fix != nil {
+		req.MaxWaitMillis = 0
 	}
+	return fix
 }
 
 // errUnauthorizedAPI refuses a request type authorizeSync has no check
@@ -270,46 +307,31 @@ func (s *Server) authorizeClassic(c *conn, r kmsg.Request) (kmsg.Response, func(
 		}
 	case *kmsg.FindCoordinatorRequest:
 		return nil, func(r kmsg.Response) {
-			resp := r.(*kmsg.FindCoordinatorResponse)
 			if req.CoordinatorType != coordinatorGroup {
 				return
 			}
-			if req.Version < 4 {
-				if !s.canGroup(c, kmsg.ACLOperationDescribe, req.CoordinatorKey) {
-					resp.ErrorCode, resp.NodeID, resp.Host, resp.Port = groupDenied, -1, "", -1
-				}
-				return
-			}
-			for i := range resp.Coordinators {
-				co := &resp.Coordinators[i]
-				if !s.canGroup(c, kmsg.ACLOperationDescribe, co.Key) {
-					co.ErrorCode, co.NodeID, co.Host, co.Port = groupDenied, -1, "", -1
-				}
-			}
+			refuseCoordinators(req, r.(*kmsg.FindCoordinatorResponse), groupDenied, func(key string) bool {
+				return s.canGroup(c, kmsg.ACLOperationDescribe, key)
+			})
 		}
 	case *kmsg.OffsetCommitRequest:
 		groupOK := s.canGroup(c, kmsg.ACLOperationRead, req.Group)
-		kept, denied := split(req.Topics, func(t kmsg.OffsetCommitRequestTopic) bool {
-			return groupOK && s.canTopic(c, kmsg.ACLOperationRead, t.Topic)
-		})
-		req.Topics = kept
-		return nil, func(r kmsg.Response) {
-			resp := r.(*kmsg.OffsetCommitResponse)
-			code := topicDenied
-			if !groupOK {
-				code = groupDenied
-			}
-			for _, rt := range denied {
-				t := kmsg.NewOffsetCommitResponseTopic()
-				t.Topic = rt.Topic
-				for _, rp := range rt.Partitions {
-					p := kmsg.NewOffsetCommitResponseTopicPartition()
-					p.Partition, p.ErrorCode = rp.Partition, code
-					t.Partitions = append(t.Partitions, p)
-				}
-				resp.Topics = append(resp.Topics, t)
-			}
+		code := topicDenied
+		if !groupOK {
+			code = groupDenied
 		}
+		return nil, refuse(&req.Topics, func(t kmsg.OffsetCommitRequestTopic) bool {
+			return groupOK && s.canTopic(c, kmsg.ACLOperationRead, t.Topic)
+		}, func(resp *kmsg.OffsetCommitResponse, rt kmsg.OffsetCommitRequestTopic) {
+			t := kmsg.NewOffsetCommitResponseTopic()
+			t.Topic = rt.Topic
+			t.Partitions = refusals(rt.Partitions, func(rp kmsg.OffsetCommitRequestTopicPartition) kmsg.OffsetCommitResponseTopicPartition {
+				p := kmsg.NewOffsetCommitResponseTopicPartition()
+				p.Partition, p.ErrorCode = rp.Partition, code
+				return p
+			})
+			resp.Topics = append(resp.Topics, t)
+		})
 	case *kmsg.OffsetFetchRequest:
 		return nil, func(r kmsg.Response) {
 			resp := r.(*kmsg.OffsetFetchResponse)
@@ -357,80 +379,53 @@ func (s *Server) authorizeClassic(c *conn, r kmsg.Request) (kmsg.Response, func(
 	case *kmsg.ListGroupsRequest:
 		return nil, func(r kmsg.Response) {
 			resp := r.(*kmsg.ListGroupsResponse)
-			kept := resp.Groups[:0]
-			for _, g := range resp.Groups {
-				if s.canGroup(c, kmsg.ACLOperationDescribe, g.Group) {
-					kept = append(kept, g)
-				}
-			}
-			resp.Groups = kept
+			resp.Groups = slices.DeleteFunc(resp.Groups, func(g kmsg.ListGroupsResponseGroup) bool {
+				return !s.canGroup(c, kmsg.ACLOperationDescribe, g.Group)
+			})
 		}
 	case *kmsg.ListOffsetsRequest:
-		kept, denied := split(req.Topics, func(t kmsg.ListOffsetsRequestTopic) bool { return s.canTopic(c, kmsg.ACLOperationDescribe, t.Topic) })
-		req.Topics = kept
-		return nil, func(r kmsg.Response) {
-			resp := r.(*kmsg.ListOffsetsResponse)
-			for _, rt := range denied {
+		return nil, refuse(&req.Topics, func(t kmsg.ListOffsetsRequestTopic) bool { return s.canTopic(c, kmsg.ACLOperationDescribe, t.Topic) },
+			func(resp *kmsg.ListOffsetsResponse, rt kmsg.ListOffsetsRequestTopic) {
 				t := kmsg.NewListOffsetsResponseTopic()
 				t.Topic = rt.Topic
-				for _, rp := range rt.Partitions {
+				t.Partitions = refusals(rt.Partitions, func(rp kmsg.ListOffsetsRequestTopicPartition) kmsg.ListOffsetsResponseTopicPartition {
 					p := kmsg.NewListOffsetsResponseTopicPartition()
 					p.Partition, p.ErrorCode, p.Offset, p.Timestamp, p.LeaderEpoch = rp.Partition, topicDenied, -1, -1, -1
-					t.Partitions = append(t.Partitions, p)
-				}
+					return p
+				})
 				resp.Topics = append(resp.Topics, t)
-			}
-		}
+			})
 	case *kmsg.DescribeConfigsRequest:
-		kept, denied := split(req.Resources, func(r kmsg.DescribeConfigsRequestResource) bool {
+		return nil, refuse(&req.Resources, func(r kmsg.DescribeConfigsRequestResource) bool {
 			return s.canConfigs(c, kmsg.ACLOperationDescribeConfigs, r.ResourceType, r.ResourceName)
+		}, func(resp *kmsg.DescribeConfigsResponse, d kmsg.DescribeConfigsRequestResource) {
+			rr := kmsg.NewDescribeConfigsResponseResource()
+			rr.ResourceType, rr.ResourceName, rr.ErrorCode = d.ResourceType, d.ResourceName, configsDenied(d.ResourceType)
+			resp.Resources = append(resp.Resources, rr)
 		})
-		req.Resources = kept
-		return nil, func(r kmsg.Response) {
-			resp := r.(*kmsg.DescribeConfigsResponse)
-			for _, d := range denied {
-				rr := kmsg.NewDescribeConfigsResponseResource()
-				rr.ResourceType, rr.ResourceName, rr.ErrorCode = d.ResourceType, d.ResourceName, configsDenied(d.ResourceType)
-				resp.Resources = append(resp.Resources, rr)
-			}
-		}
 	case *kmsg.AlterConfigsRequest:
-		kept, denied := split(req.Resources, func(r kmsg.AlterConfigsRequestResource) bool {
+		return nil, refuse(&req.Resources, func(r kmsg.AlterConfigsRequestResource) bool {
 			return s.canConfigs(c, kmsg.ACLOperationAlterConfigs, r.ResourceType, r.ResourceName)
+		}, func(resp *kmsg.AlterConfigsResponse, d kmsg.AlterConfigsRequestResource) {
+			rr := kmsg.NewAlterConfigsResponseResource()
+			rr.ResourceType, rr.ResourceName, rr.ErrorCode = d.ResourceType, d.ResourceName, configsDenied(d.ResourceType)
+			resp.Resources = append(resp.Resources, rr)
 		})
-		req.Resources = kept
-		return nil, func(r kmsg.Response) {
-			resp := r.(*kmsg.AlterConfigsResponse)
-			for _, d := range denied {
-				rr := kmsg.NewAlterConfigsResponseResource()
-				rr.ResourceType, rr.ResourceName, rr.ErrorCode = d.ResourceType, d.ResourceName, configsDenied(d.ResourceType)
-				resp.Resources = append(resp.Resources, rr)
-			}
-		}
 	case *kmsg.IncrementalAlterConfigsRequest:
-		kept, denied := split(req.Resources, func(r kmsg.IncrementalAlterConfigsRequestResource) bool {
+		return nil, refuse(&req.Resources, func(r kmsg.IncrementalAlterConfigsRequestResource) bool {
 			return s.canConfigs(c, kmsg.ACLOperationAlterConfigs, r.ResourceType, r.ResourceName)
+		}, func(resp *kmsg.IncrementalAlterConfigsResponse, d kmsg.IncrementalAlterConfigsRequestResource) {
+			rr := kmsg.NewIncrementalAlterConfigsResponseResource()
+			rr.ResourceType, rr.ResourceName, rr.ErrorCode = d.ResourceType, d.ResourceName, configsDenied(d.ResourceType)
+			resp.Resources = append(resp.Resources, rr)
 		})
-		req.Resources = kept
-		return nil, func(r kmsg.Response) {
-			resp := r.(*kmsg.IncrementalAlterConfigsResponse)
-			for _, d := range denied {
-				rr := kmsg.NewIncrementalAlterConfigsResponseResource()
-				rr.ResourceType, rr.ResourceName, rr.ErrorCode = d.ResourceType, d.ResourceName, configsDenied(d.ResourceType)
-				resp.Resources = append(resp.Resources, rr)
-			}
-		}
 	case *kmsg.CreatePartitionsRequest:
-		kept, denied := split(req.Topics, func(t kmsg.CreatePartitionsRequestTopic) bool { return s.canTopic(c, kmsg.ACLOperationAlter, t.Topic) })
-		req.Topics = kept
-		return nil, func(r kmsg.Response) {
-			resp := r.(*kmsg.CreatePartitionsResponse)
-			for _, d := range denied {
+		return nil, refuse(&req.Topics, func(t kmsg.CreatePartitionsRequestTopic) bool { return s.canTopic(c, kmsg.ACLOperationAlter, t.Topic) },
+			func(resp *kmsg.CreatePartitionsResponse, d kmsg.CreatePartitionsRequestTopic) {
 				t := kmsg.NewCreatePartitionsResponseTopic()
 				t.Topic, t.ErrorCode = d.Topic, topicDenied
 				resp.Topics = append(resp.Topics, t)
-			}
-		}
+			})
 	case *kmsg.DeleteTopicsRequest:
 		// Topics named by id are resolved first, so the check is by name.
 		kept, denied := split(s.deleteTopicNames(req), func(t kmsg.DeleteTopicsRequestTopic) bool {
@@ -453,53 +448,41 @@ func (s *Server) authorizeClassic(c *conn, r kmsg.Request) (kmsg.Response, func(
 			}
 		}
 	case *kmsg.DeleteRecordsRequest:
-		kept, denied := split(req.Topics, func(t kmsg.DeleteRecordsRequestTopic) bool { return s.canTopic(c, kmsg.ACLOperationDelete, t.Topic) })
-		req.Topics = kept
-		return nil, func(r kmsg.Response) {
-			resp := r.(*kmsg.DeleteRecordsResponse)
-			for _, d := range denied {
+		return nil, refuse(&req.Topics, func(t kmsg.DeleteRecordsRequestTopic) bool { return s.canTopic(c, kmsg.ACLOperationDelete, t.Topic) },
+			func(resp *kmsg.DeleteRecordsResponse, d kmsg.DeleteRecordsRequestTopic) {
 				t := kmsg.NewDeleteRecordsResponseTopic()
 				t.Topic = d.Topic
-				for _, dp := range d.Partitions {
+				t.Partitions = refusals(d.Partitions, func(dp kmsg.DeleteRecordsRequestTopicPartition) kmsg.DeleteRecordsResponseTopicPartition {
 					p := kmsg.NewDeleteRecordsResponseTopicPartition()
 					p.Partition, p.LowWatermark, p.ErrorCode = dp.Partition, -1, topicDenied
-					t.Partitions = append(t.Partitions, p)
-				}
+					return p
+				})
 				resp.Topics = append(resp.Topics, t)
-			}
-		}
+			})
 	case *kmsg.DeleteGroupsRequest:
-		kept, denied := split(req.Groups, func(g string) bool { return s.canGroup(c, kmsg.ACLOperationDelete, g) })
-		req.Groups = kept
-		return nil, func(r kmsg.Response) {
-			resp := r.(*kmsg.DeleteGroupsResponse)
-			for _, g := range denied {
+		return nil, refuse(&req.Groups, func(g string) bool { return s.canGroup(c, kmsg.ACLOperationDelete, g) },
+			func(resp *kmsg.DeleteGroupsResponse, g string) {
 				rg := kmsg.NewDeleteGroupsResponseGroup()
 				rg.Group, rg.ErrorCode = g, groupDenied
 				resp.Groups = append(resp.Groups, rg)
-			}
-		}
+			})
 	case *kmsg.OffsetDeleteRequest:
 		if !s.canGroup(c, kmsg.ACLOperationDelete, req.Group) {
 			resp := req.ResponseKind().(*kmsg.OffsetDeleteResponse)
 			resp.ErrorCode = groupDenied
 			return resp, nil
 		}
-		kept, denied := split(req.Topics, func(t kmsg.OffsetDeleteRequestTopic) bool { return s.canTopic(c, kmsg.ACLOperationRead, t.Topic) })
-		req.Topics = kept
-		return nil, func(r kmsg.Response) {
-			resp := r.(*kmsg.OffsetDeleteResponse)
-			for _, d := range denied {
+		return nil, refuse(&req.Topics, func(t kmsg.OffsetDeleteRequestTopic) bool { return s.canTopic(c, kmsg.ACLOperationRead, t.Topic) },
+			func(resp *kmsg.OffsetDeleteResponse, d kmsg.OffsetDeleteRequestTopic) {
 				t := kmsg.NewOffsetDeleteResponseTopic()
 				t.Topic = d.Topic
-				for _, dp := range d.Partitions {
+				t.Partitions = refusals(d.Partitions, func(dp kmsg.OffsetDeleteRequestTopicPartition) kmsg.OffsetDeleteResponseTopicPartition {
 					p := kmsg.NewOffsetDeleteResponseTopicPartition()
 					p.Partition, p.ErrorCode = dp.Partition, topicDenied
-					t.Partitions = append(t.Partitions, p)
-				}
+					return p
+				})
 				resp.Topics = append(resp.Topics, t)
-			}
-		}
+			})
 	case *kmsg.DescribeLogDirsRequest:
 		if !s.can(c, kmsg.ACLOperationDescribe, kmsg.ACLResourceTypeCluster, clusterName) {
 			resp := req.ResponseKind().(*kmsg.DescribeLogDirsResponse)
@@ -511,24 +494,13 @@ func (s *Server) authorizeClassic(c *conn, r kmsg.Request) (kmsg.Response, func(
 		// clusterOperations for the authorized operations.
 		return nil, nil
 	case *kmsg.CreateTopicsRequest:
-		var denied []string
-		kept := req.Topics[:0:0]
-		for _, t := range req.Topics {
-			if s.canTopic(c, kmsg.ACLOperationCreate, t.Topic) || s.can(c, kmsg.ACLOperationCreate, kmsg.ACLResourceTypeCluster, clusterName) {
-				kept = append(kept, t)
-			} else {
-				denied = append(denied, t.Topic)
-			}
-		}
-		req.Topics = kept
-		return nil, func(r kmsg.Response) {
-			resp := r.(*kmsg.CreateTopicsResponse)
-			for _, name := range denied {
-				t := kmsg.NewCreateTopicsResponseTopic()
-				t.Topic, t.ErrorCode, t.NumPartitions, t.ReplicationFactor = name, topicDenied, -1, -1
-				resp.Topics = append(resp.Topics, t)
-			}
-		}
+		return nil, refuse(&req.Topics, func(t kmsg.CreateTopicsRequestTopic) bool {
+			return s.canTopic(c, kmsg.ACLOperationCreate, t.Topic) || s.can(c, kmsg.ACLOperationCreate, kmsg.ACLResourceTypeCluster, clusterName)
+		}, func(resp *kmsg.CreateTopicsResponse, d kmsg.CreateTopicsRequestTopic) {
+			t := kmsg.NewCreateTopicsResponseTopic()
+			t.Topic, t.ErrorCode, t.NumPartitions, t.ReplicationFactor = d.Topic, topicDenied, -1, -1
+			resp.Topics = append(resp.Topics, t)
+		})
 	}
 	return nil, nil
 }

@@ -1,6 +1,8 @@
 package protocol
 
 import (
+	"slices"
+
 	"github.com/outboxrelay/relay/internal/broker"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -27,19 +29,9 @@ func (s *Server) authorizeTxn(c *conn, r kmsg.Request) (refused kmsg.Response, f
 			return nil, nil, false
 		}
 		return nil, func(r kmsg.Response) {
-			resp := r.(*kmsg.FindCoordinatorResponse)
-			if req.Version < 4 {
-				if !s.canTxn(c, kmsg.ACLOperationDescribe, req.CoordinatorKey) {
-					resp.ErrorCode, resp.NodeID, resp.Host, resp.Port = txnDenied, -1, "", -1
-				}
-				return
-			}
-			for i := range resp.Coordinators {
-				co := &resp.Coordinators[i]
-				if !s.canTxn(c, kmsg.ACLOperationDescribe, co.Key) {
-					co.ErrorCode, co.NodeID, co.Host, co.Port = txnDenied, -1, "", -1
-				}
-			}
+			refuseCoordinators(req, r.(*kmsg.FindCoordinatorResponse), txnDenied, func(key string) bool {
+				return s.canTxn(c, kmsg.ACLOperationDescribe, key)
+			})
 		}, true
 	case *kmsg.AddPartitionsToTxnRequest:
 		txnOK := s.canTxn(c, kmsg.ACLOperationWrite, req.TransactionalID)
@@ -121,13 +113,9 @@ func (s *Server) authorizeTxn(c *conn, r kmsg.Request) (refused kmsg.Response, f
 	case *kmsg.ListTransactionsRequest:
 		return nil, func(r kmsg.Response) {
 			resp := r.(*kmsg.ListTransactionsResponse)
-			kept := resp.TransactionStates[:0]
-			for _, ts := range resp.TransactionStates {
-				if s.canTxn(c, kmsg.ACLOperationDescribe, ts.TransactionalID) {
-					kept = append(kept, ts)
-				}
-			}
-			resp.TransactionStates = kept
+			resp.TransactionStates = slices.DeleteFunc(resp.TransactionStates, func(ts kmsg.ListTransactionsResponseTransactionState) bool {
+				return !s.canTxn(c, kmsg.ACLOperationDescribe, ts.TransactionalID)
+			})
 		}, true
 	}
 	return nil, nil, false

@@ -24,7 +24,7 @@ type nextGenConsumer struct {
 
 func startNextGenConsumer(t *testing.T, addr, group, topic, name string, balancer kgo.GroupBalancer, seen *consumed) *nextGenConsumer {
 	t.Helper()
-	c := &nextGenConsumer{name: name, done: make(chan struct{})}
+	c := &nextGenConsumer{name: name}
 	c.cl = newKgo(t, addr,
 		kgo.ConsumerGroup(group),
 		kgo.ConsumeTopics(topic),
@@ -41,20 +41,7 @@ func startNextGenConsumer(t *testing.T, addr, group, topic, name string, balance
 			}
 		}),
 	)
-	ctx, cancel := context.WithCancel(context.Background())
-	c.cancel = cancel
-	go func() {
-		defer close(c.done)
-		for ctx.Err() == nil {
-			fs := c.cl.PollFetches(ctx)
-			fs.EachRecord(func(r *kgo.Record) {
-				seen.mu.Lock()
-				seen.values[string(r.Value)]++
-				seen.mu.Unlock()
-			})
-			c.cl.AllowRebalance()
-		}
-	}()
+	c.cancel, c.done = pollInto(c.cl, seen, c.cl.AllowRebalance)
 	return c
 }
 
@@ -87,10 +74,7 @@ func TestKgoConsumerGroupProtocol(t *testing.T) {
 	} {
 		t.Run(tc.assignor, func(t *testing.T) {
 			t.Parallel()
-			f := setup(t, func(c *Config) {
-				c.ConsumerSessionTimeout = 3 * time.Second
-				c.ConsumerHeartbeatInterval = 100 * time.Millisecond
-			})
+			f := setupConsumerGroups(t, 3*time.Second)
 			ctx := testContext(t, 90*time.Second)
 			const topic, group, parts = "events", "next-gen", 6
 			f.createTopic(t, topic, parts)

@@ -137,10 +137,7 @@ func wantCode(t *testing.T, what string, got int16, want *kerr.Error) {
 // join the group (nor the new one a classic group).
 func TestConsumerGroupProtocolRaw(t *testing.T) {
 	t.Parallel()
-	f := setup(t, func(c *Config) {
-		c.ConsumerSessionTimeout = 700 * time.Millisecond
-		c.ConsumerHeartbeatInterval = 100 * time.Millisecond
-	})
+	f := setupConsumerGroups(t, 700*time.Millisecond)
 	f.createTopic(t, "orders", 4)
 	const group = "kip848"
 
@@ -300,21 +297,7 @@ func TestConsumerGroupSurvivesRestart(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ctx, cancel := context.WithCancel(context.Background())
-		served := make(chan error, 1)
-		go func() { served <- srv.Serve(ctx, ln) }()
-		stop := func() {
-			cancel()
-			if err := <-served; err != nil {
-				t.Errorf("serve: %v", err)
-			}
-			if err := srv.Close(); err != nil {
-				t.Errorf("close server: %v", err)
-			}
-			if err := b.Close(); err != nil && !errors.Is(err, broker.ErrClosed) {
-				t.Errorf("close broker: %v", err)
-			}
-		}
+		stop := serve(t, context.Background(), srv, ln, b)
 		if _, err := b.CreateTopic("orders", broker.TopicConfig{Partitions: 4}); err != nil && !errors.Is(err, broker.ErrTopicExists) {
 			t.Fatalf("create topic: %v", err)
 		}
@@ -354,10 +337,7 @@ func TestConsumerGroupSurvivesRestart(t *testing.T) {
 // assignment without the others' partitions moving.
 func TestConsumerGroupStaticMember(t *testing.T) {
 	t.Parallel()
-	f := setup(t, func(c *Config) {
-		c.ConsumerSessionTimeout = 10 * time.Second
-		c.ConsumerHeartbeatInterval = 100 * time.Millisecond
-	})
+	f := setupConsumerGroups(t, 10*time.Second)
 	f.createTopic(t, "orders", 2)
 	const group = "static848"
 	instance := "worker-1"

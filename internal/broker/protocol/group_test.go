@@ -71,9 +71,37 @@ func (c *consumed) count() int {
 	return len(c.values)
 }
 
+// add records a consumed record: its value, and its offset if it is the
+// first seen of its partition.
+func (c *consumed) add(r *kgo.Record) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.values[string(r.Value)]++
+	if _, ok := c.first[r.Partition]; !ok {
+		c.first[r.Partition] = r.Offset
+	}
+}
+
+// pollInto polls cl, adding each record to seen and calling afterPoll (if
+// not nil) after each poll, until cancel; done is closed once it stopped.
+func pollInto(cl *kgo.Client, seen *consumed, afterPoll func()) (cancel context.CancelFunc, done chan struct{}) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done = make(chan struct{})
+	go func() {
+		defer close(done)
+		for ctx.Err() == nil {
+			cl.PollFetches(ctx).EachRecord(seen.add)
+			if afterPoll != nil {
+				afterPoll()
+			}
+		}
+	}()
+	return cancel, done
+}
+
 func startGroupConsumer(t *testing.T, addr, group, topic, name string, seen *consumed, extra ...kgo.Opt) *groupConsumer {
 	t.Helper()
-	gc := &groupConsumer{name: name, dialer: &killableDialer{}, assigned: map[int32]bool{}, done: make(chan struct{})}
+	gc := &groupConsumer{name: name, dialer: &killableDialer{}, assigned: map[int32]bool{}}
 	opts := append([]kgo.Opt{
 		kgo.ConsumerGroup(group),
 		kgo.ConsumeTopics(topic),
@@ -111,22 +139,7 @@ func startGroupConsumer(t *testing.T, addr, group, topic, name string, seen *con
 		}),
 	}, extra...)
 	gc.cl = newKgo(t, addr, opts...)
-	ctx, cancel := context.WithCancel(context.Background())
-	gc.cancel = cancel
-	go func() {
-		defer close(gc.done)
-		for ctx.Err() == nil {
-			fs := gc.cl.PollFetches(ctx)
-			fs.EachRecord(func(r *kgo.Record) {
-				seen.mu.Lock()
-				seen.values[string(r.Value)]++
-				if _, ok := seen.first[r.Partition]; !ok {
-					seen.first[r.Partition] = r.Offset
-				}
-				seen.mu.Unlock()
-			})
-		}
-	}()
+	gc.cancel, gc.done = pollInto(gc.cl, seen, nil)
 	return gc
 }
 

@@ -30,6 +30,35 @@ func setup(t testing.TB, cfg func(*Config)) *fixture {
 	return setupBroker(t, broker.Options{}, cfg)
 }
 
+// serve runs srv on ln until the returned stop, which then closes srv
+// and b too, reporting what fails.
+func serve(t testing.TB, ctx context.Context, srv *Server, ln net.Listener, b *broker.Broker) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ctx, ln) }()
+	return func() {
+		cancel()
+		if err := <-served; err != nil {
+			t.Errorf("serve: %v", err)
+		}
+		if err := srv.Close(); err != nil {
+			t.Errorf("close server: %v", err)
+		}
+		if err := b.Close(); err != nil && !errors.Is(err, broker.ErrClosed) {
+			t.Errorf("close broker: %v", err)
+		}
+	}
+}
+
+// setupConsumerGroups is setup for KIP-848 consumer groups: members
+// heartbeat every 100 ms and are fenced after session.
+func setupConsumerGroups(t testing.TB, session time.Duration) *fixture {
+	return setup(t, func(c *Config) {
+		c.ConsumerSessionTimeout = session
+		c.ConsumerHeartbeatInterval = 100 * time.Millisecond
+	})
+}
+
 // setupBroker is setup with broker options (Dir, JanitorInterval and
 // Logger are set here).
 func setupBroker(t testing.TB, opts broker.Options, cfg func(*Config)) *fixture {
@@ -57,21 +86,7 @@ func setupBroker(t testing.TB, opts broker.Options, cfg func(*Config)) *fixture 
 	if err != nil {
 		t.Fatalf("listen: %v", err)
 	}
-	sctx, cancel := context.WithCancel(ctx)
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(sctx, ln) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-served; err != nil {
-			t.Errorf("serve: %v", err)
-		}
-		if err := srv.Close(); err != nil {
-			t.Errorf("close server: %v", err)
-		}
-		if err := b.Close(); err != nil && !errors.Is(err, broker.ErrClosed) {
-			t.Errorf("close broker: %v", err)
-		}
-	})
+	t.Cleanup(serve(t, ctx, srv, ln, b))
 	return &fixture{b: b, srv: srv, addr: ln.Addr().String(), dir: opts.Dir}
 }
 

@@ -146,31 +146,28 @@ const (
 // nodeID is the broker id of the one node this server is.
 const nodeID int32 = 0
 
+// positiveOr sets an unset setting (zero or negative) to its default.
+func positiveOr[T ~int | ~int32 | ~int64](v *T, def T) {
+	if *v <= 0 {
+		*v = def
+	}
+}
+
 func (c Config) withDefaults() Config {
 	if c.ClusterID == "" {
 		c.ClusterID = DefaultClusterID
 	}
-	if c.MaxFrameBytes <= 0 {
-		c.MaxFrameBytes = DefaultMaxFrameBytes
-	}
-	if c.MinSessionTimeout <= 0 {
-		c.MinSessionTimeout = DefaultMinSessionTimeout
-	}
-	if c.MaxSessionTimeout <= 0 {
-		c.MaxSessionTimeout = DefaultMaxSessionTimeout
-	}
+	positiveOr(&c.MaxFrameBytes, DefaultMaxFrameBytes)
+	positiveOr(&c.MinSessionTimeout, DefaultMinSessionTimeout)
+	positiveOr(&c.MaxSessionTimeout, DefaultMaxSessionTimeout)
 	if c.InitialRebalanceDelay == 0 {
 		c.InitialRebalanceDelay = DefaultInitialRebalanceDelay
 	}
 	if c.InitialRebalanceDelay < 0 {
 		c.InitialRebalanceDelay = 0
 	}
-	if c.ConsumerSessionTimeout <= 0 {
-		c.ConsumerSessionTimeout = DefaultConsumerSessionTimeout
-	}
-	if c.ConsumerHeartbeatInterval <= 0 {
-		c.ConsumerHeartbeatInterval = DefaultConsumerHeartbeatInterval
-	}
+	positiveOr(&c.ConsumerSessionTimeout, DefaultConsumerSessionTimeout)
+	positiveOr(&c.ConsumerHeartbeatInterval, DefaultConsumerHeartbeatInterval)
 	if c.FetchSessionCacheSlots == 0 {
 		c.FetchSessionCacheSlots = DefaultFetchSessionCacheSlots
 	}
@@ -180,15 +177,11 @@ func (c Config) withDefaults() Config {
 	if c.Users != nil && len(c.SASLMechanisms) == 0 {
 		c.SASLMechanisms = slices.Clone(SCRAMMechanisms)
 	}
-	if c.IOTimeout <= 0 {
-		c.IOTimeout = DefaultIOTimeout
-	}
+	positiveOr(&c.IOTimeout, DefaultIOTimeout)
 	if c.MaxInFlightBytes > 0 && int64(c.MaxFrameBytes) > c.MaxInFlightBytes/4 {
 		c.MaxFrameBytes = int(max(c.MaxInFlightBytes/4, 8))
 	}
-	if c.HandshakeTimeout <= 0 {
-		c.HandshakeTimeout = DefaultHandshakeTimeout
-	}
+	positiveOr(&c.HandshakeTimeout, DefaultHandshakeTimeout)
 	if c.LostDataErrorCode == 0 {
 		c.LostDataErrorCode = kerr.CorruptMessage.Code
 	}

@@ -47,19 +47,7 @@ func BenchmarkTxn(b *testing.B) {
 		defer cl.Close()
 		ctx := context.Background()
 		for i := 0; i < txnBenchRead/txnBenchBatch; i++ {
-			if txn {
-				if err := cl.BeginTransaction(); err != nil {
-					b.Fatal(err)
-				}
-			}
-			if err := cl.ProduceSync(ctx, records(topic, i)...).FirstErr(); err != nil {
-				b.Fatal(err)
-			}
-			if txn {
-				if err := cl.EndTransaction(ctx, kgo.TryCommit); err != nil {
-					b.Fatal(err)
-				}
-			}
+			produceSync(b, ctx, cl, txn, records(topic, i))
 		}
 	}
 	fill("read-plain", false)
@@ -76,19 +64,7 @@ func BenchmarkTxn(b *testing.B) {
 		ctx := context.Background()
 		b.ResetTimer()
 		for i := 0; i < b.N; i++ {
-			if txn {
-				if err := cl.BeginTransaction(); err != nil {
-					b.Fatal(err)
-				}
-			}
-			if err := cl.ProduceSync(ctx, records(topic, i)...).FirstErr(); err != nil {
-				b.Fatal(err)
-			}
-			if txn {
-				if err := cl.EndTransaction(ctx, kgo.TryCommit); err != nil {
-					b.Fatal(err)
-				}
-			}
+			produceSync(b, ctx, cl, txn, records(topic, i))
 		}
 		b.StopTimer()
 		b.ReportMetric(float64(b.N*txnBenchBatch)/b.Elapsed().Seconds(), "records/s")
@@ -120,4 +96,22 @@ func BenchmarkTxn(b *testing.B) {
 	b.Run("produce/transactional", func(b *testing.B) { produce(b, true) })
 	b.Run("consume/read_uncommitted", func(b *testing.B) { consume(b, "read-plain", false) })
 	b.Run("consume/read_committed", func(b *testing.B) { consume(b, "read-txn", true) })
+}
+
+// produceSync produces recs and waits for them, in a transaction of their
+// own when txn.
+func produceSync(b *testing.B, ctx context.Context, cl *kgo.Client, txn bool, recs []*kgo.Record) {
+	if txn {
+		if err := cl.BeginTransaction(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+		b.Fatal(err)
+	}
+	if txn {
+		if err := cl.EndTransaction(ctx, kgo.TryCommit); err != nil {
+			b.Fatal(err)
+		}
+	}
 }

@@ -46,6 +46,15 @@ type kafkaRelay struct {
 	args     []string
 }
 
+// transactionalID is the relay's --kafka-transactional-id: id in the
+// transactional mode, none (an idempotent producer) otherwise.
+func transactionalID(txn bool, id string) string {
+	if txn {
+		return id
+	}
+	return ""
+}
+
 // newKafkaRelay migrates a fresh database with the real binary and starts a
 // kfake cluster; source is poll or cdc, txnID (when set) turns on the
 // exactly-once mode; extra are more `relay run` flags.
@@ -211,11 +220,7 @@ func TestE2EKafkaCrashLoop(t *testing.T) {
 }
 
 func crashLoop(t *testing.T, source string, txn bool) {
-	txnID := ""
-	if txn {
-		txnID = "relay-e2e-" + source
-	}
-	k := newKafkaRelay(t, source, txnID, "--kafka-publish-timeout", "10s", "--kafka-dial-timeout", "3s")
+	k := newKafkaRelay(t, source, transactionalID(txn, "relay-e2e-"+source), "--kafka-publish-timeout", "10s", "--kafka-dial-timeout", "3s")
 	ledger := e2e.NewLedger()
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
@@ -282,21 +287,11 @@ func crashLoop(t *testing.T, source string, txn bool) {
 // again, the backlog drains, and Kafka holds every committed event in
 // per-key order (exactly once in the transactional mode).
 func TestE2EKafkaOutage(t *testing.T) {
-	t.Parallel()
-	for _, txn := range []bool{false, true} {
-		t.Run(fmt.Sprintf("transactional=%v", txn), func(t *testing.T) {
-			t.Parallel()
-			outage(t, txn)
-		})
-	}
+	eachMode(t, outage)
 }
 
 func outage(t *testing.T, txn bool) {
-	txnID := ""
-	if txn {
-		txnID = "relay-e2e-outage"
-	}
-	k := newKafkaRelay(t, "poll", txnID, "--kafka-publish-timeout", "5s", "--kafka-dial-timeout", "2s")
+	k := newKafkaRelay(t, "poll", transactionalID(txn, "relay-e2e-outage"), "--kafka-publish-timeout", "5s", "--kafka-dial-timeout", "2s")
 	ledger := e2e.NewLedger()
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()

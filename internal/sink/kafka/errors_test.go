@@ -108,60 +108,56 @@ func TestPartitionParity(t *testing.T) {
 // and the others of its batch are published, in both modes. (A missing
 // topic is not a refusal of its messages: TestMissingTopicWaits.)
 func TestRefusals(t *testing.T) {
-	t.Parallel()
-	for _, txn := range []bool{false, true} {
-		t.Run(fmt.Sprintf("transactional=%v", txn), func(t *testing.T) {
-			t.Parallel()
-			c := kafkatest.Start(t)
-			if err := c.Kfake().CreateTopic("small", 2, map[string]string{"max.message.bytes": "2000"}); err != nil {
-				t.Fatal(err)
-			}
-			if err := c.Kfake().CreateTopic("compacted", 2, map[string]string{"cleanup.policy": "compact"}); err != nil {
-				t.Fatal(err)
-			}
-			if err := c.Kfake().CreateTopic("present", 2, nil); err != nil {
-				t.Fatal(err)
-			}
-			s := newSink(t, c.Addrs(), func(c *kafka.Config) {
-				c.CreateTopics = false
-				if txn {
-					c.TransactionalID = "refusals"
-				}
-			})
-			start(t, s, nil)
-			big := bytes.Repeat([]byte("x"), 5000)
-			msgs := []relay.Message{
-				msg("small", []byte("k"), []byte("fits-1"), "1"),
-				msg("small", []byte("k"), big, "2"),
-				msg("bad topic!", []byte("k"), []byte("v"), "4"),
-				msg("compacted", nil, []byte("keyless"), "5"),
-				msg("compacted", []byte("k"), []byte("keyed"), "6"),
-				msg("present", []byte("k"), bytes.Repeat([]byte("y"), 2<<20), "7"),
-				msg("small", []byte("k"), []byte("fits-2"), "8"),
-			}
-			res := publish(t, s, msgs)
-			wantErr := map[int]error{1: kafka.ErrRecordTooLarge, 2: kafka.ErrInvalidTopic,
-				3: kafka.ErrKeylessCompacted, 5: kafka.ErrRecordTooLarge}
-			for i, want := range wantErr {
-				if !errors.Is(res.Failed[i], want) {
-					t.Errorf("message %d: Failed = %v, want %v", i, res.Failed[i], want)
-				}
-			}
-			if len(res.Failed) != len(wantErr) {
-				t.Errorf("Failed = %v, want %d entries", res.Failed, len(wantErr))
-			}
-			var got []string
-			for _, r := range kafkatest.Read(t, c.Addrs(), "small", txn) {
-				got = append(got, string(r.Value))
-			}
-			if fmt.Sprint(got) != "[fits-1 fits-2]" {
-				t.Fatalf("small holds %v, want [fits-1 fits-2]", got)
-			}
-			if n := len(kafkatest.Read(t, c.Addrs(), "compacted", txn)); n != 1 {
-				t.Fatalf("compacted holds %d records, want 1", n)
+	eachMode(t, func(t *testing.T, txn bool) {
+		c := kafkatest.Start(t)
+		if err := c.Kfake().CreateTopic("small", 2, map[string]string{"max.message.bytes": "2000"}); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Kfake().CreateTopic("compacted", 2, map[string]string{"cleanup.policy": "compact"}); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Kfake().CreateTopic("present", 2, nil); err != nil {
+			t.Fatal(err)
+		}
+		s := newSink(t, c.Addrs(), func(c *kafka.Config) {
+			c.CreateTopics = false
+			if txn {
+				c.TransactionalID = "refusals"
 			}
 		})
-	}
+		start(t, s, nil)
+		big := bytes.Repeat([]byte("x"), 5000)
+		msgs := []relay.Message{
+			msg("small", []byte("k"), []byte("fits-1"), "1"),
+			msg("small", []byte("k"), big, "2"),
+			msg("bad topic!", []byte("k"), []byte("v"), "4"),
+			msg("compacted", nil, []byte("keyless"), "5"),
+			msg("compacted", []byte("k"), []byte("keyed"), "6"),
+			msg("present", []byte("k"), bytes.Repeat([]byte("y"), 2<<20), "7"),
+			msg("small", []byte("k"), []byte("fits-2"), "8"),
+		}
+		res := publish(t, s, msgs)
+		wantErr := map[int]error{1: kafka.ErrRecordTooLarge, 2: kafka.ErrInvalidTopic,
+			3: kafka.ErrKeylessCompacted, 5: kafka.ErrRecordTooLarge}
+		for i, want := range wantErr {
+			if !errors.Is(res.Failed[i], want) {
+				t.Errorf("message %d: Failed = %v, want %v", i, res.Failed[i], want)
+			}
+		}
+		if len(res.Failed) != len(wantErr) {
+			t.Errorf("Failed = %v, want %d entries", res.Failed, len(wantErr))
+		}
+		var got []string
+		for _, r := range kafkatest.Read(t, c.Addrs(), "small", txn) {
+			got = append(got, string(r.Value))
+		}
+		if fmt.Sprint(got) != "[fits-1 fits-2]" {
+			t.Fatalf("small holds %v, want [fits-1 fits-2]", got)
+		}
+		if n := len(kafkatest.Read(t, c.Addrs(), "compacted", txn)); n != 1 {
+			t.Fatalf("compacted holds %d records, want 1", n)
+		}
+	})
 }
 
 // TestMissingTopicWaits: a batch naming a topic the cluster does not have
@@ -169,58 +165,54 @@ func TestRefusals(t *testing.T) {
 // naming it, nothing of it produced, and never cached: once the topic
 // exists the same batch is published, each message once, in both modes.
 func TestMissingTopicWaits(t *testing.T) {
-	t.Parallel()
-	for _, txn := range []bool{false, true} {
-		t.Run(fmt.Sprintf("transactional=%v", txn), func(t *testing.T) {
-			t.Parallel()
-			c := kafkatest.Start(t, kfake.SeedTopics(2, "present"))
-			s := newSink(t, c.Addrs(), func(c *kafka.Config) {
-				c.CreateTopics = false
-				if txn {
-					c.TransactionalID = "missing"
-				}
-			})
-			start(t, s, nil)
-			batch := []relay.Message{
-				msg("present", []byte("k"), []byte("a1"), "1"),
-				msg("absent", []byte("k"), []byte("b1"), "2"),
-				msg("present", []byte("k"), []byte("a2"), "3"),
-				msg("absent", []byte("j"), []byte("b2"), "4"),
-			}
-			for range 3 {
-				_, err := s.Publish(context.Background(), batch)
-				des := relay.DestinationErrors(err)
-				if len(des) != 1 || des[0].Topic != "absent" || des[0].Reason != relay.WaitTopicMissing || !errors.Is(err, kafka.ErrTopicMissing) {
-					t.Fatalf("Publish with a missing topic: %v (destination errors %v)", err, des)
-				}
-				if !strings.Contains(err.Error(), "absent") {
-					t.Fatalf("the error does not name the topic: %v", err)
-				}
-			}
-			if n := len(kafkatest.Read(t, c.Addrs(), "present", false)); n != 0 {
-				t.Fatalf("the refused batch left %d records in present", n)
-			}
-			if err := s.Ready(context.Background()); err != nil {
-				t.Fatalf("the sink broke on a missing topic: %v", err)
-			}
-			if err := c.Kfake().CreateTopic("absent", 3, nil); err != nil {
-				t.Fatal(err)
-			}
-			if res := publish(t, s, batch); len(res.Failed) > 0 {
-				t.Fatalf("Failed = %v", res.Failed)
-			}
-			for topic, want := range map[string]string{"present": "[a1 a2]", "absent": "[b1 b2]"} {
-				var got []string
-				for _, r := range kafkatest.Read(t, c.Addrs(), topic, txn) {
-					got = append(got, string(r.Value))
-				}
-				slices.Sort(got)
-				if fmt.Sprint(got) != want {
-					t.Errorf("%s holds %v, want %s", topic, got, want)
-				}
+	eachMode(t, func(t *testing.T, txn bool) {
+		c := kafkatest.Start(t, kfake.SeedTopics(2, "present"))
+		s := newSink(t, c.Addrs(), func(c *kafka.Config) {
+			c.CreateTopics = false
+			if txn {
+				c.TransactionalID = "missing"
 			}
 		})
-	}
+		start(t, s, nil)
+		batch := []relay.Message{
+			msg("present", []byte("k"), []byte("a1"), "1"),
+			msg("absent", []byte("k"), []byte("b1"), "2"),
+			msg("present", []byte("k"), []byte("a2"), "3"),
+			msg("absent", []byte("j"), []byte("b2"), "4"),
+		}
+		for range 3 {
+			_, err := s.Publish(context.Background(), batch)
+			des := relay.DestinationErrors(err)
+			if len(des) != 1 || des[0].Topic != "absent" || des[0].Reason != relay.WaitTopicMissing || !errors.Is(err, kafka.ErrTopicMissing) {
+				t.Fatalf("Publish with a missing topic: %v (destination errors %v)", err, des)
+			}
+			if !strings.Contains(err.Error(), "absent") {
+				t.Fatalf("the error does not name the topic: %v", err)
+			}
+		}
+		if n := len(kafkatest.Read(t, c.Addrs(), "present", false)); n != 0 {
+			t.Fatalf("the refused batch left %d records in present", n)
+		}
+		if err := s.Ready(context.Background()); err != nil {
+			t.Fatalf("the sink broke on a missing topic: %v", err)
+		}
+		if err := c.Kfake().CreateTopic("absent", 3, nil); err != nil {
+			t.Fatal(err)
+		}
+		if res := publish(t, s, batch); len(res.Failed) > 0 {
+			t.Fatalf("Failed = %v", res.Failed)
+		}
+		for topic, want := range map[string]string{"present": "[a1 a2]", "absent": "[b1 b2]"} {
+			var got []string
+			for _, r := range kafkatest.Read(t, c.Addrs(), topic, txn) {
+				got = append(got, string(r.Value))
+			}
+			slices.Sort(got)
+			if fmt.Sprint(got) != want {
+				t.Errorf("%s holds %v, want %s", topic, got, want)
+			}
+		}
+	})
 }
 
 // TestDeletedTopicWaits: a topic deleted under the relay (known to the

@@ -103,6 +103,18 @@ func answerAll(req *kmsg.ProduceRequest, code int16) *kmsg.ProduceResponse {
 	return resp
 }
 
+// startHeldFenced starts a cluster that holds every produce request
+// (answered, once released, with NOT_LEADER_FOR_PARTITION) and a sink on
+// it behind fence, untripped.
+func startHeldFenced(t *testing.T) (c *kafkatest.Cluster, h *heldProduce, s *kafka.Sink, fence *testFence) {
+	c = kafkatest.Start(t)
+	h = holdProduce(c.Kfake(), func(*kmsg.ProduceRequest) bool { return true }, kerr.NotLeaderForPartition.Code)
+	fence = &testFence{}
+	s = newSink(t, c.Addrs(), nil)
+	startFenced(t, s, nil, fence)
+	return c, h, s, fence
+}
+
 // TestFenceAbandonsInFlight: the cluster holds the sink's first produce
 // request; the fence fails; Publish returns ErrNotLeader without waiting
 // for it. The held request is then answered with a retriable error: the
@@ -110,13 +122,7 @@ func answerAll(req *kmsg.ProduceRequest, code int16) *kmsg.ProduceResponse {
 // and none of the records is in the log.
 func TestFenceAbandonsInFlight(t *testing.T) {
 	t.Parallel()
-	c := kafkatest.Start(t)
-	kf := c.Kfake()
-	h := holdProduce(kf, func(*kmsg.ProduceRequest) bool { return true }, kerr.NotLeaderForPartition.Code)
-
-	var fence testFence
-	s := newSink(t, c.Addrs(), nil)
-	startFenced(t, s, nil, &fence)
+	c, h, s, fence := startHeldFenced(t)
 	published := make(chan error, 1)
 	go func() {
 		_, err := s.Publish(context.Background(), relaytest.Messages("orders", 0, 50, 4))

@@ -43,21 +43,11 @@ import (
 //     epoch), and in no partition does a producer's record come after the
 //     first record of a later producer.
 func TestE2EKafkaLeaseKilled(t *testing.T) {
-	t.Parallel()
-	for _, txn := range []bool{false, true} {
-		t.Run(fmt.Sprintf("transactional=%v", txn), func(t *testing.T) {
-			t.Parallel()
-			leaseKilled(t, txn)
-		})
-	}
+	eachMode(t, leaseKilled)
 }
 
 func leaseKilled(t *testing.T, txn bool) {
-	txnID := ""
-	if txn {
-		txnID = "relay-e2e-lease"
-	}
-	k := newKafkaRelay(t, "poll", txnID, "--kafka-publish-timeout", "10s", "--kafka-dial-timeout", "3s", "--leader-lease", "1s")
+	k := newKafkaRelay(t, "poll", transactionalID(txn, "relay-e2e-lease"), "--kafka-publish-timeout", "10s", "--kafka-dial-timeout", "3s", "--leader-lease", "1s")
 	cfg, err := pgx.ParseConfig(k.url)
 	if err != nil {
 		t.Fatal(err)

@@ -2,7 +2,6 @@ package kafka_test
 
 import (
 	"context"
-	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -33,64 +32,56 @@ const missingTopicWait = 32 * time.Second
 // too: nothing was produced before), in per-key commit order, with no
 // dead letter, read back by a Kafka consumer.
 func TestE2EKafkaMissingTopic(t *testing.T) {
-	t.Parallel()
-	for _, txn := range []bool{false, true} {
-		t.Run(fmt.Sprintf("transactional=%v", txn), func(t *testing.T) {
-			t.Parallel()
-			txnID := ""
-			if txn {
-				txnID = "relay-e2e-missing"
-			}
-			k := newKafkaRelay(t, "poll", txnID)
-			k.args = slices.DeleteFunc(k.args, func(a string) bool { return a == "--kafka-create-topics" })
-			ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-			defer cancel()
-			proc := k.start()
-			e2e.WaitReady(t, proc, true, time.Minute)
+	eachMode(t, func(t *testing.T, txn bool) {
+		k := newKafkaRelay(t, "poll", transactionalID(txn, "relay-e2e-missing"))
+		k.args = slices.DeleteFunc(k.args, func(a string) bool { return a == "--kafka-create-topics" })
+		ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+		defer cancel()
+		proc := k.start()
+		e2e.WaitReady(t, proc, true, time.Minute)
 
-			ledger := e2e.NewLedger()
-			stopWriting := e2e.WriteSteadily(ctx, e2e.WriterConfig{URL: k.url, Schema: "outbox", Topic: "orders", Writers: 8,
-				Events: 200, Keys: 100, PerTx: 4, PayloadBytes: 100}, ledger, 200*time.Millisecond)
-			e2e.WaitReady(t, proc, false, time.Minute)
-			w := e2e.WatchWaiting(t, proc, k.bin, k.url, "orders", missingTopicWait)
-			t.Logf("while the topic was missing: /readyz %q; outbox rows %v; relay status:\n%s", w.Reason, w.Rows, w.Status)
+		ledger := e2e.NewLedger()
+		stopWriting := e2e.WriteSteadily(ctx, e2e.WriterConfig{URL: k.url, Schema: "outbox", Topic: "orders", Writers: 8,
+			Events: 200, Keys: 100, PerTx: 4, PayloadBytes: 100}, ledger, 200*time.Millisecond)
+		e2e.WaitReady(t, proc, false, time.Minute)
+		w := e2e.WatchWaiting(t, proc, k.bin, k.url, "orders", missingTopicWait)
+		t.Logf("while the topic was missing: /readyz %q; outbox rows %v; relay status:\n%s", w.Reason, w.Rows, w.Status)
 
-			admin, err := kgo.NewClient(kgo.SeedBrokers(k.cluster.Addrs()...))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer admin.Close()
-			created, err := kadm.NewClient(admin).CreateTopics(ctx, e2eParts, 1, nil, "orders")
-			if err == nil {
-				err = created.Error()
-			}
-			if err != nil {
-				t.Fatalf("creating the topic: %v", err)
-			}
-			e2e.WaitReady(t, proc, true, time.Minute)
-			time.Sleep(2 * time.Second) // some events written after the topic exists
-			if err := stopWriting(); err != nil {
-				t.Fatalf("writers: %v", err)
-			}
-			e2e.WaitDrained(t, k.url, "outbox", 2*time.Minute)
-			k.stop(proc)
+		admin, err := kgo.NewClient(kgo.SeedBrokers(k.cluster.Addrs()...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer admin.Close()
+		created, err := kadm.NewClient(admin).CreateTopics(ctx, e2eParts, 1, nil, "orders")
+		if err == nil {
+			err = created.Error()
+		}
+		if err != nil {
+			t.Fatalf("creating the topic: %v", err)
+		}
+		e2e.WaitReady(t, proc, true, time.Minute)
+		time.Sleep(2 * time.Second) // some events written after the topic exists
+		if err := stopWriting(); err != nil {
+			t.Fatalf("writers: %v", err)
+		}
+		e2e.WaitDrained(t, k.url, "outbox", 2*time.Minute)
+		k.stop(proc)
 
-			res := checkKafka(t, kafkatest.Read(t, k.cluster.Addrs(), "orders", txn), ledger, e2eParts)
-			if res.dups > 0 {
-				t.Errorf("%v: events published more than once", res)
-			}
-			var dead int
-			if err := pgtest.Connect(t, k.url).QueryRow(ctx, "SELECT count(*) FROM outbox.dead_letters").Scan(&dead); err != nil {
-				t.Fatal(err)
-			}
-			if dead > 0 {
-				t.Errorf("%d dead letters, want 0", dead)
-			}
-			logged := strings.Count(proc.Output(), "events wait in the outbox: the destination refuses their topic")
-			if logged == 0 || logged > len(ledger.Committed)/10 {
-				t.Errorf("the wait was logged %d times for %d events: want a line per interval, not per event", logged, len(ledger.Committed))
-			}
-			t.Logf("%d events committed, %v; the wait logged %d times", len(ledger.Committed), res, logged)
-		})
-	}
+		res := checkKafka(t, kafkatest.Read(t, k.cluster.Addrs(), "orders", txn), ledger, e2eParts)
+		if res.dups > 0 {
+			t.Errorf("%v: events published more than once", res)
+		}
+		var dead int
+		if err := pgtest.Connect(t, k.url).QueryRow(ctx, "SELECT count(*) FROM outbox.dead_letters").Scan(&dead); err != nil {
+			t.Fatal(err)
+		}
+		if dead > 0 {
+			t.Errorf("%d dead letters, want 0", dead)
+		}
+		logged := strings.Count(proc.Output(), "events wait in the outbox: the destination refuses their topic")
+		if logged == 0 || logged > len(ledger.Committed)/10 {
+			t.Errorf("the wait was logged %d times for %d events: want a line per interval, not per event", logged, len(ledger.Committed))
+		}
+		t.Logf("%d events committed, %v; the wait logged %d times", len(ledger.Committed), res, logged)
+	})
 }

@@ -2,7 +2,6 @@ package kafka_test
 
 import (
 	"context"
-	"fmt"
 	"math/rand/v2"
 	"sync/atomic"
 	"testing"
@@ -144,79 +143,71 @@ func check(t *testing.T, records []relaytest.Record, outbox []relay.Message) int
 // afterwards every event is in Kafka in per-key order; exactly once in the
 // transactional mode.
 func TestOutage(t *testing.T) {
-	t.Parallel()
-	for _, txn := range []bool{false, true} {
-		t.Run(fmt.Sprintf("transactional=%v", txn), func(t *testing.T) {
-			t.Parallel()
-			cl := kafkatest.Start(t)
-			c := &core{t: t, outbox: relaytest.Messages("orders", 0, 3000, 23), rng: rand.New(rand.NewPCG(3, 4))}
-			c.newFn = func() *kafka.Sink {
-				return newSink(t, cl.Addrs(), func(cfg *kafka.Config) {
-					cfg.PublishTimeout = 2 * time.Second
-					cfg.DialTimeout = time.Second
-					cfg.Logger = quiet
-					if txn {
-						cfg.TransactionalID = "outage"
-					}
-				})
-			}
-			var notReady atomic.Int32
-			c.run(0, func(batch int) {
-				if batch != 20 {
-					return
+	eachMode(t, func(t *testing.T, txn bool) {
+		cl := kafkatest.Start(t)
+		c := &core{t: t, outbox: relaytest.Messages("orders", 0, 3000, 23), rng: rand.New(rand.NewPCG(3, 4))}
+		c.newFn = func() *kafka.Sink {
+			return newSink(t, cl.Addrs(), func(cfg *kafka.Config) {
+				cfg.PublishTimeout = 2 * time.Second
+				cfg.DialTimeout = time.Second
+				cfg.Logger = quiet
+				if txn {
+					cfg.TransactionalID = "outage"
 				}
-				cl.Stop()
-				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-				if c.sink.Ready(ctx) != nil {
-					notReady.Add(1)
-				}
-				cancel()
-				go func() {
-					time.Sleep(3 * time.Second)
-					cl.Restart()
-				}()
 			})
-			if notReady.Load() == 0 {
-				t.Fatal("Ready passed during the outage")
+		}
+		var notReady atomic.Int32
+		c.run(0, func(batch int) {
+			if batch != 20 {
+				return
 			}
-			if c.errors == 0 {
-				t.Fatal("no Publish failed during the outage")
+			cl.Stop()
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			if c.sink.Ready(ctx) != nil {
+				notReady.Add(1)
 			}
-			dups := check(t, kafkatest.Read(t, cl.Addrs(), "orders", txn), c.outbox)
-			t.Logf("%d publish errors, %d duplicates", c.errors, dups)
-			if txn && dups > 0 {
-				t.Fatalf("%d duplicates in the transactional mode", dups)
-			}
+			cancel()
+			go func() {
+				time.Sleep(3 * time.Second)
+				cl.Restart()
+			}()
 		})
-	}
+		if notReady.Load() == 0 {
+			t.Fatal("Ready passed during the outage")
+		}
+		if c.errors == 0 {
+			t.Fatal("no Publish failed during the outage")
+		}
+		dups := check(t, kafkatest.Read(t, cl.Addrs(), "orders", txn), c.outbox)
+		t.Logf("%d publish errors, %d duplicates", c.errors, dups)
+		if txn && dups > 0 {
+			t.Fatalf("%d duplicates in the transactional mode", dups)
+		}
+	})
 }
 
 // TestCrashes abandons the sink (as kill -9 would, leaving its client as
 // a zombie) every few batches, losing the acknowledgements in flight: the
 // transactional mode publishes each event once, the other at least once.
 func TestCrashes(t *testing.T) {
-	t.Parallel()
-	for _, txn := range []bool{false, true} {
-		t.Run(fmt.Sprintf("transactional=%v", txn), func(t *testing.T) {
-			t.Parallel()
-			cl := kafkatest.Start(t)
-			c := &core{t: t, outbox: relaytest.Messages("orders", 0, 2000, 17), rng: rand.New(rand.NewPCG(5, 6))}
-			c.newFn = func() *kafka.Sink {
-				return newSink(t, cl.Addrs(), func(cfg *kafka.Config) {
-					if txn {
-						cfg.TransactionalID = "crashes"
-					}
-				})
-			}
-			c.run(7, nil)
-			dups := check(t, kafkatest.Read(t, cl.Addrs(), "orders", txn), c.outbox)
-			t.Logf("%d crashes, %d publish errors, %d duplicates", c.crashes, c.errors, dups)
-			if txn && dups > 0 {
-				t.Fatalf("%d duplicates in the transactional mode", dups)
-			}
-			if !txn && dups == 0 {
-				t.Fatal("no duplicates: the crashes lost no acknowledgement, the test proves nothing")
-			}
-		})
-	}
+	eachMode(t, func(t *testing.T, txn bool) {
+		cl := kafkatest.Start(t)
+		c := &core{t: t, outbox: relaytest.Messages("orders", 0, 2000, 17), rng: rand.New(rand.NewPCG(5, 6))}
+		c.newFn = func() *kafka.Sink {
+			return newSink(t, cl.Addrs(), func(cfg *kafka.Config) {
+				if txn {
+					cfg.TransactionalID = "crashes"
+				}
+			})
+		}
+		c.run(7, nil)
+		dups := check(t, kafkatest.Read(t, cl.Addrs(), "orders", txn), c.outbox)
+		t.Logf("%d crashes, %d publish errors, %d duplicates", c.crashes, c.errors, dups)
+		if txn && dups > 0 {
+			t.Fatalf("%d duplicates in the transactional mode", dups)
+		}
+		if !txn && dups == 0 {
+			t.Fatal("no duplicates: the crashes lost no acknowledgement, the test proves nothing")
+		}
+	})
 }

@@ -111,12 +111,7 @@ func firstSequence(req *kmsg.ProduceRequest) int32 {
 // again and no record is in the log.
 func TestPipelinedFenceAbandonsInFlight(t *testing.T) {
 	t.Parallel()
-	c := kafkatest.Start(t)
-	kf := c.Kfake()
-	h := holdProduce(kf, func(*kmsg.ProduceRequest) bool { return true }, kerr.NotLeaderForPartition.Code)
-	var fence testFence
-	s := newSink(t, c.Addrs(), nil)
-	startFenced(t, s, nil, &fence)
+	c, h, s, fence := startHeldFenced(t)
 	ctx := context.Background()
 	var waits []func() (relay.PublishResult, error)
 	for i := range 3 {

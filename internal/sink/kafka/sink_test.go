@@ -3,6 +3,7 @@ package kafka_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -22,6 +23,18 @@ import (
 func testLogger(t testing.TB) *slog.Logger { return testlog.New(t, slog.LevelWarn) }
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// eachMode runs test, in parallel with the other tests, as one parallel
+// subtest per mode of the sink: idempotent (txn false) and transactional.
+func eachMode(t *testing.T, test func(t *testing.T, txn bool)) {
+	t.Parallel()
+	for _, txn := range []bool{false, true} {
+		t.Run(fmt.Sprintf("transactional=%v", txn), func(t *testing.T) {
+			t.Parallel()
+			test(t, txn)
+		})
+	}
+}
 
 // newSink returns a sink on brokers that creates topics with 3 partitions;
 // adjust changes the config first.
