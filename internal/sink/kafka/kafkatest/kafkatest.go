@@ -5,6 +5,7 @@ package kafkatest
 
 import (
 	"context"
+	"errors"
 	"net"
 	"slices"
 	"sync"
@@ -192,18 +193,12 @@ func ReadRecords(t testing.TB, brokers []string, topic string, committed bool, o
 
 	consume := append([]kgo.Opt{
 		kgo.SeedBrokers(brokers...),
-		kgo.ConsumeTopics(topic),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.FetchMaxWait(200 * time.Millisecond),
 	}, opts...)
 	if committed {
 		consume = append(consume, kgo.FetchIsolationLevel(kgo.ReadCommitted()))
 	}
-	cl, err := kgo.NewClient(consume...)
-	if err != nil {
-		t.Fatalf("kafkatest: %v", err)
-	}
-	defer cl.Close()
 	var got []*kgo.Record
 	seen := map[int32]int64{}
 	reached := func() bool {
@@ -214,20 +209,48 @@ func ReadRecords(t testing.TB, brokers []string, topic string, committed bool, o
 		}
 		return true
 	}
+	// A consumer that makes no progress for readStall, with no error to
+	// show, is replaced by a fresh one (from the next offsets); a fetch
+	// error is never ignored: the last one is in the failure.
+	var lastErr error
 	for deadline := time.Now().Add(2 * time.Minute); !reached(); {
-		if time.Now().After(deadline) {
-			t.Fatalf("kafkatest: reading %s: reached %v of %v", topic, seen, end)
-		}
-		ctx, cancel := context.WithTimeout(ctx, time.Second)
-		fs := cl.PollFetches(ctx)
-		cancel()
-		fs.EachRecord(func(r *kgo.Record) {
-			seen[r.Partition] = r.Offset + 1
-			if len(r.Headers) == 1 && r.Headers[0].Key == endMarker {
-				return
+		resume := map[string]map[int32]kgo.Offset{topic: {}}
+		for p := range end {
+			resume[topic][p] = kgo.NewOffset().AtStart()
+			if next, ok := seen[p]; ok {
+				resume[topic][p] = kgo.NewOffset().At(next)
 			}
-			got = append(got, r)
-		})
+		}
+		cl, err := kgo.NewClient(append(consume, kgo.ConsumePartitions(resume))...)
+		if err != nil {
+			t.Fatalf("kafkatest: %v", err)
+		}
+		for progress := time.Now(); !reached() && time.Since(progress) < readStall; {
+			if time.Now().After(deadline) {
+				cl.Close()
+				t.Fatalf("kafkatest: reading %s: reached %v of %v; last fetch error: %v", topic, seen, end, lastErr)
+			}
+			ctx, cancel := context.WithTimeout(ctx, time.Second)
+			fs := cl.PollFetches(ctx)
+			cancel()
+			fs.EachError(func(_ string, _ int32, err error) {
+				if !errors.Is(err, context.DeadlineExceeded) {
+					lastErr = err
+				}
+			})
+			fs.EachRecord(func(r *kgo.Record) {
+				progress = time.Now()
+				seen[r.Partition] = r.Offset + 1
+				if len(r.Headers) == 1 && r.Headers[0].Key == endMarker {
+					return
+				}
+				got = append(got, r)
+			})
+		}
+		cl.Close()
+		if !reached() {
+			t.Logf("kafkatest: reading %s: no progress in %v (at %v of %v, last fetch error: %v); reading on with a new consumer", topic, readStall, seen, end, lastErr)
+		}
 	}
 	slices.SortStableFunc(got, func(a, b *kgo.Record) int {
 		if a.Partition != b.Partition {
@@ -239,3 +262,7 @@ func ReadRecords(t testing.TB, brokers []string, topic string, committed bool, o
 }
 
 const endMarker = "kafkatest-end"
+
+// readStall is how long ReadRecords waits for a record before it reads on
+// with a new consumer.
+const readStall = 20 * time.Second
