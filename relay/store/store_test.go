@@ -18,7 +18,7 @@ import (
 	"github.com/outboxrelay/relay/relay/store"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+func TestMain(m *testing.M) { pgtest.Main(m, stopCommitTSCluster) }
 
 const schema = "store_conformance"
 
