@@ -3,12 +3,14 @@
 // its fence, the checkpoint, the acknowledgement's deletes, archive moves
 // and dead letters, the held keys and their releases, the readiness
 // heartbeat, the backlog count, retention and replay, and the operator
-// commands on dead letters and replay requests. The readers' statements
-// are not here: the poll reader's are in poller/queries.go and the WAL
-// reader's in cdc/.
+// commands on dead letters and replay requests; and, in PollReader, the
+// poll reader's (poller/: its ticks, page reads and listings, whose
+// shapes its package doc explains). The WAL reader's statements are in
+// cdc/.
 //
 // A Postgres is built from the schema name alone (the tables' names are
-// fixed by the migrations). Each method is one statement, or queues one
+// fixed by the migrations); a PollReader from the schema and the message
+// limit, which its statements' text carries. Each method is one statement, or queues one
 // into a pgx.Batch, and runs on the executor it is given (a pool, a
 // connection or a transaction), so the caller decides the transactions:
 // the guarantees live in how the core groups these statements, which
