@@ -67,6 +67,7 @@ func TestPollIDPages(t *testing.T) {
 		{"first page of a delta", true, &snap0, 0, 3, batch[:3]},
 		{"next page scans from the cursor", false, &snap0, batch[2], 3, batch[3:]},
 		{"whole snapshot without prev", false, nil, 0, 100, append(append([]int64{}, old...), batch...)},
+		{"a scan with prev leaves out what prev saw", false, &snap0, 0, 100, batch},
 		{"after the last", false, &snap0, batch[4], 10, []int64{}},
 	} {
 		if got := page(c.first, c.prev, c.after, c.limit); !equal(got, c.want) {

@@ -160,12 +160,22 @@ func TestPollTicksAndFreshReads(t *testing.T) {
 	late := pgtest.Connect(t, f.url)
 	ltx, _ := late.Begin(f.ctx)
 	var lateID int64
-	ltx.QueryRow(f.ctx, `INSERT INTO `+schema+`.events (topic) VALUES ('late') RETURNING id`).Scan(&lateID)
+	if err := ltx.QueryRow(f.ctx, `INSERT INTO `+schema+`.events (topic) VALUES ('late') RETURNING id`).Scan(&lateID); err != nil {
+		t.Fatal(err)
+	}
+	// A transaction that commits after the late one took its txid puts
+	// that txid below the next snapshot's xmax: in its running list.
+	f.events(1, "t", nil)
 	rs = fresh(nil, 10, 2, 0)
 	snapRunning := *rs[0].Snapshot
 	more := f.events(2, "t", nil)
 	if err := ltx.Commit(f.ctx); err != nil {
 		t.Fatal(err)
+	}
+	var inXip bool
+	if err := f.conn.QueryRow(f.ctx, `SELECT e.txid = ANY (SELECT pg_snapshot_xip($1::text::pg_snapshot)) FROM `+schema+`.events e WHERE e.id = $2`,
+		snapRunning, lateID).Scan(&inXip); err != nil || !inXip {
+		t.Fatalf("the late transaction is not in the running list of the snapshot it ran in (%v): the test does not test the delta's xip part", err)
 	}
 	rs = fresh(&snapRunning, 10, 3, 0)
 	snap3 := *rs[0].Snapshot
