@@ -1,8 +1,6 @@
 package poller
 
 import (
-	"strconv"
-
 	"github.com/outboxrelay/relay/relay"
 )
 
@@ -22,32 +20,13 @@ import (
 // more than the rest of the read: 3.4 ms against 1.8 ms for a 1,000-row
 // page of 200-byte rows.
 
-// limits are the two byte bounds, built into the SQL text as constants.
+// limits are the two byte bounds; the message limit is built into the
+// statements' text (relay/store.NewPollReader).
 type limits struct {
 	// message: a row larger than this comes without its content.
 	message int64
 	// page: the most bytes of loaded rows one page returns.
 	page int64
-}
-
-// rowSize joins each row e to its size z.sz.
-const rowSize = `CROSS JOIN LATERAL (SELECT coalesce(octet_length(e.key), 0)::bigint + coalesce(octet_length(e.payload), 0)
-    + coalesce(octet_length(e.headers::text), 0) AS sz) AS z`
-
-// pageTSOrder is the commit-timestamp order of a page's rows; txid may be
-// text or xid8 there.
-const pageTSOrder = `page.ck, page.txid::text::xid8, page.id`
-
-// eventCols are the columns of an event read from e joined to z: its
-// content only when it is within the message limit, and its size.
-func (l limits) eventCols() string {
-	limit := strconv.FormatInt(l.message, 10)
-	fits := `CASE WHEN z.sz <= ` + limit + ` THEN `
-	// The key of a row too large comes when the key alone is within the
-	// limit: the dead-letter policy holds events by key.
-	keyFits := `CASE WHEN coalesce(octet_length(e.key), 0) <= ` + limit + ` THEN `
-	return `e.id, e.event_id::text AS event_id, e.topic, ` + keyFits + `e.key END AS key, ` + fits + `e.payload END AS payload, ` +
-		fits + `e.headers::text END AS headers, e.created_at, z.sz`
 }
 
 // cost is what a loaded row of size sz counts against the page budget:

@@ -1,5 +1,11 @@
 // Package poller reads the outbox with plain SQL: the polling reader.
 //
+// The statements' text is in relay/store (PollReader, built from the
+// schema and the message limit); this package owns what they are for: the
+// ticks, the batches and their order, the byte budget of a page, and the
+// restart from a checkpoint. The reasons for the statements' shapes below
+// hold for the text there.
+//
 // # Approach: ticks (snapshot deltas, as in PgQ)
 //
 // An outbox row's ordering id is assigned at INSERT but becomes visible at

@@ -18,15 +18,12 @@ var ErrLogicalMessages = errors.New("poller: the outbox has logical messages onl
 // (migration 012 marks its cdc_slots row). Such messages live only in the
 // slot's WAL.
 func (p *Poller) refuseMessages(ctx context.Context, conn *pgx.Conn) error {
-	var slot string
-	err := conn.QueryRow(ctx, `SELECT c.slot_name FROM `+pgx.Identifier{p.cfg.Schema, "cdc_slots"}.Sanitize()+` AS c
-JOIN pg_replication_slots AS s ON s.slot_name = c.slot_name AND s.database = current_database()
-WHERE c.messages LIMIT 1`).Scan(&slot)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil
-	}
+	slot, found, err := p.q.MessagesSlot(ctx, conn)
 	if err != nil {
 		return fmt.Errorf("poller: looking for the WAL reader's messages: %w", err)
+	}
+	if !found {
+		return nil
 	}
 	return fmt.Errorf("%w: %s.emit_message wrote messages to the replication slot %q, and those not yet published are in its WAL; run the relay with --source cdc until every service writes rows instead and the slot has caught up, then stop it and drop the slot (SELECT pg_drop_replication_slot('%s')) to switch to the poll reader",
 		ErrLogicalMessages, p.cfg.Schema, slot, slot)

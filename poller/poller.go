@@ -15,6 +15,7 @@ import (
 	"github.com/outboxrelay/relay/internal/pgconfig"
 	"github.com/outboxrelay/relay/migrations"
 	"github.com/outboxrelay/relay/relay"
+	"github.com/outboxrelay/relay/relay/store"
 )
 
 // Config configures a Poller. The zero value of every field but
@@ -101,7 +102,8 @@ type batch struct {
 // Poller is a relay.Source that reads the outbox table with SQL.
 type Poller struct {
 	cfg Config
-	q   queries
+	// q are the reader's statements (relay/store).
+	q   *store.PollReader
 	lim limits
 
 	conn   *pgx.Conn
@@ -143,7 +145,7 @@ func New(cfg Config) (*Poller, error) {
 		return nil, err
 	}
 	lim := limits{message: int64(cfg.MaxMessageBytes), page: int64(cfg.PageBytes)}
-	return &Poller{cfg: cfg, q: newQueries(cfg.Schema, lim), lim: lim}, nil
+	return &Poller{cfg: cfg, q: store.NewPollReader(cfg.Schema, lim.message), lim: lim}, nil
 }
 
 // Start connects, listens for commits and prepares to deliver the events
@@ -164,35 +166,8 @@ func (p *Poller) Start(ctx context.Context, from relay.Position) error {
 	if err := p.refuseMessages(ctx, conn); err != nil {
 		return err
 	}
-	// A tick matters only until its batch is acknowledged, and the core's
-	// acknowledgement commits synchronously, which flushes the tick's
-	// commit record before its own: recording a tick need not wait for a
-	// flush of its own.
-	if _, err := conn.Exec(ctx, `SET synchronous_commit = off`); err != nil {
-		return fmt.Errorf("poller: setting synchronous_commit: %w", err)
-	}
-	// The outbox is a queue: its statistics describe a passing moment
-	// (nearly empty at the first ANALYZE, then full of deleted rows until
-	// a vacuum), and a prepared statement keeps the generic plan made from
-	// them for the connection's life. Planned on an empty table, the live
-	// read scanned the whole outbox three times per read (milliseconds,
-	// seen with auto_explain under relay bench). Every statement of the
-	// reader is meant as an index lookup or an index-ordered scan, so its
-	// connection does not plan sequential scans.
-	if _, err := conn.Exec(ctx, `SET enable_seqscan = off`); err != nil {
-		return fmt.Errorf("poller: setting enable_seqscan: %w", err)
-	}
-	// With sequential scans priced out, a plan that must sort the whole
-	// batch (the commit-timestamp order of a first or large batch) costs
-	// above every JIT threshold, and the server compiled it at each read:
-	// 0.9 s of inlining and optimization for a 171-row batch, seen with
-	// auto_explain as a one-second stall in relay bench's live p99. The
-	// reader's statements are index lookups that JIT cannot speed up.
-	if _, err := conn.Exec(ctx, `SET jit = off`); err != nil {
-		return fmt.Errorf("poller: setting jit: %w", err)
-	}
-	if err := conn.QueryRow(ctx, `SELECT current_setting('track_commit_timestamp')::bool`).Scan(&p.byTS); err != nil {
-		return fmt.Errorf("poller: reading track_commit_timestamp: %w", err)
+	if p.byTS, err = p.q.PrepareSession(ctx, conn); err != nil {
+		return fmt.Errorf("poller: %w", err)
 	}
 	replay, resume, next, err := p.loadTicks(ctx, conn, from)
 	if err != nil {
@@ -208,7 +183,7 @@ func (p *Poller) Start(ctx context.Context, from relay.Position) error {
 	if err != nil {
 		return err
 	}
-	if _, err := listen.Exec(ctx, "LISTEN "+pgx.Identifier{p.cfg.Schema + ".events"}.Sanitize()); err != nil {
+	if err := p.q.Listen(ctx, listen); err != nil {
 		listen.Close(ctx)
 		return fmt.Errorf("poller: LISTEN: %w", err)
 	}
@@ -234,36 +209,26 @@ func (p *Poller) Start(ctx context.Context, from relay.Position) error {
 // start, a checkpoint of another reader, a pruned or truncated table) all
 // are, and delivery starts from every visible row.
 func (p *Poller) loadTicks(ctx context.Context, conn *pgx.Conn, from relay.Position) ([]tick, uint64, uint64, error) {
-	var maxTick int64
-	if err := conn.QueryRow(ctx, p.q.maxTick).Scan(&maxTick); err != nil {
-		return nil, 0, 0, fmt.Errorf("poller: reading ticks: %w", err)
-	}
-	next := max(uint64(maxTick), from.Major) + 1
-	rows, err := conn.Query(ctx, p.q.loadTicks, int64(from.Major))
+	maxTick, err := p.q.MaxTick(ctx, conn)
 	if err != nil {
 		return nil, 0, 0, fmt.Errorf("poller: reading ticks: %w", err)
 	}
-	var ticks []tick
-	for rows.Next() {
-		var t tick
-		var n int64
-		if err := rows.Scan(&n, &t.snap, &t.byTS); err != nil {
-			rows.Close()
-			return nil, 0, 0, fmt.Errorf("poller: reading ticks: %w", err)
-		}
-		t.n = uint64(n)
-		ticks = append(ticks, t)
-	}
-	if err := rows.Err(); err != nil {
+	next := max(uint64(maxTick), from.Major) + 1
+	recorded, err := p.q.LoadTicks(ctx, conn, int64(from.Major))
+	if err != nil {
 		return nil, 0, 0, fmt.Errorf("poller: reading ticks: %w", err)
 	}
+	ticks := make([]tick, 0, len(recorded))
+	for _, t := range recorded {
+		ticks = append(ticks, tick{n: uint64(t.N), snap: t.Snapshot, byTS: t.ByTS})
+	}
 	if from.IsZero() || len(ticks) == 0 || ticks[0].n != from.Major {
-		if _, err := conn.Exec(ctx, p.q.clearTicks); err != nil {
+		if err := p.q.ClearTicks(ctx, conn); err != nil {
 			return nil, 0, 0, fmt.Errorf("poller: clearing ticks: %w", err)
 		}
 		return nil, 0, next, nil
 	}
-	if _, err := conn.Exec(ctx, p.q.prune, int64(from.Major)); err != nil {
+	if err := p.q.PruneTicks(ctx, conn, int64(from.Major)); err != nil {
 		return nil, 0, 0, fmt.Errorf("poller: pruning ticks: %w", err)
 	}
 	for i := range ticks {
@@ -336,245 +301,6 @@ func (p *Poller) finish() {
 		snap := p.cur.snap
 		p.prev, p.cur = &snap, nil
 	}
-}
-
-// fresh takes a snapshot and reads the first page of its batch, recording
-// the tick (and pruning acknowledged ones) in the same statement when the
-// batch has rows.
-func (p *Poller) fresh(ctx context.Context, max int) ([]relay.Event, error) {
-	prune := p.acked.Load()
-	if prune <= p.pruned {
-		prune = 0
-	}
-	b := &batch{tick: tick{n: p.nextTick, byTS: p.byTS}, prev: p.prev}
-	lim := p.rows.next(max)
-	var sql string
-	var args []any
-	if b.byTS {
-		sql, args = p.q.freshTS(b.prev == nil), []any{b.prev, lim, int64(b.n), int64(prune)}
-	} else {
-		sql, args = p.q.freshID(b.prev == nil), []any{b.prev, int64(0), lim, int64(b.n), int64(prune)}
-	}
-	events, snap, cut, err := p.read(ctx, b, sql, args, lim, true)
-	if err != nil {
-		return nil, err
-	}
-	if prune > 0 {
-		p.pruned = prune
-	}
-	if len(events) == 0 {
-		return nil, nil
-	}
-	if snap == nil {
-		return nil, errors.New("poller: the tick's snapshot was not returned")
-	}
-	p.nextTick++
-	b.snap = *snap
-	b.started = true
-	b.done = len(events) < lim && !cut
-	p.cur = b
-	p.finish()
-	return events, nil
-}
-
-// page reads the next page of the current batch.
-func (p *Poller) page(ctx context.Context, max int) ([]relay.Event, error) {
-	// On a copy: a read that fails half way leaves the batch's cursor as it
-	// was.
-	b := *p.cur
-	events, err := p.pageOf(ctx, &b, max)
-	if err != nil {
-		return nil, err
-	}
-	*p.cur = b
-	return events, nil
-}
-
-func (p *Poller) pageOf(ctx context.Context, b *batch, max int) ([]relay.Event, error) {
-	if !b.byTS {
-		var sql string
-		if b.started || b.prev == nil {
-			sql = p.q.scanID
-		} else {
-			sql = p.q.firstID
-		}
-		lim := p.rows.next(max)
-		events, _, cut, err := p.read(ctx, b, sql, []any{b.prev, b.snap, b.lastID, lim}, lim, false)
-		if err != nil {
-			return nil, err
-		}
-		b.started = true
-		b.done = len(events) < lim && !cut
-		return events, nil
-	}
-	if !b.started && b.prev != nil {
-		lim := p.rows.next(max)
-		events, _, cut, err := p.read(ctx, b, p.q.firstTS, []any{b.prev, b.snap, lim}, lim, false)
-		if err != nil {
-			return nil, err
-		}
-		b.started = true
-		b.done = len(events) < lim && !cut
-		return events, nil
-	}
-	if !b.listed {
-		if err := p.list(ctx, b); err != nil {
-			return nil, err
-		}
-	}
-	n := p.lim.take(b.sizes, max)
-	take := b.ids[:n]
-	b.ids, b.sizes = b.ids[n:], b.sizes[n:]
-	b.done = len(b.ids) == 0
-	return p.fetch(ctx, b, take)
-}
-
-// list reads, in commit-timestamp order, the ids of the batch's rows after
-// the last one delivered.
-func (p *Poller) list(ctx context.Context, b *batch) error {
-	sql := p.q.keysDelta
-	if b.prev == nil {
-		sql = p.q.keysAll
-	}
-	lastTxid := b.lastTxid
-	if !b.started {
-		b.lastKey, lastTxid = minKey, "0"
-	}
-	rows, err := p.conn.Query(ctx, sql, b.prev, b.snap, b.lastKey, lastTxid, b.lastID)
-	if err != nil {
-		return fmt.Errorf("poller: listing a large batch: %w", err)
-	}
-	var ids, sizes []int64
-	var id, sz int64
-	_, err = pgx.ForEachRow(rows, []any{&id, &sz}, func() error {
-		ids, sizes = append(ids, id), append(sizes, sz)
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("poller: listing a large batch: %w", err)
-	}
-	b.ids, b.sizes, b.listed, b.started = ids, sizes, true, true
-	return nil
-}
-
-// fetch reads the rows of ids and returns them in the order of ids. A row
-// deleted meanwhile (by someone else) is left out.
-func (p *Poller) fetch(ctx context.Context, b *batch, ids []int64) ([]relay.Event, error) {
-	if len(ids) == 0 {
-		return nil, nil
-	}
-	rows, err := p.conn.Query(ctx, p.q.fetch, ids)
-	if err != nil {
-		return nil, fmt.Errorf("poller: reading events: %w", err)
-	}
-	byID := make(map[int64]relay.Event, len(ids))
-	for rows.Next() {
-		e, err := p.scanEvent(rows)
-		if err != nil {
-			rows.Close()
-			return nil, err
-		}
-		byID[e.ID] = e
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("poller: reading events: %w", err)
-	}
-	events := make([]relay.Event, 0, len(byID))
-	for _, id := range ids {
-		e, ok := byID[id]
-		if !ok {
-			continue
-		}
-		b.ordinal++
-		e.Position = relay.Position{Major: b.n, Minor: b.ordinal}
-		events = append(events, e)
-	}
-	return events, nil
-}
-
-// read runs a page query of b, with row limit lim, and numbers the events
-// it keeps: the rows within the page budget (see limits). A fresh query
-// returns the tick's snapshot in its first row. cut reports that the page
-// budget ended the page before its row limit did.
-func (p *Poller) read(ctx context.Context, b *batch, sql string, args []any, lim int, fresh bool) (_ []relay.Event, _ *string, cut bool, _ error) {
-	rows, err := p.conn.Query(ctx, sql, args...)
-	if err != nil {
-		return nil, nil, false, fmt.Errorf("poller: reading events: %w", err)
-	}
-	defer rows.Close()
-	// Sized by what arrives, not by max: under a steady load most reads
-	// return a few rows, and a max-sized slice each time fed the GC.
-	var events []relay.Event
-	var snap *string
-	var used int64
-	for rows.Next() {
-		var e relay.Event
-		var key, headers, s *string
-		var sz int64
-		dest := make([]any, 0, 11)
-		if fresh {
-			dest = append(dest, &s)
-		}
-		dest = append(dest, &e.ID, &e.EventID, &e.Topic, &key, &e.Payload, &headers, &e.CreatedAt, &sz)
-		var ck int64
-		var txid string
-		if b.byTS {
-			dest = append(dest, &ck, &txid)
-		}
-		if err := rows.Scan(dest...); err != nil {
-			return nil, nil, false, fmt.Errorf("poller: reading events: %w", err)
-		}
-		// The row that does not fit is dropped: at most one message
-		// beyond the budget is held, and only until the next row.
-		if !p.lim.fits(len(events), used, p.lim.cost(sz)) {
-			cut = true
-			break
-		}
-		used += p.lim.cost(sz)
-		p.lim.sized(&e, sz)
-		if b.byTS {
-			b.lastKey, b.lastTxid = ck, txid
-		}
-		if s != nil {
-			snap = s
-		}
-		if key != nil {
-			e.Key = []byte(*key)
-		}
-		if headers != nil {
-			e.Headers = []byte(*headers)
-		}
-		b.ordinal++
-		b.lastID = e.ID
-		e.Position = relay.Position{Major: b.n, Minor: b.ordinal}
-		events = append(events, e)
-	}
-	// After a cut, Close reads the rest of the page one message at a time
-	// without holding it, and the statement's end: a fresh read's tick is
-	// recorded only if the whole statement succeeded.
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return nil, nil, false, fmt.Errorf("poller: reading events: %w", err)
-	}
-	p.rows.observe(lim, len(events), used, p.lim.page, cut)
-	return events, snap, cut, nil
-}
-
-func (p *Poller) scanEvent(rows pgx.Rows) (relay.Event, error) {
-	var e relay.Event
-	var key, headers *string
-	var sz int64
-	if err := rows.Scan(&e.ID, &e.EventID, &e.Topic, &key, &e.Payload, &headers, &e.CreatedAt, &sz); err != nil {
-		return e, fmt.Errorf("poller: reading events: %w", err)
-	}
-	p.lim.sized(&e, sz)
-	if key != nil {
-		e.Key = []byte(*key)
-	}
-	if headers != nil {
-		e.Headers = []byte(*headers)
-	}
-	return e, nil
 }
 
 // wait blocks until a notification or the poll interval.

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/outboxrelay/relay/relay/store"
 )
 
 // maxMerge is the most batches one acknowledgement transaction covers.
@@ -107,7 +109,7 @@ func (r *Relay) commitAcks(ctx context.Context, acks []ack, l *lease) error {
 		b := &pgx.Batch{}
 		for _, a := range acks {
 			if a.replay != nil {
-				b.Queue(r.replay.ack, a.replay.request, a.replay.through, a.replay.sent)
+				r.store.QueueReplayAck(b, a.replay.request, a.replay.through, a.replay.sent)
 			}
 		}
 		for _, a := range acks {
@@ -116,23 +118,16 @@ func (r *Relay) commitAcks(ctx context.Context, acks []ack, l *lease) error {
 				if e.TooLarge > 0 {
 					continue // copied by deadLetterRows
 				}
-				var headers *string
-				if e.Headers != nil {
-					h := string(e.Headers)
-					headers = &h
-				}
-				var key *string
-				if e.Key != nil {
-					k := string(e.Key)
-					key = &k
-				}
-				b.Queue(r.deadSQL, e.ID, e.EventID, e.Topic, key, e.Payload, headers, e.CreatedAt, d.err.Error(), d.reason, d.holds, d.heldByArg())
+				row := d.row()
+				row.Key, row.Payload, row.Headers = textOrNil(e.Key), e.Payload, textOrNil(e.Headers)
+				r.store.QueueDeadLetter(b, row)
 			}
 			if a.release != nil {
 				r.queueRelease(b, a.release)
 			}
 		}
-		b.Queue(r.checkpointSQL, r.cfg.Name, int64(last.through.Major), int64(last.through.Minor), last.state, published, r.cfg.SourceKind)
+		r.store.QueueCheckpoint(b, r.cfg.Name, store.Checkpoint{Major: int64(last.through.Major), Minor: int64(last.through.Minor),
+			State: last.state, Source: r.cfg.SourceKind}, published)
 		return tx.SendBatch(ctx, b).Close()
 	})
 	if err != nil {
@@ -254,18 +249,18 @@ func idRunsOf(ids []int64) idRuns {
 func (r *Relay) deleteRuns(ctx context.Context, tx pgx.Tx, runs idRuns) (int64, error) {
 	var n int64
 	if len(runs.lo) > 0 {
-		tag, err := tx.Exec(ctx, r.deleteRangesSQL, runs.lo, runs.hi)
+		d, err := r.store.DeleteRanges(ctx, tx, runs.lo, runs.hi)
 		if err != nil {
 			return 0, err
 		}
-		n += tag.RowsAffected()
+		n += d
 	}
 	if len(runs.singles) > 0 {
-		tag, err := tx.Exec(ctx, r.deleteSQL, runs.singles)
+		d, err := r.store.DeleteIDs(ctx, tx, runs.singles)
 		if err != nil {
 			return 0, err
 		}
-		n += tag.RowsAffected()
+		n += d
 	}
 	return n, nil
 }
@@ -275,11 +270,7 @@ func (r *Relay) deleteRuns(ctx context.Context, tx pgx.Tx, runs idRuns) (int64, 
 func (r *Relay) archiveRows(ctx context.Context, tx pgx.Tx, ids, archived []int64) error {
 	pending := ids
 	return r.untilRemoved(ctx, func() (int, []any, error) {
-		rows, err := tx.Query(ctx, r.replay.archive, pending, keepOrder(archived, pending))
-		if err != nil {
-			return 0, nil, err
-		}
-		removed, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+		removed, err := r.store.ArchiveRows(ctx, tx, pending, keepOrder(archived, pending))
 		if err != nil {
 			return 0, nil, err
 		}
@@ -312,4 +303,13 @@ func keepOrder(ordered, subset []int64) []int64 {
 		}
 	}
 	return out
+}
+
+// textOrNil is b as a text argument: NULL when b is nil.
+func textOrNil(b []byte) *string {
+	if b == nil {
+		return nil
+	}
+	t := string(b)
+	return &t
 }

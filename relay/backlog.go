@@ -16,8 +16,7 @@ func (r *Relay) sampleBacklog(ctx context.Context) {
 	// Each sample weighs so that the rate reflects about the last minute.
 	weight := min(1, r.cfg.BacklogInterval.Seconds()/60)
 	for {
-		var n int64
-		if err := r.pool.QueryRow(ctx, r.backlogSQL).Scan(&n); err == nil {
+		if n, err := r.store.Backlog(ctx, r.pool); err == nil {
 			r.m.Backlog.Set(float64(n))
 			count, now := r.published.Load(), time.Now()
 			if dt := now.Sub(lastAt).Seconds(); dt > 0 && count >= lastCount {

@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/outboxrelay/relay/relay/store"
 )
 
 // Dead-letter resolutions.
@@ -43,24 +45,6 @@ type DeadLetterFilter struct {
 // Empty reports whether f selects by nothing at all.
 func (f DeadLetterFilter) Empty() bool {
 	return len(f.IDs) == 0 && f.Topic == "" && f.Key == nil && f.Reason == "" && f.Since == nil && f.Until == nil
-}
-
-const deadLetterWhere = `($1::bigint[] IS NULL OR id = ANY($1)) AND ($2::text IS NULL OR topic = $2) AND ($3::text IS NULL OR key = $3)
-AND ($4::text IS NULL OR reason = $4) AND ($5::timestamptz IS NULL OR failed_at >= $5) AND ($6::timestamptz IS NULL OR failed_at < $6)`
-
-func (f DeadLetterFilter) args() []any {
-	var ids []int64
-	if len(f.IDs) > 0 {
-		ids = f.IDs
-	}
-	var topic, reason *string
-	if f.Topic != "" {
-		topic = &f.Topic
-	}
-	if f.Reason != "" {
-		reason = &f.Reason
-	}
-	return []any{ids, topic, f.Key, reason, f.Since, f.Until}
 }
 
 // DeadLetter is one row of <schema>.dead_letters.
@@ -90,24 +74,15 @@ type DeadLetter struct {
 // ListDeadLetters returns up to limit dead letters matching f, oldest
 // first.
 func ListDeadLetters(ctx context.Context, db DB, schema string, f DeadLetterFilter, limit int) ([]DeadLetter, error) {
-	q := `SELECT id, event_row_id, event_id::text, topic, key, payload, headers::text, created_at, failed_at, reason, error,
-    coalesce(resolution, ''), resolved_at, coalesce(note, ''), holds, held_by
-FROM ` + ident(schema, "dead_letters") + ` WHERE ` + deadLetterWhere + ` AND ($7 OR resolution IS NULL) ORDER BY id LIMIT $8`
-	rows, err := db.Query(ctx, q, append(f.args(), f.Resolved, limit)...)
+	stored, err := storageOf(schema).ListDeadLetters(ctx, db, store.DeadLetterFilter(f), limit)
 	if err != nil {
 		return nil, fmt.Errorf("reading dead letters (is the schema migrated?): %w", err)
 	}
-	defer rows.Close()
-	out := []DeadLetter{}
-	for rows.Next() {
-		var d DeadLetter
-		if err := rows.Scan(&d.ID, &d.EventRowID, &d.EventID, &d.Topic, &d.Key, &d.Payload, &d.Headers, &d.CreatedAt, &d.FailedAt,
-			&d.Reason, &d.Error, &d.Resolution, &d.ResolvedAt, &d.Note, &d.Holds, &d.HeldBy); err != nil {
-			return nil, fmt.Errorf("reading dead letters: %w", err)
-		}
-		out = append(out, d)
+	out := make([]DeadLetter, 0, len(stored))
+	for _, d := range stored {
+		out = append(out, DeadLetter(d))
 	}
-	return out, rows.Err()
+	return out, nil
 }
 
 // GetDeadLetter reads one dead letter, resolved or not.
@@ -137,15 +112,11 @@ func RetryDeadLetters(ctx context.Context, db Beginner, schema string, f DeadLet
 	if f.Empty() && !all {
 		return 0, ErrNoFilter
 	}
-	q := `WITH picked AS (
-    UPDATE ` + ident(schema, "dead_letters") + ` SET resolution = 'retried', resolved_at = now()
-    WHERE resolution IS NULL AND held_by IS NULL AND ` + deadLetterWhere + ` RETURNING id, holds, event_id, topic, key, payload, headers, created_at),
-put AS (INSERT INTO ` + ident(schema, "events") + ` (event_id, topic, key, payload, headers, created_at)
-    SELECT event_id, topic, key, payload, headers, created_at FROM picked WHERE NOT holds ORDER BY id)
-SELECT count(*) FROM picked`
 	var n int64
 	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
-		return tx.QueryRow(ctx, q, f.args()...).Scan(&n)
+		var err error
+		n, err = storageOf(schema).RetryDeadLetters(ctx, tx, store.DeadLetterFilter(f))
+		return err
 	})
 	if err != nil {
 		return 0, fmt.Errorf("retrying dead letters: %w", err)
@@ -161,13 +132,11 @@ func DiscardDeadLetters(ctx context.Context, db DB, schema string, f DeadLetterF
 	if f.Empty() && !all {
 		return 0, ErrNoFilter
 	}
-	q := `UPDATE ` + ident(schema, "dead_letters") + ` SET resolution = 'discarded', resolved_at = now(), note = $7
-WHERE resolution IS NULL AND held_by IS NULL AND ` + deadLetterWhere
-	tag, err := db.Exec(ctx, q, append(f.args(), note)...)
+	n, err := storageOf(schema).DiscardDeadLetters(ctx, db, store.DeadLetterFilter(f), note)
 	if err != nil {
 		return 0, fmt.Errorf("discarding dead letters: %w", err)
 	}
-	return tag.RowsAffected(), nil
+	return n, nil
 }
 
 // Beginner is a connection or pool that starts transactions.

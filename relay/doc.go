@@ -23,6 +23,19 @@
 // it is a route error like the others (ReasonSchemaInvalid); a validator
 // that cannot read its contracts fails the pipeline instead (route.go).
 //
+// # Where the SQL lives
+//
+// Every statement the core runs (leadership, checkpoint, the
+// acknowledgement's deletes, archive moves and dead letters, holds and
+// releases, heartbeat, backlog, retention and replay) and those of the
+// operator commands on dead letters and replays are in package
+// relay/store, behind the storage interface (storage.go), which lists
+// them in one place (the poll reader's are there too, in
+// store.PollReader). The transactions stay here: which statements commit
+// together, and so what survives a crash, is decided by ack.go,
+// leadership.go, release.go and replayer.go; relay/store's conformance
+// tests check each statement's effect against PostgreSQL.
+//
 // # Waiting for the destination
 //
 // A sink tells a refusal of the event (PublishResult.Failed: dead letter)

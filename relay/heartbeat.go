@@ -53,8 +53,6 @@ const HeartbeatTopic = "relay heartbeat"
 // reached the log.
 type heartbeats struct {
 	nonce string
-	// sql inserts a heartbeat row.
-	sql string
 
 	mu   sync.Mutex
 	next uint64
@@ -153,9 +151,8 @@ func (r *Relay) Ready(ctx context.Context) error {
 	return r.heartbeatReady()
 }
 
-func (r *Relay) initHeartbeats(ident func(string) string) {
+func (r *Relay) initHeartbeats() {
 	r.beats = newHeartbeats()
-	r.beats.sql = `INSERT INTO ` + ident("events") + ` (topic, payload) VALUES ($1, $2)`
 	age := func() float64 {
 		if r.Role() != RoleLeader || r.cfg.ReadyTimeout < 0 {
 			return 0
@@ -175,7 +172,7 @@ func (r *Relay) sendHeartbeats(ctx context.Context) {
 	every := r.cfg.heartbeatInterval()
 	for {
 		_, payload := r.beats.send()
-		if _, err := r.pool.Exec(ctx, r.beats.sql, HeartbeatTopic, []byte(payload)); err != nil && ctx.Err() == nil {
+		if err := r.store.InsertHeartbeat(ctx, r.pool, HeartbeatTopic, []byte(payload)); err != nil && ctx.Err() == nil {
 			r.log.Warn("writing the readiness heartbeat failed", "err", err)
 		}
 		if sleepCtx(ctx, every) != nil {

@@ -56,8 +56,6 @@ import (
 	"fmt"
 	"strings"
 	"sync"
-
-	"github.com/jackc/pgx/v5"
 )
 
 // Dead-letter policies.
@@ -124,9 +122,8 @@ type holdKey struct{ topic, key string }
 // rejections; the read loop changes a key only while nothing is in flight
 // (a release).
 type holds struct {
-	sql holdSQL
-	mu  sync.Mutex
-	by  map[holdKey]int64
+	mu sync.Mutex
+	by map[holdKey]int64
 }
 
 func (h *holds) holder(e Event) (int64, bool) {
@@ -151,22 +148,13 @@ func (h *holds) set(k holdKey, row int64) {
 
 // loadHolds reads the held keys at the start of a pipeline.
 func (r *Relay) loadHolds(ctx context.Context) error {
-	rows, err := r.pool.Query(ctx, r.holds.sql.load)
+	held, err := r.store.LoadHolds(ctx, r.pool)
 	if err != nil {
 		return fmt.Errorf("reading the held keys: %w", err)
 	}
-	by := map[holdKey]int64{}
-	for rows.Next() {
-		var k holdKey
-		var row int64
-		if err := rows.Scan(&k.topic, &k.key, &row); err != nil {
-			rows.Close()
-			return fmt.Errorf("reading the held keys: %w", err)
-		}
-		by[k] = row
-	}
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("reading the held keys: %w", err)
+	by := make(map[holdKey]int64, len(held))
+	for _, h := range held {
+		by[holdKey{h.Topic, h.Key}] = h.Row
 	}
 	r.holds.mu.Lock()
 	r.holds.by = by
@@ -195,39 +183,10 @@ func (r *Relay) heldOf(e Event) (deadLetter, bool) {
 		err: fmt.Errorf("held behind the dead letter of outbox row %d (dead-letter policy %s)", row, PolicyHoldKey)}, true
 }
 
-// holdSQL are the statements of holds and releases.
-type holdSQL struct {
-	load, count, pick, holder, held, heldRows, republished, released, retryFailed, newHolder, moveHeld, done string
-}
-
-func newHoldSQL(ident func(string) string) holdSQL {
-	dl := ident("dead_letters")
-	cols := `id, event_row_id, event_id::text, topic, key, payload, headers::text, created_at`
-	return holdSQL{
-		load: `SELECT DISTINCT ON (topic, key) topic, key, event_row_id FROM ` + dl + ` WHERE holds AND key IS NOT NULL ORDER BY topic, key, id DESC`,
-		count: `SELECT count(DISTINCT (topic, key)) FILTER (WHERE holds), count(*) FILTER (WHERE held_by IS NOT NULL AND resolution IS NULL)
-FROM ` + dl + ` WHERE holds OR (held_by IS NOT NULL AND resolution IS NULL)`,
-		// A holding dead letter retried or discarded: to release.
-		pick:   `SELECT id FROM ` + dl + ` WHERE holds AND resolution IS NOT NULL ORDER BY id LIMIT 1`,
-		holder: `SELECT ` + cols + `, holds, coalesce(resolution, ''), republished_at IS NULL FROM ` + dl + ` WHERE id = $1`,
-		held:   `SELECT ` + cols + ` FROM ` + dl + ` WHERE held_by = $1 AND resolution IS NULL ORDER BY id LIMIT $2`,
-		// The holder of a key, after a release step.
-		heldRows:    `SELECT coalesce((SELECT event_row_id FROM ` + dl + ` WHERE holds AND topic = $1 AND key = $2 ORDER BY id DESC LIMIT 1), 0)`,
-		republished: `UPDATE ` + dl + ` SET republished_at = now() WHERE id = $1`,
-		released:    `UPDATE ` + dl + ` SET resolution = 'released', resolved_at = now() WHERE id = ANY($1::bigint[]) AND resolution IS NULL`,
-		retryFailed: `UPDATE ` + dl + ` SET resolution = NULL, resolved_at = NULL, failed_at = now(), reason = $2, error = $3 WHERE id = $1`,
-		newHolder:   `UPDATE ` + dl + ` SET holds = true, held_by = NULL, failed_at = now(), reason = $2, error = $3 WHERE id = $1`,
-		moveHeld:    `UPDATE ` + dl + ` SET held_by = $2 WHERE held_by = $1 AND resolution IS NULL AND id <> $3`,
-		done: `UPDATE ` + dl + ` SET holds = false WHERE id = $1 AND resolution IS NOT NULL
-    AND NOT EXISTS (SELECT 1 FROM ` + dl + ` WHERE held_by = $2 AND resolution IS NULL)`,
-	}
-}
-
 // sampleHolds exports the held keys and events until ctx ends.
 func (r *Relay) sampleHolds(ctx context.Context) {
 	for {
-		var keys, events int64
-		if err := r.pool.QueryRow(ctx, r.holds.sql.count).Scan(&keys, &events); err == nil {
+		if keys, events, err := r.store.CountHolds(ctx, r.pool); err == nil {
 			r.m.HeldKeys.Set(float64(keys))
 			r.m.HeldEvents.Set(float64(events))
 		} else if ctx.Err() == nil {
@@ -237,23 +196,4 @@ func (r *Relay) sampleHolds(ctx context.Context) {
 			return
 		}
 	}
-}
-
-// scanStoredEvent reads an event kept in one of the relay's tables (the
-// dead letters, the archive): a leading bigint (the row's id, the archive's
-// sequence number), the event's columns, then extra.
-func scanStoredEvent(row pgx.Row, extra ...any) (int64, Event, error) {
-	var id int64
-	var e Event
-	var key, headers *string
-	if err := row.Scan(append([]any{&id, &e.ID, &e.EventID, &e.Topic, &key, &e.Payload, &headers, &e.CreatedAt}, extra...)...); err != nil {
-		return 0, e, err
-	}
-	if key != nil {
-		e.Key = []byte(*key)
-	}
-	if headers != nil {
-		e.Headers = []byte(*headers)
-	}
-	return id, e, nil
 }

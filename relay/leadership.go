@@ -64,7 +64,6 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/outboxrelay/relay/internal/pgconfig"
 )
@@ -72,27 +71,6 @@ import (
 // ErrNotLeader is returned once this relay may no longer be the leader: its
 // lease ran out or a newer epoch was elected.
 var ErrNotLeader = errors.New("no longer the leader")
-
-// leaseSQL are the statements of leadership.
-type leaseSQL struct {
-	observe, lockEpoch, bump, swap, renew, release, fence string
-}
-
-func newLeaseSQL(ident func(string) string) leaseSQL {
-	leadership, lease := ident("leadership"), ident("leader_lease")
-	return leaseSQL{
-		observe:   `SELECT epoch, renewals, released, lease_ms FROM ` + lease,
-		lockEpoch: `SELECT epoch FROM ` + leadership + ` FOR UPDATE`,
-		bump:      `UPDATE ` + leadership + ` SET epoch = epoch + 1, holder = $2, since = now() WHERE epoch = $1 RETURNING epoch`,
-		swap: `UPDATE ` + lease + ` SET epoch = $3, renewals = 0, lease_ms = $4, released = false, renewed_at = now()
-WHERE epoch = $1 AND renewals = $2`,
-		renew:   `UPDATE ` + lease + ` SET renewals = renewals + 1, renewed_at = now() WHERE epoch = $1 AND NOT released`,
-		release: `UPDATE ` + lease + ` SET released = true, renewed_at = now() WHERE epoch = $1`,
-		// The fenced transaction may delete outbox rows, which migration
-		// 011's trigger refuses to everyone else.
-		fence: `SELECT 1 FROM ` + leadership + ` WHERE epoch = $1 AND set_config('relay.allow_outbox_changes', 'on', true) = 'on' FOR SHARE`,
-	}
-}
 
 // leaseObservation is what a standby last saw of the lease row, and when
 // (on its monotonic clock) it first saw it.
@@ -157,12 +135,12 @@ func (r *Relay) acquire(ctx context.Context, conn *pgx.Conn) (*lease, error) {
 	announced, toldSink := false, false
 	poll := min(max(r.cfg.Lease/10, 10*time.Millisecond), 250*time.Millisecond)
 	for {
-		var o leaseObservation
-		var leaseMS int64
-		if err := conn.QueryRow(ctx, r.lease.observe).Scan(&o.epoch, &o.renewals, &o.released, &leaseMS); err != nil {
+		row, err := r.store.ObserveLease(ctx, conn)
+		if err != nil {
 			return nil, fmt.Errorf("reading the leader lease: %w", err)
 		}
-		o.lease = time.Duration(leaseMS) * time.Millisecond
+		o := leaseObservation{epoch: row.Epoch, renewals: row.Renewals, released: row.Released,
+			lease: time.Duration(row.LeaseMS) * time.Millisecond}
 		if s, ok := r.sink.(StandbySink); ok && !toldSink && o.epoch != r.ledEpoch {
 			// Epochs move only by takeovers: another relay has led since
 			// this one did.
@@ -203,21 +181,21 @@ func (r *Relay) takeOver(ctx context.Context, conn *pgx.Conn, seen leaseObservat
 	var l *lease
 	err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
 		l = nil
-		var epoch int64
-		if err := tx.QueryRow(ctx, r.lease.lockEpoch).Scan(&epoch); err != nil {
+		epoch, err := r.store.LockEpoch(ctx, tx)
+		if err != nil {
 			return err
 		}
 		if epoch != seen.epoch {
 			return nil
 		}
-		if err := tx.QueryRow(ctx, r.lease.bump, epoch, r.holder).Scan(&epoch); err != nil {
+		if epoch, err = r.store.BumpEpoch(ctx, tx, epoch, r.holder); err != nil {
 			return err
 		}
-		tag, err := tx.Exec(ctx, r.lease.swap, seen.epoch, seen.renewals, epoch, r.cfg.Lease.Milliseconds())
+		swapped, err := r.store.SwapLease(ctx, tx, seen.epoch, seen.renewals, epoch, r.cfg.Lease.Milliseconds())
 		if err != nil {
 			return err
 		}
-		if tag.RowsAffected() != 1 {
+		if !swapped {
 			return errRetryTakeover
 		}
 		l = &lease{epoch: epoch}
@@ -295,7 +273,7 @@ func (r *Relay) keepLease(ctx context.Context, lc *leaseConn, l *lease) error {
 		}
 		sent := time.Now()
 		rctx, cancel := context.WithTimeout(ctx, max(l.remaining(), time.Millisecond))
-		tag, err := r.renew(rctx, lc, l)
+		renewed, err := r.renew(rctx, lc, l)
 		cancel()
 		if ctx.Err() != nil {
 			return nil
@@ -308,7 +286,7 @@ func (r *Relay) keepLease(ctx context.Context, lc *leaseConn, l *lease) error {
 			r.log.Warn("renewing the leader lease failed; retrying", "epoch", l.epoch, "err", err, "trusted_for", l.remaining().Round(time.Millisecond))
 			continue
 		}
-		if tag.RowsAffected() != 1 {
+		if !renewed {
 			return fmt.Errorf("%w: epoch %d was superseded", ErrNotLeader, l.epoch)
 		}
 		l.extend(sent, r.cfg.Lease)
@@ -316,12 +294,12 @@ func (r *Relay) keepLease(ctx context.Context, lc *leaseConn, l *lease) error {
 	}
 }
 
-func (r *Relay) renew(ctx context.Context, lc *leaseConn, l *lease) (pgconn.CommandTag, error) {
+func (r *Relay) renew(ctx context.Context, lc *leaseConn, l *lease) (bool, error) {
 	conn, err := lc.get(ctx)
 	if err != nil {
-		return pgconn.CommandTag{}, err
+		return false, err
 	}
-	return conn.Exec(ctx, r.lease.renew, l.epoch)
+	return r.store.RenewLease(ctx, conn, l.epoch)
 }
 
 // release hands the leadership over at once after a clean stop.
@@ -330,7 +308,7 @@ func (r *Relay) release(ctx context.Context, lc *leaseConn, l *lease) {
 	defer cancel()
 	conn, err := lc.get(rctx)
 	if err == nil {
-		_, err = conn.Exec(rctx, r.lease.release, l.epoch)
+		err = r.store.ReleaseLease(rctx, conn, l.epoch)
 	}
 	if err != nil {
 		r.log.Warn("releasing the leader lease failed; a standby takes over when it expires", "err", err)
@@ -344,10 +322,12 @@ func (r *Relay) fence(ctx context.Context, tx pgx.Tx, l *lease) error {
 	if err := l.Fence(); err != nil {
 		return err
 	}
-	var one int
-	err := tx.QueryRow(ctx, r.lease.fence, l.epoch).Scan(&one)
-	if errors.Is(err, pgx.ErrNoRows) {
+	held, err := r.store.Fence(ctx, tx, l.epoch)
+	if err != nil {
+		return err
+	}
+	if !held {
 		return fmt.Errorf("%w: epoch %d was superseded", ErrNotLeader, l.epoch)
 	}
-	return err
+	return nil
 }

@@ -90,16 +90,17 @@ func (r *Relay) deadLetterRows(ctx context.Context, tx pgx.Tx, acks []ack) error
 		return nil
 	}
 	for _, d := range dead {
-		tag, err := tx.Exec(ctx, r.deadCopySQL, d.event.ID, d.err.Error(), d.reason, d.holds, d.heldByArg())
+		row := d.row()
+		copied, err := r.store.CopyDeadLetter(ctx, tx, row)
 		if err != nil {
 			return fmt.Errorf("moving event %s to the dead letters: %w", d.event.EventID, err)
 		}
-		if tag.RowsAffected() > 0 {
+		if copied {
 			continue
 		}
-		e := d.event
-		if _, err := tx.Exec(ctx, r.deadSQL, e.ID, e.EventID, e.Topic, nil, nil, nil, e.CreatedAt, d.err.Error()+" (the row was deleted before it could be copied)", d.reason, d.holds, d.heldByArg()); err != nil {
-			return fmt.Errorf("moving event %s to the dead letters: %w", e.EventID, err)
+		row.Error += " (the row was deleted before it could be copied)"
+		if err := r.store.InsertDeadLetter(ctx, tx, row); err != nil {
+			return fmt.Errorf("moving event %s to the dead letters: %w", d.event.EventID, err)
 		}
 	}
 	return nil

@@ -6,8 +6,9 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"golang.org/x/sync/errgroup"
+
+	"github.com/outboxrelay/relay/relay/store"
 )
 
 // ack is one published batch waiting for its Postgres acknowledgement.
@@ -50,12 +51,17 @@ type deadLetter struct {
 	heldBy int64
 }
 
-// heldByArg is heldBy as a statement argument: NULL when not held.
-func (d deadLetter) heldByArg() *int64 {
-	if d.heldBy == 0 {
-		return nil
+// row is the dead letter as the acknowledgement records it, without the
+// event's key, payload and headers (the caller adds them, or the store
+// copies them from the outbox row).
+func (d deadLetter) row() store.DeadLetterRow {
+	e := d.event
+	row := store.DeadLetterRow{Row: e.ID, EventID: e.EventID, Topic: e.Topic, CreatedAt: e.CreatedAt,
+		Error: d.err.Error(), Reason: d.reason, Holds: d.holds}
+	if d.heldBy != 0 {
+		row.HeldBy = &d.heldBy
 	}
-	return &d.heldBy
+	return row
 }
 
 // pipeline runs source -> sink -> acknowledgement until ctx ends (graceful)
@@ -177,15 +183,15 @@ func (r *Relay) stepEnds(ctx context.Context, stage string, err error) (bool, er
 }
 
 // pickWork reads the id of the next held key to release or replay request
-// with query and, when there is one, waits until nothing live is in
+// with pick and, when there is one, waits until nothing live is in
 // flight. ok is false when there is none or on error.
-func (r *Relay) pickWork(ctx context.Context, query, what string, tracker *ackTracker) (id int64, ok bool, err error) {
-	err = r.pool.QueryRow(ctx, query).Scan(&id)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return 0, false, nil
-	}
+func (r *Relay) pickWork(ctx context.Context, pick func(context.Context, store.DB) (int64, bool, error), what string, tracker *ackTracker) (id int64, ok bool, err error) {
+	id, ok, err = pick(ctx, r.pool)
 	if err != nil {
 		return 0, false, fmt.Errorf("looking for %s: %w", what, err)
+	}
+	if !ok {
+		return 0, false, nil
 	}
 	if err := tracker.waitIdle(ctx); err != nil {
 		return 0, false, err

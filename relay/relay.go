@@ -2,7 +2,6 @@ package relay
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"strconv"
@@ -44,9 +43,8 @@ type Relay struct {
 	role    atomic.Value // Role
 	lastErr atomic.Pointer[error]
 
-	deleteSQL, deleteRangesSQL, deadSQL, deadCopySQL, checkpointSQL, loadSQL, backlogSQL string
-	replay                                                                               replaySQL
-	lease                                                                                leaseSQL
+	// store runs every statement of the core (storage.go).
+	store storage
 	// holds are the held keys (hold.go), beats the readiness heartbeats
 	// (heartbeat.go).
 	holds holds
@@ -68,31 +66,12 @@ func New(cfg Config, source Source, sink Sink) (*Relay, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	ident := func(name string) string { return pgx.Identifier{cfg.Schema, name}.Sanitize() }
 	r := &Relay{
 		cfg: cfg, source: source, sink: sink, log: cfg.Logger, m: cfg.Metrics,
-		deleteSQL: `DELETE FROM ` + ident("events") + ` WHERE id = ANY($1::bigint[])`,
-		deleteRangesSQL: `DELETE FROM ` + ident("events") + ` e USING unnest($1::bigint[], $2::bigint[]) AS r(lo, hi)
-WHERE e.id BETWEEN r.lo AND r.hi`,
-		deadSQL: `INSERT INTO ` + ident("dead_letters") + ` (event_row_id, event_id, topic, key, payload, headers, created_at, error, reason, holds, held_by)
-VALUES ($1, $2::uuid, $3, $4, $5, $6::text::jsonb, $7, $8, $9, $10, $11)`,
-		// deadCopySQL dead-letters an outbox row without its content
-		// passing through the relay (oversize.go).
-		deadCopySQL: `INSERT INTO ` + ident("dead_letters") + ` (event_row_id, event_id, topic, key, payload, headers, created_at, error, reason, holds, held_by)
-SELECT id, event_id, topic, key, payload, headers, created_at, $2, $3, $4, $5 FROM ` + ident("events") + ` WHERE id = $1`,
-		checkpointSQL: `INSERT INTO ` + ident("checkpoints") + ` AS c (name, position_major, position_minor, sink_state, published, source, updated_at)
-VALUES ($1, $2, $3, $4, $5, $6, now())
-ON CONFLICT (name) DO UPDATE SET position_major = $2, position_minor = $3, sink_state = $4,
-    published = c.published + $5, source = $6, updated_at = now()`,
-		loadSQL: `SELECT position_major, position_minor, sink_state, source FROM ` + ident("checkpoints") + ` WHERE name = $1`,
-		backlogSQL: `SELECT CASE WHEN n <= 100000 THEN n
-    ELSE greatest(n, (SELECT reltuples::bigint FROM pg_class WHERE oid = '` + ident("events") + `'::regclass)) END
-FROM (SELECT count(*) AS n FROM (SELECT 1 FROM ` + ident("events") + ` LIMIT 100001) AS l) AS b`,
+		store: storageOf(cfg.Schema),
+		holds: holds{by: map[holdKey]int64{}},
 	}
-	r.replay = newReplaySQL(ident)
-	r.lease = newLeaseSQL(ident)
-	r.holds = holds{sql: newHoldSQL(ident), by: map[holdKey]int64{}}
-	r.initHeartbeats(ident)
+	r.initHeartbeats()
 	r.holder = holderName()
 	r.role.Store(RoleStarting)
 	return r, nil
@@ -274,17 +253,16 @@ type checkpoint struct {
 
 func (r *Relay) loadCheckpoint(ctx context.Context) (checkpoint, error) {
 	var ck checkpoint
-	var major, minor int64
-	var source string
-	err := r.pool.QueryRow(ctx, r.loadSQL, r.cfg.Name).Scan(&major, &minor, &ck.state, &source)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return ck, nil
-	}
+	saved, found, err := r.store.LoadCheckpoint(ctx, r.pool, r.cfg.Name)
 	if err != nil {
 		return ck, fmt.Errorf("loading the checkpoint: %w", err)
 	}
-	ck.position = Position{Major: uint64(major), Minor: uint64(minor)}
-	if source != "" && source != r.cfg.SourceKind {
+	if !found {
+		return ck, nil
+	}
+	ck.state = saved.State
+	ck.position = Position{Major: uint64(saved.Major), Minor: uint64(saved.Minor)}
+	if source := saved.Source; source != "" && source != r.cfg.SourceKind {
 		r.log.Warn("the checkpoint was written by another reader; starting from the oldest unpublished row",
 			"checkpoint_source", source, "source", r.cfg.SourceKind, "position", ck.position.String())
 		ck.position, ck.switched = Position{}, true

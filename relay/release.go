@@ -74,23 +74,22 @@ type releaser struct {
 // one, and reports whether there was.
 func (rl *releaser) step(ctx context.Context, out chan<- batch, after Position) (bool, error) {
 	r := rl.r
-	id, ok, err := r.pickWork(ctx, r.holds.sql.pick, "held keys to release", rl.tracker)
+	id, ok, err := r.pickWork(ctx, r.store.PickRelease, "held keys to release", rl.tracker)
 	if !ok {
 		return false, err
 	}
 	for {
-		var holds, fresh bool
-		var resolution string
-		dlID, ev, err := scanStoredEvent(r.pool.QueryRow(ctx, r.holds.sql.holder, id), &holds, &resolution, &fresh)
+		h, err := r.store.ReadHolder(ctx, r.pool, id)
 		if err != nil {
 			return false, fmt.Errorf("reading dead letter %d to release its key: %w", id, err)
 		}
+		dlID, ev, resolution := h.Event.ID, eventOf(h.Event), h.Resolution
 		k := holdKey{ev.Topic, string(ev.Key)}
-		if !holds || resolution == "" {
+		if !h.Holds || resolution == "" {
 			// Released, or stopped by an event that failed again: the
 			// key's holder is whatever the table now says.
-			var row int64
-			if err := r.pool.QueryRow(ctx, r.holds.sql.heldRows, k.topic, k.key).Scan(&row); err != nil {
+			row, err := r.store.KeyHolder(ctx, r.pool, k.topic, k.key)
+			if err != nil {
 				return false, fmt.Errorf("reading the holder of key %q: %w", k.key, err)
 			}
 			r.holds.set(k, row)
@@ -101,26 +100,18 @@ func (rl *releaser) step(ctx context.Context, out chan<- batch, after Position) 
 		}
 		c := &releaseChunk{holderID: dlID, holderRow: ev.ID, after: after}
 		var events []Event
-		if resolution == DeadLetterRetried && fresh {
+		if resolution == DeadLetterRetried && h.Fresh {
 			c.retry = true
 			c.ids = append(c.ids, dlID)
 			events = append(events, ev)
 		}
-		rows, err := r.pool.Query(ctx, r.holds.sql.held, ev.ID, r.cfg.BatchSize-len(events))
+		held, err := r.store.HeldEvents(ctx, r.pool, ev.ID, r.cfg.BatchSize-len(events))
 		if err != nil {
 			return false, fmt.Errorf("reading the events held behind dead letter %d: %w", dlID, err)
 		}
-		for rows.Next() {
-			hid, he, err := scanStoredEvent(rows)
-			if err != nil {
-				rows.Close()
-				return false, fmt.Errorf("reading the events held behind dead letter %d: %w", dlID, err)
-			}
-			c.ids = append(c.ids, hid)
-			events = append(events, he)
-		}
-		if err := rows.Err(); err != nil {
-			return false, fmt.Errorf("reading the events held behind dead letter %d: %w", dlID, err)
+		for _, he := range held {
+			c.ids = append(c.ids, he.ID)
+			events = append(events, eventOf(he))
 		}
 		rl.tracker.sent.Add(1)
 		select {
@@ -187,23 +178,23 @@ func (r *Relay) settleRelease(a *ack, routed []Event, res PublishResult) {
 // queueRelease adds a release chunk's acknowledgement to the ack
 // transaction.
 func (r *Relay) queueRelease(b *pgx.Batch, c *releaseChunk) {
-	s := r.holds.sql
+	s := r.store
 	released := c.published
 	if c.retry && len(released) > 0 && released[0] == c.holderID {
-		b.Queue(s.republished, c.holderID)
+		s.QueueRepublished(b, c.holderID)
 		released = released[1:]
 	}
 	if c.retryFailed != nil {
-		b.Queue(s.retryFailed, c.holderID, c.retryFailed.reason, c.retryFailed.err.Error())
+		s.QueueRetryFailed(b, c.holderID, c.retryFailed.reason, c.retryFailed.err.Error())
 	}
 	if len(released) > 0 {
-		b.Queue(s.released, slices.Clone(released))
+		s.QueueReleased(b, slices.Clone(released))
 	}
 	if h := c.newHolder; h != nil {
-		b.Queue(s.newHolder, h.id, h.reason, h.err.Error())
-		b.Queue(s.moveHeld, c.holderRow, h.row, h.id)
+		s.QueueNewHolder(b, h.id, h.reason, h.err.Error())
+		s.QueueMoveHeld(b, c.holderRow, h.row, h.id)
 	}
-	b.Queue(s.done, c.holderID, c.holderRow)
+	s.QueueReleaseDone(b, c.holderID, c.holderRow)
 }
 
 // releaseAcked logs what an acknowledged release chunk did.

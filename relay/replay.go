@@ -13,6 +13,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/outboxrelay/relay/relay/store"
 )
 
 // HeaderReplay marks a republished event; its value is the replay request
@@ -77,17 +79,15 @@ func (q ReplayRequest) Finished() bool {
 	return q.Status == ReplayDone || q.Status == ReplayCancelled || q.Status == ReplayFailed
 }
 
-func ident(schema, name string) string { return pgx.Identifier{schema, name}.Sanitize() }
-
 // replayStart returns the archive seq after which f's events begin, and
 // false when f names an event the archive does not hold.
-func replayStart(ctx context.Context, db DB, schema string, f ReplayFilter) (int64, bool, error) {
+func replayStart(ctx context.Context, s storage, db DB, f ReplayFilter) (int64, bool, error) {
 	var start *int64
 	var err error
 	if f.FromEvent != "" {
-		err = db.QueryRow(ctx, `SELECT min(seq) - 1 FROM `+ident(schema, "events_archive")+` WHERE event_id = $1::uuid`, f.FromEvent).Scan(&start)
+		start, err = s.ArchiveStartAtEvent(ctx, db, f.FromEvent)
 	} else {
-		err = db.QueryRow(ctx, `SELECT min(seq) - 1 FROM `+ident(schema, "events_archive")+` WHERE created_at >= $1`, *f.Since).Scan(&start)
+		start, err = s.ArchiveStartSince(ctx, db, *f.Since)
 	}
 	if err != nil {
 		return 0, false, fmt.Errorf("finding the replay's first event: %w", err)
@@ -97,8 +97,8 @@ func replayStart(ctx context.Context, db DB, schema string, f ReplayFilter) (int
 			return 0, false, nil
 		}
 		// Nothing that recent yet: the range is empty.
-		var top int64
-		if err := db.QueryRow(ctx, `SELECT coalesce(max(seq), 0) FROM `+ident(schema, "events_archive")).Scan(&top); err != nil {
+		top, err := s.ArchiveTop(ctx, db)
+		if err != nil {
 			return 0, false, err
 		}
 		return top, true, nil
@@ -106,15 +106,10 @@ func replayStart(ctx context.Context, db DB, schema string, f ReplayFilter) (int
 	return *start, true, nil
 }
 
-const archiveFilter = ` AND ($3::timestamptz IS NULL OR created_at >= $3) AND ($4::timestamptz IS NULL OR created_at < $4)
-AND ($5::text IS NULL OR topic = $5) AND ($6::text IS NULL OR key = $6)`
-
-func filterArgs(f ReplayFilter) []any {
-	var topic *string
-	if f.Topic != "" {
-		topic = &f.Topic
-	}
-	return []any{f.Since, f.Until, topic, f.Key}
+// archiveFilterOf is what of f selects among archived events after the
+// replay's start.
+func archiveFilterOf(f ReplayFilter) store.ArchiveFilter {
+	return store.ArchiveFilter{Since: f.Since, Until: f.Until, Topic: f.Topic, Key: f.Key}
 }
 
 // CountReplay counts the archived events a replay with filter f would
@@ -123,17 +118,15 @@ func CountReplay(ctx context.Context, db DB, schema string, f ReplayFilter) (int
 	if err := f.Validate(); err != nil {
 		return 0, err
 	}
-	start, ok, err := replayStart(ctx, db, schema, f)
+	s := storageOf(schema)
+	start, ok, err := replayStart(ctx, s, db, f)
 	if err != nil || !ok {
 		if err == nil {
 			err = fmt.Errorf("event %s is not in the archive (was the relay run with --retain?)", f.FromEvent)
 		}
 		return 0, err
 	}
-	var n int64
-	args := append([]any{start, int64(1<<63 - 1)}, filterArgs(f)...)
-	err = db.QueryRow(ctx, `SELECT count(*) FROM `+ident(schema, "events_archive")+` WHERE seq > $1 AND seq <= $2`+archiveFilter, args...).Scan(&n)
-	return n, err
+	return s.CountArchived(ctx, db, start, int64(1<<63-1), archiveFilterOf(f))
 }
 
 // RequestReplay records a replay request for the leader to execute and
@@ -146,23 +139,17 @@ func RequestReplay(ctx context.Context, db DB, schema string, f ReplayFilter) (i
 	if err != nil {
 		return 0, err
 	}
-	var id int64
-	err = db.QueryRow(ctx, `INSERT INTO `+ident(schema, "replay_requests")+` (filter) VALUES ($1::text::jsonb) RETURNING id`, string(filter)).Scan(&id)
+	id, err := storageOf(schema).RequestReplay(ctx, db, string(filter))
 	if err != nil {
 		return 0, fmt.Errorf("recording the replay request: %w", err)
 	}
 	return id, nil
 }
 
-const replayColumns = `id, filter::text, status, total, done, coalesce(error, ''), created_at, started_at, updated_at, finished_at`
-
-func scanReplay(row pgx.Row) (ReplayRequest, error) {
-	var q ReplayRequest
-	var filter string
-	if err := row.Scan(&q.ID, &filter, &q.Status, &q.Total, &q.Done, &q.Error, &q.CreatedAt, &q.StartedAt, &q.UpdatedAt, &q.FinishedAt); err != nil {
-		return q, err
-	}
-	if err := json.Unmarshal([]byte(filter), &q.Filter); err != nil {
+func replayRequestOf(s store.ReplayRequest) (ReplayRequest, error) {
+	q := ReplayRequest{ID: s.ID, Status: s.Status, Total: s.Total, Done: s.Done, Error: s.Error,
+		CreatedAt: s.CreatedAt, StartedAt: s.StartedAt, UpdatedAt: s.UpdatedAt, FinishedAt: s.FinishedAt}
+	if err := json.Unmarshal([]byte(s.Filter), &q.Filter); err != nil {
 		return q, fmt.Errorf("replay request %d has an unreadable filter: %w", q.ID, err)
 	}
 	return q, nil
@@ -170,39 +157,36 @@ func scanReplay(row pgx.Row) (ReplayRequest, error) {
 
 // GetReplay reads one replay request.
 func GetReplay(ctx context.Context, db DB, schema string, id int64) (ReplayRequest, error) {
-	q, err := scanReplay(db.QueryRow(ctx, `SELECT `+replayColumns+` FROM `+ident(schema, "replay_requests")+` WHERE id = $1`, id))
-	if errors.Is(err, pgx.ErrNoRows) {
-		return q, fmt.Errorf("replay request %d does not exist", id)
+	s, found, err := storageOf(schema).GetReplay(ctx, db, id)
+	if err != nil {
+		return ReplayRequest{}, err
 	}
-	return q, err
+	if !found {
+		return ReplayRequest{}, fmt.Errorf("replay request %d does not exist", id)
+	}
+	return replayRequestOf(s)
 }
 
 // ListReplays returns the most recent replay requests, newest first.
 func ListReplays(ctx context.Context, db DB, schema string, limit int) ([]ReplayRequest, error) {
-	rows, err := db.Query(ctx, `SELECT `+replayColumns+` FROM `+ident(schema, "replay_requests")+` ORDER BY id DESC LIMIT $1`, limit)
+	stored, err := storageOf(schema).ListReplays(ctx, db, limit)
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
 	var out []ReplayRequest
-	for rows.Next() {
-		q, err := scanReplay(rows)
+	for _, s := range stored {
+		q, err := replayRequestOf(s)
 		if err != nil {
 			return nil, err
 		}
 		out = append(out, q)
 	}
-	return out, rows.Err()
+	return out, nil
 }
 
 // CancelReplay stops a pending or running replay; events already
 // republished stay in the log. It reports whether the request was still
 // unfinished.
 func CancelReplay(ctx context.Context, db DB, schema string, id int64) (bool, error) {
-	tag, err := db.Exec(ctx, `UPDATE `+ident(schema, "replay_requests")+` SET status = 'cancelled', finished_at = now(), updated_at = now()
-WHERE id = $1 AND status IN ('pending', 'running')`, id)
-	if err != nil {
-		return false, err
-	}
-	return tag.RowsAffected() == 1, nil
+	return storageOf(schema).CancelReplay(ctx, db, id)
 }

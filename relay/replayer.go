@@ -36,7 +36,6 @@ package relay
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strconv"
 	"sync/atomic"
@@ -44,45 +43,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 )
-
-// replaySQL are the statements the leader runs for retention and replay.
-type replaySQL struct {
-	archive, prune, pick, resume, lockRequest, start, fail, chunk, mark, ack string
-}
-
-func newReplaySQL(ident func(string) string) replaySQL {
-	events, archive, requests := ident("events"), ident("events_archive"), ident("replay_requests")
-	return replaySQL{
-		// $1: every acknowledged row id; $2: the published ones in
-		// publication order, which the identity seq keeps.
-		// Returns the ids it removed (archived or, dead letters, just
-		// deleted), so that the caller can tell which were not yet visible.
-		archive: `WITH moved AS (DELETE FROM ` + events + ` WHERE id = ANY($1::bigint[]) RETURNING *),
-kept AS (
-    INSERT INTO ` + archive + ` (id, txid, event_id, topic, key, payload, headers, created_at)
-    SELECT m.id, m.txid, m.event_id, m.topic, m.key, m.payload, m.headers, m.created_at
-    FROM unnest($2::bigint[]) WITH ORDINALITY AS o(id, n) JOIN moved AS m ON m.id = o.id
-    ORDER BY o.n
-    RETURNING 1)
-SELECT id FROM moved`,
-		prune: `DELETE FROM ` + archive + ` WHERE seq IN (
-    SELECT seq FROM ` + archive + ` WHERE published_at < now() - $1::interval
-      AND seq <= coalesce((SELECT min(cursor) FROM ` + requests + ` WHERE status = 'running' OR inflight_through IS NOT NULL), 9223372036854775807)
-    ORDER BY seq LIMIT $2)`,
-		pick:        `SELECT id FROM ` + requests + ` WHERE status IN ('pending', 'running') AND inflight_through IS NULL ORDER BY id LIMIT 1`,
-		resume:      `SELECT id, filter::text, cursor, inflight_through FROM ` + requests + ` WHERE inflight_through IS NOT NULL ORDER BY id LIMIT 1`,
-		lockRequest: `SELECT filter::text, status, cursor, bound, inflight_through FROM ` + requests + ` WHERE id = $1 FOR UPDATE`,
-		start: `UPDATE ` + requests + ` SET status = 'running', cursor = $2, bound = $3, total = $4, started_at = now(), updated_at = now()
-WHERE id = $1`,
-		fail:  `UPDATE ` + requests + ` SET status = 'failed', error = $2, finished_at = now(), updated_at = now() WHERE id = $1`,
-		chunk: `SELECT seq, id, event_id::text, topic, key, payload, headers::text, created_at FROM ` + archive + ` WHERE seq > $1 AND seq <= $2` + archiveFilter + ` ORDER BY seq LIMIT $7`,
-		mark:  `UPDATE ` + requests + ` SET inflight_through = $2, updated_at = now() WHERE id = $1`,
-		ack: `UPDATE ` + requests + ` SET cursor = $2, inflight_through = NULL, done = done + $3, updated_at = now(),
-    status = CASE WHEN status = 'running' AND $2 >= bound THEN 'done' ELSE status END,
-    finished_at = CASE WHEN status = 'running' AND $2 >= bound THEN now() ELSE finished_at END
-WHERE id = $1`,
-	}
-}
 
 // replayChunk is a batch of archived events being republished.
 type replayChunk struct {
@@ -142,17 +102,16 @@ type replayer struct {
 // resume republishes the chunk a previous leader handed to the sink without
 // seeing its acknowledgement, if any. It runs before any live batch.
 func (p *replayer) resume(ctx context.Context, out chan<- batch, after Position) error {
-	var id, cursor, through int64
-	var filter string
-	err := p.r.pool.QueryRow(ctx, p.r.replay.resume).Scan(&id, &filter, &cursor, &through)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil
-	}
+	inflight, found, err := p.r.store.ReplayInFlight(ctx, p.r.pool)
 	if err != nil {
 		return fmt.Errorf("looking for an unacknowledged replay chunk: %w", err)
 	}
+	if !found {
+		return nil
+	}
+	id, cursor, through := inflight.Request, inflight.Cursor, inflight.Through
 	var f ReplayFilter
-	if err := json.Unmarshal([]byte(filter), &f); err != nil {
+	if err := json.Unmarshal([]byte(inflight.Filter), &f); err != nil {
 		return fmt.Errorf("replay request %d: %w", id, err)
 	}
 	events, err := p.r.archivedEvents(ctx, p.r.pool, cursor, through, f, 1<<31-1)
@@ -171,8 +130,7 @@ func (p *replayer) send(ctx context.Context, out chan<- batch, b batch) error {
 			if err := p.r.fence(ctx, tx, p.lease); err != nil {
 				return err
 			}
-			_, err := tx.Exec(ctx, p.r.replay.ack, b.replay.request, b.replay.through, 0)
-			return err
+			return p.r.store.ReplayAck(ctx, tx, b.replay.request, b.replay.through, 0)
 		})
 	}
 	p.tracker.sent.Add(1)
@@ -196,7 +154,7 @@ func (p *replayer) step(ctx context.Context, out chan<- batch, after Position) (
 		p.chunkSent = false
 	}
 	// Step 1: nothing live may be in flight when a chunk is recorded.
-	id, ok, err := r.pickWork(ctx, r.replay.pick, "replay requests", p.tracker)
+	id, ok, err := r.pickWork(ctx, r.store.PickReplay, "replay requests", p.tracker)
 	if !ok {
 		return false, err
 	}
@@ -206,42 +164,38 @@ func (p *replayer) step(ctx context.Context, out chan<- batch, after Position) (
 		if err := r.fence(ctx, tx, p.lease); err != nil {
 			return err
 		}
-		var filter, status string
-		var cursor int64
-		var bound, inflight *int64
-		if err := tx.QueryRow(ctx, r.replay.lockRequest, id).Scan(&filter, &status, &cursor, &bound, &inflight); err != nil {
+		q, err := r.store.LockReplay(ctx, tx, id)
+		if err != nil {
 			return err
 		}
-		if inflight != nil || (status != ReplayPending && status != ReplayRunning) {
+		filter, status, cursor, bound := q.Filter, q.Status, q.Cursor, q.Bound
+		if q.InflightThrough != nil || (status != ReplayPending && status != ReplayRunning) {
 			return nil // cancelled meanwhile
 		}
 		var f ReplayFilter
 		if err := json.Unmarshal([]byte(filter), &f); err != nil {
-			_, err = tx.Exec(ctx, r.replay.fail, id, "unreadable filter: "+err.Error())
-			return err
+			return r.store.FailReplay(ctx, tx, id, "unreadable filter: "+err.Error())
 		}
 		if status == ReplayPending {
 			if err := f.Validate(); err != nil {
-				_, err = tx.Exec(ctx, r.replay.fail, id, err.Error())
-				return err
+				return r.store.FailReplay(ctx, tx, id, err.Error())
 			}
-			start, ok, err := replayStart(ctx, tx, r.cfg.Schema, f)
+			start, ok, err := replayStart(ctx, r.store, tx, f)
 			if err != nil {
 				return err
 			}
 			if !ok {
-				_, err = tx.Exec(ctx, r.replay.fail, id, fmt.Sprintf("event %s is not in the archive", f.FromEvent))
+				return r.store.FailReplay(ctx, tx, id, fmt.Sprintf("event %s is not in the archive", f.FromEvent))
+			}
+			top, err := r.store.ArchiveTop(ctx, tx)
+			if err != nil {
 				return err
 			}
-			var top, total int64
-			if err := tx.QueryRow(ctx, `SELECT coalesce(max(seq), 0) FROM `+ident(r.cfg.Schema, "events_archive")).Scan(&top); err != nil {
+			total, err := r.store.CountArchived(ctx, tx, start, top, archiveFilterOf(f))
+			if err != nil {
 				return err
 			}
-			args := append([]any{start, top}, filterArgs(f)...)
-			if err := tx.QueryRow(ctx, `SELECT count(*) FROM `+ident(r.cfg.Schema, "events_archive")+` WHERE seq > $1 AND seq <= $2`+archiveFilter, args...).Scan(&total); err != nil {
-				return err
-			}
-			if _, err := tx.Exec(ctx, r.replay.start, id, start, top, total); err != nil {
+			if err := r.store.StartReplay(ctx, tx, id, start, top, total); err != nil {
 				return err
 			}
 			r.log.Info("replay started", "request", id, "events", total, "filter", filter)
@@ -257,7 +211,7 @@ func (p *replayer) step(ctx context.Context, out chan<- batch, after Position) (
 		}
 		// Step 2: the chunk's extent is recorded before the sink sees it.
 		if len(events) > 0 {
-			if _, err := tx.Exec(ctx, r.replay.mark, id, through); err != nil {
+			if err := r.store.MarkReplayInFlight(ctx, tx, id, through); err != nil {
 				return err
 			}
 		}
@@ -280,22 +234,17 @@ func (p *replayer) step(ctx context.Context, out chan<- batch, after Position) (
 // matching f, in publication order. Each event's Position.Major is its
 // archive seq.
 func (r *Relay) archivedEvents(ctx context.Context, db DB, after, through int64, f ReplayFilter, limit int) ([]Event, error) {
-	args := append([]any{after, through}, filterArgs(f)...)
-	rows, err := db.Query(ctx, r.replay.chunk, append(args, limit)...)
+	stored, err := r.store.ReplayChunk(ctx, db, after, through, archiveFilterOf(f), limit)
 	if err != nil {
 		return nil, fmt.Errorf("reading archived events: %w", err)
 	}
-	defer rows.Close()
-	var out []Event
-	for rows.Next() {
-		seq, e, err := scanStoredEvent(rows)
-		if err != nil {
-			return nil, fmt.Errorf("reading archived events: %w", err)
-		}
-		e.Position = Position{Major: uint64(seq)}
+	out := make([]Event, 0, len(stored))
+	for _, s := range stored {
+		e := eventOf(s)
+		e.Position = Position{Major: uint64(s.ID)}
 		out = append(out, e)
 	}
-	return out, rows.Err()
+	return out, nil
 }
 
 // pruneArchive deletes archived events older than the retention in bounded
@@ -306,15 +255,15 @@ func (r *Relay) pruneArchive(ctx context.Context) {
 	interval := strconv.FormatInt(r.cfg.Retain.Microseconds(), 10) + " microseconds"
 	for {
 		for ctx.Err() == nil {
-			tag, err := r.pool.Exec(ctx, r.replay.prune, interval, r.cfg.PruneBatch)
+			pruned, err := r.store.PruneArchive(ctx, r.pool, interval, r.cfg.PruneBatch)
 			if err != nil {
 				if ctx.Err() == nil {
 					r.log.Warn("pruning the archive failed", "err", err)
 				}
 				break
 			}
-			r.m.ArchivePruned.Add(float64(tag.RowsAffected()))
-			if tag.RowsAffected() < int64(r.cfg.PruneBatch) {
+			r.m.ArchivePruned.Add(float64(pruned))
+			if pruned < int64(r.cfg.PruneBatch) {
 				break
 			}
 		}

@@ -1,0 +1,225 @@
+package store_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/outboxrelay/relay/internal/pgcluster"
+	"github.com/outboxrelay/relay/internal/pgtest"
+	"github.com/outboxrelay/relay/relay/store"
+)
+
+// A second cluster, with track_commit_timestamp = on (a server-start
+// setting), for the commit-timestamp reads; started by the first test
+// that needs it and stopped by TestMain.
+var commitTS struct {
+	once sync.Once
+	c    *pgcluster.Cluster
+	err  error
+	seq  int
+}
+
+func stopCommitTSCluster() {
+	if commitTS.c != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		commitTS.c.Stop(ctx)
+	}
+}
+
+// setupCommitTS is setup on the commit-timestamp cluster.
+func setupCommitTS(t *testing.T) *fixture {
+	t.Helper()
+	commitTS.once.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		commitTS.c, commitTS.err = pgcluster.Start(ctx, pgcluster.Options{Settings: map[string]string{"track_commit_timestamp": "on"}})
+	})
+	if commitTS.err != nil {
+		t.Fatalf("starting a cluster with track_commit_timestamp = on: %v", commitTS.err)
+	}
+	ctx := context.Background()
+	commitTS.seq++
+	name := fmt.Sprintf("store_committs_%d", commitTS.seq)
+	admin := pgtest.Connect(t, commitTS.c.URL())
+	if _, err := admin.Exec(ctx, "CREATE DATABASE "+name+" TEMPLATE template0"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if admin, err := pgx.Connect(ctx, commitTS.c.URL()); err == nil {
+			admin.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
+			admin.Close(ctx)
+		}
+	})
+	url := commitTS.c.DatabaseURL(name)
+	conn := pgtest.Connect(t, url)
+	pgtest.Migrate(t, conn, schema)
+	return &fixture{t: t, ctx: ctx, url: url, conn: conn, s: store.New(schema)}
+}
+
+// rowsOf collects what a page read hands over.
+func rowsOf(t *testing.T, read func(each func(store.PageRow) bool) error) []store.PageRow {
+	t.Helper()
+	var out []store.PageRow
+	if err := read(func(r store.PageRow) bool { out = append(out, r); return true }); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func rowIDs(rs []store.PageRow) []int64 {
+	out := []int64{}
+	for _, r := range rs {
+		out = append(out, r.ID)
+	}
+	return out
+}
+
+func TestPollSession(t *testing.T) {
+	f := setup(t)
+	p := store.NewPollReader(schema, 100)
+	byTS, err := p.PrepareSession(f.ctx, f.conn)
+	if err != nil || byTS {
+		t.Fatalf("session on a server without commit timestamps: byTS %v, %v", byTS, err)
+	}
+	for setting, want := range map[string]string{"synchronous_commit": "off", "enable_seqscan": "off", "jit": "off"} {
+		var got string
+		if err := f.conn.QueryRow(f.ctx, "SELECT current_setting($1)", setting).Scan(&got); err != nil || got != want {
+			t.Fatalf("%s = %q (%v), want %q", setting, got, err, want)
+		}
+	}
+	if err := p.Listen(f.ctx, f.conn); err != nil {
+		t.Fatal(err)
+	}
+	other := pgtest.Connect(t, f.url)
+	if _, err := other.Exec(f.ctx, `INSERT INTO `+schema+`.events (topic) VALUES ('t')`); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(f.ctx, 10*time.Second)
+	defer cancel()
+	n, err := f.conn.WaitForNotification(ctx)
+	if err != nil || n.Channel != schema+".events" {
+		t.Fatalf("notification %+v, %v", n, err)
+	}
+	c := setupCommitTS(t)
+	if byTS, err := p.PrepareSession(c.ctx, c.conn); err != nil || !byTS {
+		t.Fatalf("session on a server with commit timestamps: byTS %v, %v", byTS, err)
+	}
+}
+
+func TestPollMessagesSlot(t *testing.T) {
+	f := setup(t)
+	p := store.NewPollReader(schema, 100)
+	check := func(want string) {
+		t.Helper()
+		slot, found, err := p.MessagesSlot(f.ctx, f.conn)
+		if err != nil || found != (want != "") || slot != want {
+			t.Fatalf("slot %q, found %v, %v; want %q", slot, found, err, want)
+		}
+	}
+	check("")
+	// A row without its slot, and a slot without messages, are no reason
+	// to refuse.
+	f.exec(`INSERT INTO ` + schema + `.cdc_slots (slot_name, messages) VALUES ('gone', true), ('quiet', false)`)
+	f.exec(`SELECT pg_create_logical_replication_slot('quiet', 'pgoutput')`)
+	check("")
+	f.exec(`SELECT pg_create_logical_replication_slot('gone', 'pgoutput')`)
+	check("gone")
+}
+
+func TestPollTicksAndFreshReads(t *testing.T) {
+	f := setup(t)
+	p := store.NewPollReader(schema, 1000)
+	fresh := func(prev *string, limit int, tick, prune int64) []store.PageRow {
+		return rowsOf(t, func(each func(store.PageRow) bool) error {
+			return p.ReadFresh(f.ctx, f.conn, false, prev, limit, tick, prune, each)
+		})
+	}
+	if n, err := p.MaxTick(f.ctx, f.conn); err != nil || n != 0 {
+		t.Fatalf("max tick of an empty table %d, %v", n, err)
+	}
+	if rs := fresh(nil, 10, 1, 0); len(rs) != 0 || f.one(`SELECT count(*) FROM `+schema+`.poll_ticks`) != 0 {
+		t.Fatalf("a fresh read of an empty outbox returned %d rows or recorded its tick", len(rs))
+	}
+	first := f.events(3, "t", ptr("k"))
+	rs := fresh(nil, 10, 1, 0)
+	if !equal(rowIDs(rs), first) || rs[0].Snapshot == nil || rs[1].Snapshot != nil {
+		t.Fatalf("first fresh read %v: want %v with the snapshot on the first row only", rowIDs(rs), first)
+	}
+	if r := rs[0]; r.Topic != "t" || *r.Key != "k" || string(r.Payload) != "p1" || *r.Headers != `{"h": "v"}` || r.Size != 1+2+10 {
+		t.Fatalf("row %+v", r)
+	}
+	snap1 := *rs[0].Snapshot
+	// A transaction running at snap1 commits its row after later ones: the
+	// next batch (visible now, not in snap1) has it, and the later rows.
+	late := pgtest.Connect(t, f.url)
+	ltx, _ := late.Begin(f.ctx)
+	var lateID int64
+	if err := ltx.QueryRow(f.ctx, `INSERT INTO `+schema+`.events (topic) VALUES ('late') RETURNING id`).Scan(&lateID); err != nil {
+		t.Fatal(err)
+	}
+	// A transaction that commits after the late one took its txid puts
+	// that txid below the next snapshot's xmax: in its running list.
+	f.events(1, "t", nil)
+	rs = fresh(nil, 10, 2, 0)
+	snapRunning := *rs[0].Snapshot
+	more := f.events(2, "t", nil)
+	if err := ltx.Commit(f.ctx); err != nil {
+		t.Fatal(err)
+	}
+	var inXip bool
+	if err := f.conn.QueryRow(f.ctx, `SELECT e.txid = ANY (SELECT pg_snapshot_xip($1::text::pg_snapshot)) FROM `+schema+`.events e WHERE e.id = $2`,
+		snapRunning, lateID).Scan(&inXip); err != nil || !inXip {
+		t.Fatalf("the late transaction is not in the running list of the snapshot it ran in (%v): the test does not test the delta's xip part", err)
+	}
+	rs = fresh(&snapRunning, 10, 3, 0)
+	snap3 := *rs[0].Snapshot
+	if want := append([]int64{lateID}, more...); !equal(rowIDs(rs), want) {
+		t.Fatalf("delta after a late commit %v, want %v", rowIDs(rs), want)
+	}
+	// The limit, and a read that stops early still records its tick.
+	rs = fresh(&snap1, 2, 4, 0)
+	if len(rs) != 2 {
+		t.Fatalf("limited read: %d rows", len(rs))
+	}
+	stopped := 0
+	if err := p.ReadFresh(f.ctx, f.conn, false, &snap1, 10, 5, 3, func(store.PageRow) bool { stopped++; return false }); err != nil || stopped != 1 {
+		t.Fatalf("a read stopped after its first row: %d rows, %v", stopped, err)
+	}
+	// Ticks 1..5 were recorded (not the empty read's), then those below 3
+	// pruned by the last read.
+	ticks, err := p.LoadTicks(f.ctx, f.conn, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ns []int64
+	for _, tk := range ticks {
+		ns = append(ns, tk.N)
+		if tk.ByTS || tk.Snapshot == "" {
+			t.Fatalf("tick %+v", tk)
+		}
+	}
+	if !equal(ns, []int64{3, 4, 5}) || ticks[0].Snapshot != snap3 {
+		t.Fatalf("ticks %v, want [3 4 5]", ns)
+	}
+	if from4, _ := p.LoadTicks(f.ctx, f.conn, 4); len(from4) != 2 || from4[0].N != 4 {
+		t.Fatalf("ticks from 4: %+v", from4)
+	}
+	if n, _ := p.MaxTick(f.ctx, f.conn); n != 5 {
+		t.Fatalf("max tick %d", n)
+	}
+	if err := p.PruneTicks(f.ctx, f.conn, 5); err != nil || f.one(`SELECT min(tick) FROM `+schema+`.poll_ticks`) != 5 {
+		t.Fatalf("prune below 5: %v", err)
+	}
+	if err := p.ClearTicks(f.ctx, f.conn); err != nil || f.one(`SELECT count(*) FROM `+schema+`.poll_ticks`) != 0 {
+		t.Fatalf("clear: %v", err)
+	}
+}
+
+// pgtestConn is another connection to f's database.
+func pgtestConn(f *fixture) *pgx.Conn { return pgtest.Connect(f.t, f.url) }
