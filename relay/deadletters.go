@@ -31,21 +31,9 @@ const (
 
 // DeadLetterFilter selects dead letters. Zero fields select everything;
 // Resolved includes those already retried or discarded (only listing
-// does: retry and discard act on unresolved ones).
-type DeadLetterFilter struct {
-	IDs      []int64
-	Topic    string
-	Key      *string
-	Reason   string
-	Since    *time.Time
-	Until    *time.Time
-	Resolved bool
-}
-
-// Empty reports whether f selects by nothing at all.
-func (f DeadLetterFilter) Empty() bool {
-	return len(f.IDs) == 0 && f.Topic == "" && f.Key == nil && f.Reason == "" && f.Since == nil && f.Until == nil
-}
+// does: retry and discard act on unresolved ones). It is the store's
+// filter, which turns it into the statements' arguments.
+type DeadLetterFilter = store.DeadLetterFilter
 
 // DeadLetter is one row of <schema>.dead_letters.
 type DeadLetter struct {
@@ -74,7 +62,7 @@ type DeadLetter struct {
 // ListDeadLetters returns up to limit dead letters matching f, oldest
 // first.
 func ListDeadLetters(ctx context.Context, db DB, schema string, f DeadLetterFilter, limit int) ([]DeadLetter, error) {
-	stored, err := storageOf(schema).ListDeadLetters(ctx, db, store.DeadLetterFilter(f), limit)
+	stored, err := storageOf(schema).ListDeadLetters(ctx, db, f, limit)
 	if err != nil {
 		return nil, fmt.Errorf("reading dead letters (is the schema migrated?): %w", err)
 	}
@@ -115,7 +103,7 @@ func RetryDeadLetters(ctx context.Context, db Beginner, schema string, f DeadLet
 	var n int64
 	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
 		var err error
-		n, err = storageOf(schema).RetryDeadLetters(ctx, tx, store.DeadLetterFilter(f))
+		n, err = storageOf(schema).RetryDeadLetters(ctx, tx, f)
 		return err
 	})
 	if err != nil {
@@ -132,7 +120,7 @@ func DiscardDeadLetters(ctx context.Context, db DB, schema string, f DeadLetterF
 	if f.Empty() && !all {
 		return 0, ErrNoFilter
 	}
-	n, err := storageOf(schema).DiscardDeadLetters(ctx, db, store.DeadLetterFilter(f), note)
+	n, err := storageOf(schema).DiscardDeadLetters(ctx, db, f, note)
 	if err != nil {
 		return 0, fmt.Errorf("discarding dead letters: %w", err)
 	}

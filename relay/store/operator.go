@@ -93,6 +93,11 @@ type DeadLetterFilter struct {
 	Resolved bool
 }
 
+// Empty reports whether f selects by nothing at all.
+func (f DeadLetterFilter) Empty() bool {
+	return len(f.IDs) == 0 && f.Topic == "" && f.Key == nil && f.Reason == "" && f.Since == nil && f.Until == nil
+}
+
 const deadLetterWhere = `($1::bigint[] IS NULL OR id = ANY($1)) AND ($2::text IS NULL OR topic = $2) AND ($3::text IS NULL OR key = $3)
 AND ($4::text IS NULL OR reason = $4) AND ($5::timestamptz IS NULL OR failed_at >= $5) AND ($6::timestamptz IS NULL OR failed_at < $6)`
 
