@@ -11,9 +11,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
-
 	"github.com/outboxrelay/relay/relay/store"
 )
 
@@ -52,13 +49,9 @@ func (f ReplayFilter) Validate() error {
 	return nil
 }
 
-// DB is what the replay functions need of a connection, pool or
-// transaction.
-type DB interface {
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}
+// DB is what the replay and dead-letter functions need of a connection,
+// pool or transaction: the store's executor.
+type DB = store.DB
 
 // ReplayRequest is one row of <schema>.replay_requests.
 type ReplayRequest struct {
