@@ -79,6 +79,21 @@
 // message (BEGIN, COMMIT, RELATION, logical messages) goes through
 // pglogrepl.
 //
+// # Reading the stream
+//
+// The walsender sends each pgoutput message with its own send. A reader
+// faster than it would wake for every few messages, read a few hundred
+// bytes and wait again. Inside a large transaction (64 events received,
+// or a streamed chunk), whose events are delivered only at its commit, a
+// read that found less than 64 KiB makes the next one wait 500 us first,
+// so one read takes what arrived meanwhile (stream.go, pacer). Smaller
+// transactions, and everything between transactions, are read as they
+// arrive; a large transaction's commit is seen at most about 500 us
+// later. The pause changes only when bytes are read, not which bytes or
+// what is done with them: positions, confirmation and the faults below
+// are unchanged. TestPacerWaitsAfterShortReadsInBulk checks that the
+// data read is the same.
+//
 // # Logical messages (the tableless outbox)
 //
 // <schema>.emit_message (migration 012) writes an event as a transactional

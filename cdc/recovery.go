@@ -90,7 +90,7 @@ ON CONFLICT (slot_name) DO UPDATE SET consistent_lsn = NULL, snapshot = NULL, cr
 		}
 	}
 
-	repl, err := s.connectReplication(ctx)
+	repl, err := s.connectReplication(ctx, nil)
 	if err != nil {
 		return marker{}, err
 	}

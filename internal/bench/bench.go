@@ -114,7 +114,11 @@ type Config struct {
 	// reader's walsender first decodes again the WAL after the slot's
 	// restart point, the previous run's deletes among it, which the
 	// baseline's fresh slot never sees.
-	Runs   int
+	Runs int
+	// Window, in a live run, logs the latency percentiles of each such
+	// interval alone, with PostgreSQL's checkpoints, autovacuums and WAL
+	// volume in it (Result.Windows).
+	Window time.Duration
 	Logger *slog.Logger
 }
 
@@ -222,7 +226,9 @@ type Result struct {
 	ArrivalP99  time.Duration `json:"arrival_p99_ns,omitempty"`
 	ArrivalMax  time.Duration `json:"arrival_max_ns,omitempty"`
 	Baseline    *Baseline     `json:"baseline,omitempty"`
-	Schema      *SchemaBench  `json:"schema_validation,omitempty"`
+	// Windows are the live run's intervals (Config.Window).
+	Windows []Window     `json:"windows,omitempty"`
+	Schema  *SchemaBench `json:"schema_validation,omitempty"`
 	// Interrupted is set when SIGINT stopped the run early.
 	Interrupted bool `json:"interrupted"`
 }

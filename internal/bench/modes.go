@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os/exec"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/outboxrelay/relay/internal/pgconfig"
@@ -308,6 +309,14 @@ func (e *env) live(ctx context.Context) (Result, error) {
 	}
 	e.cfg.Logger.Info("writing while the relay runs", "events", e.cfg.Events, "rate", e.cfg.Rate, "writers", e.cfg.Writers, "http", p.addr)
 	start := time.Now()
+	stopWindows := func() {}
+	if e.cfg.Window > 0 {
+		wctx, stop := context.WithCancel(ctx)
+		windows := e.watchWindows(wctx, p, start)
+		var once sync.Once
+		stopWindows = func() { once.Do(func() { stop(); res.Windows = <-windows }) }
+		defer stopWindows()
+	}
 	written, took, err := e.fill(ctx, e.cfg.Events, e.cfg.Rate, xids)
 	res.Written = written
 	if took > 0 {
@@ -318,6 +327,7 @@ func (e *env) live(ctx context.Context) (Result, error) {
 	}
 	n, err := e.waitPublished(ctx, before+written)
 	res.Elapsed = time.Since(start)
+	stopWindows()
 	res.Published = n - before
 	res.PublishRate = float64(res.Published) / res.Elapsed.Seconds()
 	res.measureRelay(p)

@@ -45,6 +45,7 @@ func runBench(ctx context.Context, stdio cli.IO, args []string) error {
 	baseline := fs.Bool("baseline", true, "with --backlog, also run the baseline on the same data")
 	relayArgs := fs.String("relay-args", "", "extra `relay run` flags, space-separated")
 	fs.IntVar(&cfg.Runs, "runs", 1, "repeat the measurement this many times in the same environment and report each and the median")
+	fs.DurationVar(&cfg.Window, "window", 0, "live: log the latency p50 / p99 of each such interval alone, with PostgreSQL's checkpoints, autovacuums and WAL bytes per event in it (0: off)")
 	asJSON := fs.Bool("json", false, "print JSON instead of a table (an array with --runs above 1)")
 	relayBinary := fs.String("relay-binary", "", "run this executable's `run` command as the relay (default: this binary), to compare builds with one bench")
 	if err := cli.Parse(fs, args, stdio); err != nil {

@@ -212,3 +212,39 @@ func TestBenchShapes(t *testing.T) {
 		})
 	}
 }
+
+// TestBenchWindows: a live run with --window reports each interval's
+// latencies over the events acknowledged in it, and the WAL written.
+func TestBenchWindows(t *testing.T) {
+	t.Parallel()
+	admin := pgtest.Cluster(t).URL()
+	r, err := testbin.Run(context.Background(), testbin.RelayDev(t), nil, "bench", "--json", "--database-url", admin,
+		"--source", "cdc", "--events", "3000", "--rate", "1000", "--writers", "2", "--window", "500ms")
+	if err != nil || r.Code != 0 {
+		t.Fatalf("%v, exit %d: %s", err, r.Code, r.Stderr)
+	}
+	var res bench.Result
+	if err := json.Unmarshal([]byte(r.Stdout), &res); err != nil {
+		t.Fatalf("output is not JSON: %v\n%s", err, r.Stdout)
+	}
+	checkBenchResult(t, "cdc live with windows", false, res)
+	if len(res.Windows) < 3 {
+		t.Fatalf("%d windows in a 3 s run of 500 ms windows: %+v", len(res.Windows), res.Windows)
+	}
+	var events uint64
+	for i, w := range res.Windows {
+		events += w.Events
+		if w.Events > 0 && (w.P50 <= 0 || w.P99 < w.P50 || w.WALByte <= 0) {
+			t.Errorf("window %d: %+v", i, w)
+		}
+		if i > 0 && w.End <= res.Windows[i-1].End {
+			t.Errorf("window %d ends at %v, before the previous one", i, w.End)
+		}
+	}
+	if events == 0 || events > uint64(res.Published) {
+		t.Errorf("the windows hold %d events of %d published", events, res.Published)
+	}
+	if !strings.Contains(r.Stderr, "msg=window") {
+		t.Errorf("no window in the log:\n%s", r.Stderr)
+	}
+}
