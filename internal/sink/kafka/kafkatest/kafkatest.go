@@ -8,6 +8,7 @@ import (
 	"errors"
 	"net"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -213,6 +214,7 @@ func ReadRecords(t testing.TB, brokers []string, topic string, committed bool, o
 	// show, is replaced by a fresh one (from the next offsets); a fetch
 	// error is never ignored: the last one is in the failure.
 	var lastErr error
+	var trace *tailLog
 	for deadline := time.Now().Add(2 * time.Minute); !reached(); {
 		resume := map[string]map[int32]kgo.Offset{topic: {}}
 		for p := range end {
@@ -221,13 +223,20 @@ func ReadRecords(t testing.TB, brokers []string, topic string, committed bool, o
 				resume[topic][p] = kgo.NewOffset().At(next)
 			}
 		}
-		cl, err := kgo.NewClient(append(consume, kgo.ConsumePartitions(resume))...)
+		opts := append(slices.Clone(consume), kgo.ConsumePartitions(resume))
+		if trace != nil {
+			opts = append(opts, kgo.WithLogger(kgo.BasicLogger(trace, kgo.LogLevelDebug, nil)))
+		}
+		cl, err := kgo.NewClient(opts...)
 		if err != nil {
 			t.Fatalf("kafkatest: %v", err)
 		}
 		for progress := time.Now(); !reached() && time.Since(progress) < readStall; {
 			if time.Now().After(deadline) {
 				cl.Close()
+				if trace != nil {
+					t.Logf("kafkatest: the last consumer's client log:\n%s", trace.String())
+				}
 				t.Fatalf("kafkatest: reading %s: reached %v of %v; last fetch error: %v", topic, seen, end, lastErr)
 			}
 			ctx, cancel := context.WithTimeout(ctx, time.Second)
@@ -249,7 +258,8 @@ func ReadRecords(t testing.TB, brokers []string, topic string, committed bool, o
 		}
 		cl.Close()
 		if !reached() {
-			t.Logf("kafkatest: reading %s: no progress in %v (at %v of %v, last fetch error: %v); reading on with a new consumer", topic, readStall, seen, end, lastErr)
+			t.Logf("kafkatest: reading %s: no progress in %v (at %v of %v, last fetch error: %v); reading on with a new consumer, logging", topic, readStall, seen, end, lastErr)
+			trace = &tailLog{}
 		}
 	}
 	slices.SortStableFunc(got, func(a, b *kgo.Record) int {
@@ -262,6 +272,29 @@ func ReadRecords(t testing.TB, brokers []string, topic string, committed bool, o
 }
 
 const endMarker = "kafkatest-end"
+
+// tailLog keeps the last 200 lines written to it (a stalled consumer's
+// client log, for the failure).
+type tailLog struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (l *tailLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.lines = append(l.lines, strings.TrimRight(string(p), "\n"))
+	if len(l.lines) > 200 {
+		l.lines = l.lines[len(l.lines)-200:]
+	}
+	return len(p), nil
+}
+
+func (l *tailLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return strings.Join(l.lines, "\n")
+}
 
 // readStall is how long ReadRecords waits for a record before it reads on
 // with a new consumer.
