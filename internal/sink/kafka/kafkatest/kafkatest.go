@@ -196,6 +196,10 @@ func ReadRecords(t testing.TB, brokers []string, topic string, committed bool, o
 		kgo.SeedBrokers(brokers...),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.FetchMaxWait(200 * time.Millisecond),
+		// Full fetches, not KIP-227 sessions: the read-back checks what
+		// the cluster holds, and a session's incremental fetches are
+		// one more piece of kfake state between the test and the log.
+		kgo.DisableFetchSessions(),
 	}, opts...)
 	if committed {
 		consume = append(consume, kgo.FetchIsolationLevel(kgo.ReadCommitted()))
