@@ -17,7 +17,7 @@ import (
 	"github.com/outboxrelay/relay/internal/testbin"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m, stopCommitTSCluster, testbin.Cleanup) }
+func TestMain(m *testing.M) { pgtest.Main(m, testbin.Cleanup) }
 
 func runArgs(url, dataDir, httpAddr string, extra ...string) []string {
 	return append([]string{"run", "--database-url", url, "--data-dir", dataDir, "--http-addr", httpAddr,

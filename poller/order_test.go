@@ -27,7 +27,7 @@ var orderCases = []orderCase{
 func (c orderCase) database(t *testing.T) (url, bin string) {
 	t.Helper()
 	if c.commitTS {
-		url = commitTSDatabase(t)
+		url = pgtest.CommitTimestampDatabase(t)
 		return url, e2e.MigrateURL(t, url)
 	}
 	return e2e.Migrated(t)

@@ -16,6 +16,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -32,6 +33,14 @@ const EnvURL = "RELAY_TEST_DATABASE_URL"
 var (
 	cluster *pgcluster.Cluster
 	dbSeq   atomic.Int64
+	// commitTS is the package's second cluster, with
+	// track_commit_timestamp = on (a server-start setting), started by
+	// the first test that asks for it and stopped by Run.
+	commitTS struct {
+		once sync.Once
+		c    *pgcluster.Cluster
+		err  error
+	}
 )
 
 // Main starts the package's cluster, runs the tests, stops the cluster and
@@ -61,6 +70,11 @@ func Run(m *testing.M) int {
 		if err := c.Stop(stopCtx); err != nil {
 			fmt.Fprintf(os.Stderr, "pgtest: stopping the cluster: %v\n", err)
 		}
+		if commitTS.c != nil {
+			if err := commitTS.c.Stop(stopCtx); err != nil {
+				fmt.Fprintf(os.Stderr, "pgtest: stopping the commit-timestamp cluster: %v\n", err)
+			}
+		}
 	}()
 	return m.Run()
 }
@@ -89,7 +103,28 @@ func Cluster(t testing.TB) *pgcluster.Cluster {
 // dropped when the test ends.
 func NewDatabase(t testing.TB) string {
 	t.Helper()
-	c := Cluster(t)
+	return newDatabaseIn(t, Cluster(t))
+}
+
+// CommitTimestampDatabase is NewDatabase in a second cluster of the
+// package, started with track_commit_timestamp = on by the first test
+// that asks for it (a throwaway one from the local binaries, also when
+// RELAY_TEST_DATABASE_URL names a server) and stopped by Main.
+func CommitTimestampDatabase(t testing.TB) string {
+	t.Helper()
+	commitTS.once.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		commitTS.c, commitTS.err = pgcluster.Start(ctx, pgcluster.Options{Settings: map[string]string{"track_commit_timestamp": "on"}})
+	})
+	if commitTS.err != nil {
+		t.Fatalf("pgtest: starting a cluster with track_commit_timestamp = on: %v", commitTS.err)
+	}
+	return newDatabaseIn(t, commitTS.c)
+}
+
+func newDatabaseIn(t testing.TB, c *pgcluster.Cluster) string {
+	t.Helper()
 	name := fmt.Sprintf("relaytest_%d_%d", os.Getpid(), dbSeq.Add(1))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

@@ -83,7 +83,7 @@ func (p *Postgres) DeleteIDs(ctx context.Context, tx DB, ids []int64) (int64, er
 	return tag.RowsAffected(), nil
 }
 
-// DeadLetter is a dead letter as the acknowledgement records it.
+// DeadLetterRow is a dead letter as the acknowledgement records it.
 type DeadLetterRow struct {
 	Row       int64
 	EventID   string

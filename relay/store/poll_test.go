@@ -2,14 +2,11 @@ package store_test
 
 import (
 	"context"
-	"fmt"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/outboxrelay/relay/internal/pgcluster"
 	"github.com/outboxrelay/relay/internal/pgtest"
 	"github.com/outboxrelay/relay/relay/store"
 )
@@ -17,46 +14,11 @@ import (
 // A second cluster, with track_commit_timestamp = on (a server-start
 // setting), for the commit-timestamp reads; started by the first test
 // that needs it and stopped by TestMain.
-var commitTS struct {
-	once sync.Once
-	c    *pgcluster.Cluster
-	err  error
-	seq  int
-}
-
-func stopCommitTSCluster() {
-	if commitTS.c != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		commitTS.c.Stop(ctx)
-	}
-}
-
 // setupCommitTS is setup on the commit-timestamp cluster.
 func setupCommitTS(t *testing.T) *fixture {
 	t.Helper()
-	commitTS.once.Do(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-		defer cancel()
-		commitTS.c, commitTS.err = pgcluster.Start(ctx, pgcluster.Options{Settings: map[string]string{"track_commit_timestamp": "on"}})
-	})
-	if commitTS.err != nil {
-		t.Fatalf("starting a cluster with track_commit_timestamp = on: %v", commitTS.err)
-	}
 	ctx := context.Background()
-	commitTS.seq++
-	name := fmt.Sprintf("store_committs_%d", commitTS.seq)
-	admin := pgtest.Connect(t, commitTS.c.URL())
-	if _, err := admin.Exec(ctx, "CREATE DATABASE "+name+" TEMPLATE template0"); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if admin, err := pgx.Connect(ctx, commitTS.c.URL()); err == nil {
-			admin.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
-			admin.Close(ctx)
-		}
-	})
-	url := commitTS.c.DatabaseURL(name)
+	url := pgtest.CommitTimestampDatabase(t)
 	conn := pgtest.Connect(t, url)
 	pgtest.Migrate(t, conn, schema)
 	return &fixture{t: t, ctx: ctx, url: url, conn: conn, s: store.New(schema)}

@@ -18,7 +18,7 @@ import (
 	"github.com/outboxrelay/relay/relay/store"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m, stopCommitTSCluster) }
+func TestMain(m *testing.M) { pgtest.Main(m) }
 
 const schema = "store_conformance"
 
