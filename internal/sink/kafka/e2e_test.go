@@ -55,21 +55,11 @@ func transactionalID(txn bool, id string) string {
 	return ""
 }
 
-// e2eLanes bounds how many end-to-end tests (a kfake cluster, relay
-// processes, writers and their database each) run at once. Ten of them
-// at once on a 2-core machine, beside another package's tests, left kfake
-// clusters answering no new connection for minutes (the read-back then
-// reads nothing; seen twice in fresh-clone CI runs, cause in kfake not
-// found); two at a time keep the package's run about as long.
-var e2eLanes = make(chan struct{}, 2)
-
 // newKafkaRelay migrates a fresh database with the real binary and starts a
 // kfake cluster; source is poll or cdc, txnID (when set) turns on the
 // exactly-once mode; extra are more `relay run` flags.
 func newKafkaRelay(t *testing.T, source, txnID string, extra ...string) *kafkaRelay {
 	t.Helper()
-	e2eLanes <- struct{}{}
-	t.Cleanup(func() { <-e2eLanes })
 	url := pgtest.NewDatabase(t)
 	bin := testbin.Relay(t)
 	p := e2e.Start(t, bin, nil, "migrate", "up", "--database-url", url)

@@ -5,10 +5,8 @@ package kafkatest
 
 import (
 	"context"
-	"errors"
 	"net"
 	"slices"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -194,16 +192,18 @@ func ReadRecords(t testing.TB, brokers []string, topic string, committed bool, o
 
 	consume := append([]kgo.Opt{
 		kgo.SeedBrokers(brokers...),
+		kgo.ConsumeTopics(topic),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.FetchMaxWait(200 * time.Millisecond),
-		// Full fetches, not KIP-227 sessions: the read-back checks what
-		// the cluster holds, and a session's incremental fetches are
-		// one more piece of kfake state between the test and the log.
-		kgo.DisableFetchSessions(),
 	}, opts...)
 	if committed {
 		consume = append(consume, kgo.FetchIsolationLevel(kgo.ReadCommitted()))
 	}
+	cl, err := kgo.NewClient(consume...)
+	if err != nil {
+		t.Fatalf("kafkatest: %v", err)
+	}
+	defer cl.Close()
 	var got []*kgo.Record
 	seen := map[int32]int64{}
 	reached := func() bool {
@@ -214,57 +214,20 @@ func ReadRecords(t testing.TB, brokers []string, topic string, committed bool, o
 		}
 		return true
 	}
-	// A consumer that makes no progress for readStall, with no error to
-	// show, is replaced by a fresh one (from the next offsets); a fetch
-	// error is never ignored: the last one is in the failure.
-	var lastErr error
-	var trace *tailLog
 	for deadline := time.Now().Add(2 * time.Minute); !reached(); {
-		resume := map[string]map[int32]kgo.Offset{topic: {}}
-		for p := range end {
-			resume[topic][p] = kgo.NewOffset().AtStart()
-			if next, ok := seen[p]; ok {
-				resume[topic][p] = kgo.NewOffset().At(next)
+		if time.Now().After(deadline) {
+			t.Fatalf("kafkatest: reading %s: reached %v of %v", topic, seen, end)
+		}
+		ctx, cancel := context.WithTimeout(ctx, time.Second)
+		fs := cl.PollFetches(ctx)
+		cancel()
+		fs.EachRecord(func(r *kgo.Record) {
+			seen[r.Partition] = r.Offset + 1
+			if len(r.Headers) == 1 && r.Headers[0].Key == endMarker {
+				return
 			}
-		}
-		opts := append(slices.Clone(consume), kgo.ConsumePartitions(resume))
-		if trace != nil {
-			opts = append(opts, kgo.WithLogger(kgo.BasicLogger(trace, kgo.LogLevelDebug, nil)))
-		}
-		cl, err := kgo.NewClient(opts...)
-		if err != nil {
-			t.Fatalf("kafkatest: %v", err)
-		}
-		for progress := time.Now(); !reached() && time.Since(progress) < readStall; {
-			if time.Now().After(deadline) {
-				cl.Close()
-				if trace != nil {
-					t.Logf("kafkatest: the last consumer's client log:\n%s", trace.String())
-				}
-				t.Fatalf("kafkatest: reading %s: reached %v of %v; last fetch error: %v", topic, seen, end, lastErr)
-			}
-			ctx, cancel := context.WithTimeout(ctx, time.Second)
-			fs := cl.PollFetches(ctx)
-			cancel()
-			fs.EachError(func(_ string, _ int32, err error) {
-				if !errors.Is(err, context.DeadlineExceeded) {
-					lastErr = err
-				}
-			})
-			fs.EachRecord(func(r *kgo.Record) {
-				progress = time.Now()
-				seen[r.Partition] = r.Offset + 1
-				if len(r.Headers) == 1 && r.Headers[0].Key == endMarker {
-					return
-				}
-				got = append(got, r)
-			})
-		}
-		cl.Close()
-		if !reached() {
-			t.Logf("kafkatest: reading %s: no progress in %v (at %v of %v, last fetch error: %v); reading on with a new consumer, logging", topic, readStall, seen, end, lastErr)
-			trace = &tailLog{}
-		}
+			got = append(got, r)
+		})
 	}
 	slices.SortStableFunc(got, func(a, b *kgo.Record) int {
 		if a.Partition != b.Partition {
@@ -276,30 +239,3 @@ func ReadRecords(t testing.TB, brokers []string, topic string, committed bool, o
 }
 
 const endMarker = "kafkatest-end"
-
-// tailLog keeps the last 200 lines written to it (a stalled consumer's
-// client log, for the failure).
-type tailLog struct {
-	mu    sync.Mutex
-	lines []string
-}
-
-func (l *tailLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.lines = append(l.lines, strings.TrimRight(string(p), "\n"))
-	if len(l.lines) > 200 {
-		l.lines = l.lines[len(l.lines)-200:]
-	}
-	return len(p), nil
-}
-
-func (l *tailLog) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return strings.Join(l.lines, "\n")
-}
-
-// readStall is how long ReadRecords waits for a record before it reads on
-// with a new consumer.
-const readStall = 20 * time.Second
