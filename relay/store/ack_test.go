@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"errors"
+	"slices"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -128,7 +129,7 @@ func TestDelete(t *testing.T) {
 					want = append(want, id)
 				}
 			}
-			if left := f.outboxIDs(); !equal(left, want) {
+			if left := f.outboxIDs(); !slices.Equal(left, want) {
 				t.Fatalf("outbox keeps %v, want %v", left, want)
 			}
 		})
@@ -159,11 +160,11 @@ func TestArchiveRows(t *testing.T) {
 	if len(removed) != 5 || gone[999] || gone[rows[5]] {
 		t.Fatalf("removed %v, want rows %v", removed, acked[:5])
 	}
-	if left := f.outboxIDs(); !equal(left, rows[5:]) {
+	if left := f.outboxIDs(); !slices.Equal(left, rows[5:]) {
 		t.Fatalf("outbox keeps %v, want %v", left, rows[5:])
 	}
 	archived := f.int64s(`SELECT id FROM ` + schema + `.events_archive ORDER BY seq`)
-	if !equal(archived, published) {
+	if !slices.Equal(archived, published) {
 		t.Fatalf("archive holds %v in seq order, want %v", archived, published)
 	}
 	var same bool

@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"errors"
+	"slices"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -102,7 +103,7 @@ func TestHolds(t *testing.T) {
 			want  []int64
 		}{{10, 10, []int64{h11, h12}}, {10, 1, []int64{h11}}, {20, 10, []int64{}}} {
 			es, err := f.s.HeldEvents(f.ctx, f.conn, c.row, c.limit)
-			if err != nil || !equal(ids(es), c.want) {
+			if err != nil || !slices.Equal(ids(es), c.want) {
 				t.Fatalf("held behind %d (limit %d): %v, %v; want %v", c.row, c.limit, ids(es), err, c.want)
 			}
 		}

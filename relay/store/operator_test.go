@@ -1,6 +1,7 @@
 package store_test
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -84,7 +85,7 @@ func TestDeadLetterCommands(t *testing.T) {
 			for _, d := range ds {
 				got = append(got, d.ID)
 			}
-			if err != nil || !equal(got, c.want) {
+			if err != nil || !slices.Equal(got, c.want) {
 				t.Fatalf("%s: listed %v, %v; want %v", c.name, got, err, c.want)
 			}
 		}
@@ -119,7 +120,7 @@ FROM `+schema+`.events e JOIN `+schema+`.dead_letters d ON d.event_id = e.event_
 			}
 			rows = append(rows, row)
 		}
-		if rs.Err() != nil || !equal(rows, []int64{1, 3}) {
+		if rs.Err() != nil || !slices.Equal(rows, []int64{1, 3}) {
 			t.Fatalf("events back in the outbox are of rows %v (%v); want [1 3] in that order", rows, rs.Err())
 		}
 		ds, _ := f.s.ListDeadLetters(f.ctx, f.conn, store.DeadLetterFilter{IDs: []int64{old, holder, held}, Resolved: true}, 10)

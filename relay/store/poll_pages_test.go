@@ -1,6 +1,7 @@
 package store_test
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -18,7 +19,7 @@ RETURNING id`, []byte(strings.Repeat("z", 30)), strings.Repeat("z", 30))
 	rs := rowsOf(t, func(each func(store.PageRow) bool) error {
 		return p.ReadFresh(f.ctx, f.conn, false, nil, 10, 1, 0, each)
 	})
-	if !equal(rowIDs(rs), ids) {
+	if !slices.Equal(rowIDs(rs), ids) {
 		t.Fatalf("read %v, want %v", rowIDs(rs), ids)
 	}
 	if r := rs[0]; r.Size != 6 || string(r.Payload) != "small" || r.Headers != nil || *r.Key != "k" {
@@ -70,7 +71,7 @@ func TestPollIDPages(t *testing.T) {
 		{"a scan with prev leaves out what prev saw", false, &snap0, 0, 100, batch},
 		{"after the last", false, &snap0, batch[4], 10, []int64{}},
 	} {
-		if got := page(c.first, c.prev, c.after, c.limit); !equal(got, c.want) {
+		if got := page(c.first, c.prev, c.after, c.limit); !slices.Equal(got, c.want) {
 			t.Fatalf("%s: %v, want %v", c.name, got, c.want)
 		}
 	}
@@ -99,7 +100,7 @@ func TestPollCommitTimestampReads(t *testing.T) {
 	rs := rowsOf(t, func(each func(store.PageRow) bool) error {
 		return p.ReadFresh(f.ctx, f.conn, true, &snap0, 10, 1, 0, each)
 	})
-	if !equal(rowIDs(rs), want) || rs[0].Snapshot == nil || rs[0].CommitKey <= 0 || rs[0].Txid == "" {
+	if !slices.Equal(rowIDs(rs), want) || rs[0].Snapshot == nil || rs[0].CommitKey <= 0 || rs[0].Txid == "" {
 		t.Fatalf("fresh read by commit timestamp %v (%+v), want %v", rowIDs(rs), rs[0], want)
 	}
 	if ticks, _ := p.LoadTicks(f.ctx, f.conn, 0); len(ticks) != 1 || !ticks[0].ByTS {
@@ -108,7 +109,7 @@ func TestPollCommitTimestampReads(t *testing.T) {
 	first := rowsOf(t, func(each func(store.PageRow) bool) error {
 		return p.ReadFirstTSPage(f.ctx, f.conn, &snap0, snap1, 2, each)
 	})
-	if !equal(rowIDs(first), want[:2]) {
+	if !slices.Equal(rowIDs(first), want[:2]) {
 		t.Fatalf("first page %v, want %v", rowIDs(first), want[:2])
 	}
 	// The listing goes on after the first page's last row, in the same
@@ -116,12 +117,12 @@ func TestPollCommitTimestampReads(t *testing.T) {
 	last := first[1]
 	for _, prev := range []*string{&snap0, nil} {
 		ids, sizes, err := p.ListTS(f.ctx, f.conn, prev, snap1, last.CommitKey, last.Txid, last.ID)
-		if err != nil || !equal(ids, want[2:]) || len(sizes) != 2 || sizes[0] != 12 {
+		if err != nil || !slices.Equal(ids, want[2:]) || len(sizes) != 2 || sizes[0] != 12 {
 			t.Fatalf("listing after %d (prev %v): %v %v, %v; want %v", last.ID, prev != nil, ids, sizes, err, want[2:])
 		}
 	}
 	ids, _, err := p.ListTS(f.ctx, f.conn, &snap0, snap1, -9223372036854775808, "0", 0)
-	if err != nil || !equal(ids, want) {
+	if err != nil || !slices.Equal(ids, want) {
 		t.Fatalf("listing from the start %v, %v; want %v", ids, err, want)
 	}
 }

@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -110,7 +111,7 @@ func TestPollTicksAndFreshReads(t *testing.T) {
 	}
 	first := f.events(3, "t", ptr("k"))
 	rs := fresh(nil, 10, 1, 0)
-	if !equal(rowIDs(rs), first) || rs[0].Snapshot == nil || rs[1].Snapshot != nil {
+	if !slices.Equal(rowIDs(rs), first) || rs[0].Snapshot == nil || rs[1].Snapshot != nil {
 		t.Fatalf("first fresh read %v: want %v with the snapshot on the first row only", rowIDs(rs), first)
 	}
 	if r := rs[0]; r.Topic != "t" || *r.Key != "k" || string(r.Payload) != "p1" || *r.Headers != `{"h": "v"}` || r.Size != 1+2+10 {
@@ -141,7 +142,7 @@ func TestPollTicksAndFreshReads(t *testing.T) {
 	}
 	rs = fresh(&snapRunning, 10, 3, 0)
 	snap3 := *rs[0].Snapshot
-	if want := append([]int64{lateID}, more...); !equal(rowIDs(rs), want) {
+	if want := append([]int64{lateID}, more...); !slices.Equal(rowIDs(rs), want) {
 		t.Fatalf("delta after a late commit %v, want %v", rowIDs(rs), want)
 	}
 	// The limit, and a read that stops early still records its tick.
@@ -166,7 +167,7 @@ func TestPollTicksAndFreshReads(t *testing.T) {
 			t.Fatalf("tick %+v", tk)
 		}
 	}
-	if !equal(ns, []int64{3, 4, 5}) || ticks[0].Snapshot != snap3 {
+	if !slices.Equal(ns, []int64{3, 4, 5}) || ticks[0].Snapshot != snap3 {
 		t.Fatalf("ticks %v, want [3 4 5]", ns)
 	}
 	if from4, _ := p.LoadTicks(f.ctx, f.conn, 4); len(from4) != 2 || from4[0].N != 4 {

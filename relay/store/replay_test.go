@@ -1,6 +1,7 @@
 package store_test
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -82,7 +83,7 @@ func TestArchiveReads(t *testing.T) {
 	t.Run("ReplayChunk", func(t *testing.T) {
 		for _, c := range cases {
 			es, err := f.s.ReplayChunk(f.ctx, f.conn, c.after, c.through, c.filter, c.limit)
-			if err != nil || !equal(ids(es), c.want) {
+			if err != nil || !slices.Equal(ids(es), c.want) {
 				t.Fatalf("%s: %v, %v; want %v", c.name, ids(es), err, c.want)
 			}
 		}
@@ -210,18 +211,18 @@ func TestPruneArchive(t *testing.T) {
 		{"not above a running replay's cursor", "1 hour", 10, 1, seqs[2:]},
 	} {
 		n, err := f.s.PruneArchive(f.ctx, f.conn, c.older, c.limit)
-		if err != nil || n != c.want || !equal(left(), c.left) {
+		if err != nil || n != c.want || !slices.Equal(left(), c.left) {
 			t.Fatalf("%s: pruned %d, %v, left %v; want %d and %v", c.name, n, err, left(), c.want, c.left)
 		}
 	}
 	f.exec(`UPDATE `+schema+`.replay_requests SET status = 'done' WHERE id = $1`, r)
-	if n, err := f.s.PruneArchive(f.ctx, f.conn, "1 hour", 10); err != nil || n != 2 || !equal(left(), seqs[4:]) {
+	if n, err := f.s.PruneArchive(f.ctx, f.conn, "1 hour", 10); err != nil || n != 2 || !slices.Equal(left(), seqs[4:]) {
 		t.Fatalf("after the replay finished: pruned %d, %v, left %v", n, err, left())
 	}
 	// An in-flight chunk keeps the rows above its cursor too.
 	f.exec(`UPDATE ` + schema + `.events_archive SET published_at = now() - interval '2 hours'`)
 	f.exec(`UPDATE `+schema+`.replay_requests SET status = 'cancelled', cursor = $2, inflight_through = $3 WHERE id = $1`, r, seqs[4], seqs[5])
-	if n, err := f.s.PruneArchive(f.ctx, f.conn, "1 hour", 10); err != nil || n != 1 || !equal(left(), seqs[5:]) {
+	if n, err := f.s.PruneArchive(f.ctx, f.conn, "1 hour", 10); err != nil || n != 1 || !slices.Equal(left(), seqs[5:]) {
 		t.Fatalf("with a chunk in flight: pruned %d, %v, left %v", n, err, left())
 	}
 }

@@ -113,18 +113,6 @@ func pgCode(err error) string {
 	return ""
 }
 
-func equal(a, b []int64) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
-}
-
 // ids returns the ID of each stored event.
 func ids(es []store.StoredEvent) []int64 {
 	out := []int64{}
