@@ -5,6 +5,8 @@ package kafkatest
 
 import (
 	"context"
+	"fmt"
+	"maps"
 	"net"
 	"slices"
 	"sync"
@@ -12,8 +14,10 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/outboxrelay/relay/relay"
 	"github.com/outboxrelay/relay/relay/relaytest"
@@ -158,16 +162,26 @@ func AsRecords(records []*kgo.Record) []relaytest.Record {
 
 // ReadRecords is Read returning the client's records, which also tell
 // each record's offset and the producer id and epoch that wrote it. opts
-// are added to its clients' options (SASL credentials, say).
+// are added to its client's options (SASL credentials, say).
+//
+// It reads with plain Fetch requests, one partition at a time from offset
+// 0 to the end listed first, and decodes them with franz-go's own batch
+// processing (kgo.ProcessFetchPartition), rather than through a consumer:
+// each request has its own timeout and every error is kept, so a read that
+// cannot finish fails with the last error it saw instead of waiting on a
+// consumer session that stopped handing out what it fetched (seen under
+// -race on a loaded machine: one 2.5 MB fetch read, then nothing polled and
+// no further fetch for minutes).
 func ReadRecords(t testing.TB, brokers []string, topic string, committed bool, opts ...kgo.Opt) []*kgo.Record {
 	t.Helper()
 	ctx := context.Background()
-	admin, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(brokers...), kgo.RecordPartitioner(kgo.ManualPartitioner())}, opts...)...)
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(brokers...), kgo.RecordPartitioner(kgo.ManualPartitioner())}, opts...)...)
 	if err != nil {
 		t.Fatalf("kafkatest: %v", err)
 	}
-	defer admin.Close()
-	ends, err := kadm.NewClient(admin).ListEndOffsets(ctx, topic)
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	ends, err := adm.ListEndOffsets(ctx, topic)
 	if err != nil {
 		t.Fatalf("kafkatest: listing end offsets of %s: %v", topic, err)
 	}
@@ -183,59 +197,95 @@ func ReadRecords(t testing.TB, brokers []string, topic string, committed bool, o
 	if committed {
 		for p := range end {
 			r := &kgo.Record{Topic: topic, Partition: p, Value: []byte(endMarker), Headers: []kgo.RecordHeader{{Key: endMarker}}}
-			if err := admin.ProduceSync(ctx, r).FirstErr(); err != nil {
+			if err := cl.ProduceSync(ctx, r).FirstErr(); err != nil {
 				t.Fatalf("kafkatest: writing the end marker: %v", err)
 			}
 			end[p] = r.Offset + 1
 		}
 	}
-
-	consume := append([]kgo.Opt{
-		kgo.SeedBrokers(brokers...),
-		kgo.ConsumeTopics(topic),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
-		kgo.FetchMaxWait(200 * time.Millisecond),
-	}, opts...)
-	if committed {
-		consume = append(consume, kgo.FetchIsolationLevel(kgo.ReadCommitted()))
-	}
-	cl, err := kgo.NewClient(consume...)
+	md, err := adm.Metadata(ctx, topic)
 	if err != nil {
-		t.Fatalf("kafkatest: %v", err)
+		t.Fatalf("kafkatest: metadata of %s: %v", topic, err)
 	}
-	defer cl.Close()
+	id := md.Topics[topic].ID
+	parts := slices.Sorted(maps.Keys(end))
 	var got []*kgo.Record
-	seen := map[int32]int64{}
-	reached := func() bool {
-		for p, e := range end {
-			if next, ok := seen[p]; !ok || next < e {
-				return false
-			}
+	deadline := time.Now().Add(2 * time.Minute)
+	for _, p := range parts {
+		rs, err := readPartition(ctx, cl, topic, id, p, end[p], committed, deadline)
+		if err != nil {
+			t.Fatalf("kafkatest: reading %s: %v", topic, err)
 		}
-		return true
+		got = append(got, rs...)
 	}
-	for deadline := time.Now().Add(2 * time.Minute); !reached(); {
-		if time.Now().After(deadline) {
-			t.Fatalf("kafkatest: reading %s: reached %v of %v", topic, seen, end)
-		}
-		ctx, cancel := context.WithTimeout(ctx, time.Second)
-		fs := cl.PollFetches(ctx)
-		cancel()
-		fs.EachRecord(func(r *kgo.Record) {
-			seen[r.Partition] = r.Offset + 1
-			if len(r.Headers) == 1 && r.Headers[0].Key == endMarker {
-				return
-			}
-			got = append(got, r)
-		})
-	}
-	slices.SortStableFunc(got, func(a, b *kgo.Record) int {
-		if a.Partition != b.Partition {
-			return int(a.Partition - b.Partition)
-		}
-		return int(a.Offset - b.Offset)
-	})
 	return got
+}
+
+// readPartition fetches partition p of topic from offset 0 until the
+// offset before end, retrying failed requests until deadline. It returns
+// the records in offset order, without the end markers.
+func readPartition(ctx context.Context, cl *kgo.Client, topic string, id kadm.TopicID, p int32, end int64, committed bool, deadline time.Time) ([]*kgo.Record, error) {
+	iso, level := kgo.ReadUncommitted(), int8(0)
+	if committed {
+		iso, level = kgo.ReadCommitted(), 1
+	}
+	var out []*kgo.Record
+	var lastErr error
+	next := int64(0)
+	for next < end {
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("partition %d: at offset %d of %d when the time ran out; last error: %v", p, next, end, lastErr)
+		}
+		req := kmsg.NewPtrFetchRequest()
+		req.ReplicaID = -1
+		req.MaxWaitMillis = 100
+		req.MinBytes = 1
+		req.MaxBytes = 8 << 20
+		req.IsolationLevel = level
+		req.SessionEpoch = -1
+		rt := kmsg.NewFetchRequestTopic()
+		rt.Topic, rt.TopicID = topic, id
+		rp := kmsg.NewFetchRequestTopicPartition()
+		rp.Partition, rp.FetchOffset, rp.PartitionMaxBytes = p, next, 1<<20
+		rp.CurrentLeaderEpoch, rp.LastFetchedEpoch, rp.LogStartOffset = -1, -1, -1
+		rt.Partitions = append(rt.Partitions, rp)
+		req.Topics = append(req.Topics, rt)
+		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		resp, err := req.RequestWith(rctx, cl)
+		cancel()
+		if err == nil {
+			err = kerr.ErrorForCode(resp.ErrorCode)
+		}
+		if err != nil {
+			lastErr = err
+			time.Sleep(100 * time.Millisecond)
+			continue
+		}
+		progressed := false
+		for _, t := range resp.Topics {
+			for i := range t.Partitions {
+				if t.Partitions[i].Partition != p {
+					continue
+				}
+				fp, after := kgo.ProcessFetchPartition(kgo.ProcessFetchPartitionOpts{Topic: topic, Partition: p, Offset: next, IsolationLevel: iso}, &t.Partitions[i], kgo.DefaultDecompressor(), nil)
+				if fp.Err != nil {
+					lastErr = fp.Err
+				}
+				for _, r := range fp.Records {
+					if len(r.Headers) == 1 && r.Headers[0].Key == endMarker {
+						continue
+					}
+					out = append(out, r)
+				}
+				progressed = after > next
+				next = max(next, after)
+			}
+		}
+		if !progressed {
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	return out, nil
 }
 
 const endMarker = "kafkatest-end"
