@@ -15,13 +15,16 @@ import (
 
 	"github.com/outboxrelay/relay/internal/pgconfig"
 	"github.com/outboxrelay/relay/relay"
+	"github.com/outboxrelay/relay/relay/store"
 )
 
 // Source is a relay.Source that streams the outbox table's inserts from a
 // logical replication slot. See the package documentation for the
 // protocol.
 type Source struct {
-	cfg      Config
+	cfg Config
+	// q are the reader's SQL statements (relay/store).
+	q        *store.CDCReader
 	log      *slog.Logger
 	table    string // <schema>.events, quoted
 	slotsTbl string // <schema>.cdc_slots, quoted
@@ -112,6 +115,7 @@ func New(cfg Config) (*Source, error) {
 	}
 	return &Source{
 		cfg:      cfg,
+		q:        store.NewCDCReader(cfg.Schema),
 		log:      cfg.Logger.With("source", "cdc", "slot", cfg.SlotName),
 		table:    pgx.Identifier{cfg.Schema, "events"}.Sanitize(),
 		slotsTbl: pgx.Identifier{cfg.Schema, "cdc_slots"}.Sanitize(),
@@ -136,13 +140,13 @@ func (s *Source) Start(ctx context.Context, from relay.Position) error {
 	if err := s.preflight(ctx, conn); err != nil {
 		return err
 	}
-	if err := conn.QueryRow(ctx, "SELECT current_database()").Scan(&s.database); err != nil {
+	if s.database, err = s.q.Database(ctx, conn); err != nil {
 		return fmt.Errorf("cdc: %w", err)
 	}
 	if err := s.resolveSlot(ctx, conn); err != nil {
 		return err
 	}
-	st, err := readSlot(ctx, conn, s.slotName())
+	st, err := s.readSlot(ctx, conn, s.slotName())
 	if err != nil {
 		return err
 	}
@@ -209,7 +213,7 @@ func (s *Source) slotConn(ctx context.Context) (*pgx.Conn, slotState, error) {
 		conn.Close(context.WithoutCancel(ctx))
 		return nil, slotState{}, err
 	}
-	st, err := readSlot(ctx, conn, s.slotName())
+	st, err := s.readSlot(ctx, conn, s.slotName())
 	if err != nil {
 		conn.Close(context.WithoutCancel(ctx))
 		return nil, slotState{}, err
@@ -229,12 +233,12 @@ func (s *Source) Reset(ctx context.Context) error {
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
 	if st.exists {
-		if _, err := conn.Exec(ctx, "SELECT pg_drop_replication_slot($1)", s.slotName()); err != nil {
+		if err := s.q.DropSlot(ctx, conn, s.slotName()); err != nil {
 			return fmt.Errorf("cdc: dropping the slot %q of an earlier run: %w", s.slotName(), err)
 		}
 		s.log.Warn("dropped the replication slot of an earlier WAL-reader run: another reader has published since", "slot", s.slotName())
 	}
-	if _, err := conn.Exec(ctx, "DELETE FROM "+s.slotsTbl+" WHERE slot_name = $1", s.slotName()); err != nil {
+	if err := s.q.DeleteMark(ctx, conn, s.slotName()); err != nil {
 		return fmt.Errorf("cdc: %w", err)
 	}
 	return nil
@@ -414,21 +418,12 @@ func (s *Source) SlotLag(ctx context.Context) (lagBytes, retainedBytes int64, er
 	if pool == nil {
 		return 0, 0, errors.New("cdc: SlotLag before Start")
 	}
-	var lag, retained *int64
-	err = pool.QueryRow(ctx, `SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn)::bigint,
-    pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::bigint
-FROM pg_replication_slots WHERE slot_name = $1`, s.slotName()).Scan(&lag, &retained)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return 0, 0, fmt.Errorf("cdc: replication slot %q does not exist", s.slotName())
-	}
+	lagBytes, retainedBytes, found, err := s.q.SlotLag(ctx, pool, s.slotName())
 	if err != nil {
 		return 0, 0, fmt.Errorf("cdc: reading the slot's lag: %w", err)
 	}
-	if lag != nil {
-		lagBytes = *lag
-	}
-	if retained != nil {
-		retainedBytes = *retained
+	if !found {
+		return 0, 0, fmt.Errorf("cdc: replication slot %q does not exist", s.slotName())
 	}
 	return lagBytes, retainedBytes, nil
 }

@@ -146,7 +146,7 @@ func (r *reader) session(ctx context.Context, backoff *time.Duration) error {
 		}
 	}
 	pool := r.pool
-	st, err := readSlot(ctx, pool, s.slotName())
+	st, err := s.readSlot(ctx, pool, s.slotName())
 	if err != nil {
 		return err
 	}
@@ -178,7 +178,7 @@ func (r *reader) session(ctx context.Context, backoff *time.Duration) error {
 		defer cancel()
 		conn.Close(closeCtx)
 		if ctx.Err() != nil {
-			awaitRelease(closeCtx, pool, s.slotName(), pid)
+			s.awaitRelease(closeCtx, pool, s.slotName(), pid)
 		}
 	}()
 	s.mu.Lock()
@@ -214,7 +214,7 @@ func (r *reader) session(ctx context.Context, backoff *time.Duration) error {
 		PluginArgs: args,
 	})
 	if err != nil {
-		if st, serr := readSlot(ctx, pool, s.slotName()); serr == nil && (!st.exists || st.lost()) {
+		if st, serr := s.readSlot(ctx, pool, s.slotName()); serr == nil && (!st.exists || st.lost()) {
 			return errSlotLost
 		}
 		return fmt.Errorf("cdc: starting replication from slot %q: %w", s.slotName(), err)
@@ -265,9 +265,9 @@ func serverMajor(serverVersion string) int {
 
 // awaitRelease waits until the walsender pid no longer holds the slot, so
 // that a Start right after Close finds it free.
-func awaitRelease(ctx context.Context, pool *pgxpool.Pool, slot string, pid int32) {
+func (s *Source) awaitRelease(ctx context.Context, pool *pgxpool.Pool, slot string, pid int32) {
 	for {
-		st, err := readSlot(ctx, pool, slot)
+		st, err := s.readSlot(ctx, pool, slot)
 		if err != nil || st.activePID != pid {
 			return
 		}
@@ -882,12 +882,11 @@ func (s *Source) housekeep(ctx context.Context, pool *pgxpool.Pool, markerDone <
 		case <-ctx.Done():
 			return
 		case lsn := <-markerDone:
-			if _, err := pool.Exec(ctx, "UPDATE "+s.slotsTbl+" SET snapshot = NULL WHERE slot_name = $1 AND consistent_lsn = $2::text::pg_lsn",
-				s.slotName(), lsn.String()); err != nil && ctx.Err() == nil {
+			if err := s.q.MarkTableRead(ctx, pool, s.slotName(), lsn.String()); err != nil && ctx.Err() == nil {
 				s.log.Warn("marking the table read done failed; the next start checks the table again", "err", err)
 			}
 		case <-t.C:
-			if _, err := pool.Exec(ctx, "SELECT pg_logical_emit_message(false, 'relay-heartbeat', '')"); err != nil && ctx.Err() == nil {
+			if err := s.q.Heartbeat(ctx, pool); err != nil && ctx.Err() == nil {
 				s.log.Warn("writing the heartbeat failed", "err", err)
 			}
 		}
