@@ -95,7 +95,7 @@
 // bytes and wait again. Inside a large transaction (64 events received,
 // or a streamed chunk), whose events are delivered only at its commit, a
 // read that found less than 64 KiB makes the next one wait 500 us first,
-// so one read takes what arrived meanwhile (stream.go, pacer). Smaller
+// so one read takes what arrived meanwhile (status.go, pacer). Smaller
 // transactions, and everything between transactions, are read as they
 // arrive; a large transaction's commit is seen at most about 500 us
 // later. The pause changes only when bytes are read, not which bytes or
