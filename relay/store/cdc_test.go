@@ -219,12 +219,19 @@ func TestCDCSlotLagAndHeartbeat(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	msgs, err := pgx.CollectRows(rows, pgx.RowTo[[]byte])
+	changes, err := pgx.CollectRows(rows, pgx.RowTo[[]byte])
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Servers before 15 send the flushing transaction too, empty.
+	var msgs [][]byte
+	for _, c := range changes {
+		if len(c) > 0 && c[0] == 'M' {
+			msgs = append(msgs, c)
+		}
+	}
 	if len(msgs) != 1 {
-		t.Fatalf("%d changes after a heartbeat, want one message", len(msgs))
+		t.Fatalf("%d messages after a heartbeat, want one", len(msgs))
 	}
 	// 'M', flags, LSN (8 bytes), prefix, 0, content length (4 bytes).
 	if m := msgs[0]; m[0] != 'M' || m[1] != 0 || !bytes.Equal(m[10:], []byte("relay-heartbeat\x00\x00\x00\x00\x00")) {
