@@ -4,6 +4,15 @@
 // (the pgoutput plugin, protocol version 2 with streaming from PostgreSQL
 // 14 on, 1 before, read with github.com/jackc/pglogrepl).
 //
+// The SQL statements it runs on ordinary connections (the preflight and
+// the publication, the slots' state, drops and count, the slot creation
+// records in <schema>.cdc_slots, the snapshot import and the table read
+// after a slot's creation, the lag and the heartbeat) are in relay/store
+// (store.CDCReader, one method each, with conformance tests); the
+// replication commands (IDENTIFY_SYSTEM, CREATE_REPLICATION_SLOT,
+// START_REPLICATION), the stream, and which statements run when (and so
+// the faults survived, below) are here.
+//
 // # Setup and preflight
 //
 // Start checks, each failure with its own error and a message that says
@@ -86,7 +95,7 @@
 // bytes and wait again. Inside a large transaction (64 events received,
 // or a streamed chunk), whose events are delivered only at its commit, a
 // read that found less than 64 KiB makes the next one wait 500 us first,
-// so one read takes what arrived meanwhile (stream.go, pacer). Smaller
+// so one read takes what arrived meanwhile (status.go, pacer). Smaller
 // transactions, and everything between transactions, are read as they
 // arrive; a large transaction's commit is seen at most about 500 us
 // later. The pause changes only when bytes are read, not which bytes or

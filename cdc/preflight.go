@@ -9,14 +9,16 @@ import (
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/outboxrelay/relay/relay/store"
 )
 
 // preflight checks what streaming needs and creates the publication when
 // it is missing. Each failure is one error wrapping one of the Err*
 // sentinels.
 func (s *Source) preflight(ctx context.Context, conn *pgx.Conn) error {
-	var walLevel string
-	if err := conn.QueryRow(ctx, "SELECT current_setting('wal_level')").Scan(&walLevel); err != nil {
+	walLevel, err := s.q.WALLevel(ctx, conn)
+	if err != nil {
 		return fmt.Errorf("cdc: reading wal_level: %w", err)
 	}
 	if walLevel != "logical" {
@@ -24,10 +26,8 @@ func (s *Source) preflight(ctx context.Context, conn *pgx.Conn) error {
 			ErrWALLevel, walLevel)
 	}
 
-	var role string
-	var super, replication bool
-	if err := conn.QueryRow(ctx, "SELECT rolname, rolsuper, rolreplication FROM pg_roles WHERE rolname = current_user").
-		Scan(&role, &super, &replication); err != nil {
+	role, super, replication, err := s.q.Role(ctx, conn)
+	if err != nil {
 		return fmt.Errorf("cdc: reading the role's attributes: %w", err)
 	}
 	if !super && !replication {
@@ -35,8 +35,8 @@ func (s *Source) preflight(ctx context.Context, conn *pgx.Conn) error {
 			ErrReplicationPrivilege, role, pgx.Identifier{role}.Sanitize())
 	}
 
-	var exists bool
-	if err := conn.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", s.table).Scan(&exists); err != nil {
+	exists, err := s.q.OutboxExists(ctx, conn)
+	if err != nil {
 		return fmt.Errorf("cdc: looking for the outbox table: %w", err)
 	}
 	if !exists {
@@ -50,23 +50,16 @@ func (s *Source) preflight(ctx context.Context, conn *pgx.Conn) error {
 func (s *Source) ensurePublication(ctx context.Context, conn *pgx.Conn) error {
 	pub := s.cfg.PublicationName
 	for attempt := 0; ; attempt++ {
-		var found, inserts, covers bool
-		err := conn.QueryRow(ctx, `SELECT p.pubinsert, EXISTS (SELECT 1 FROM pg_publication_tables t
-    WHERE t.pubname = p.pubname AND t.schemaname = $2 AND t.tablename = 'events')
-FROM pg_publication p WHERE p.pubname = $1`, pub, s.cfg.Schema).Scan(&inserts, &covers)
-		switch {
-		case errors.Is(err, pgx.ErrNoRows):
-		case err != nil:
+		p, found, err := s.q.Publication(ctx, conn, pub)
+		if err != nil {
 			return fmt.Errorf("cdc: reading publication %q: %w", pub, err)
-		default:
-			found = true
 		}
 		if found {
 			var fix []string
-			if !covers {
+			if !p.Covers {
 				fix = append(fix, "ALTER PUBLICATION "+pub+" ADD TABLE "+s.table)
 			}
-			if !inserts {
+			if !p.Inserts {
 				fix = append(fix, "ALTER PUBLICATION "+pub+" SET (publish = 'insert')")
 			}
 			if len(fix) > 0 {
@@ -75,7 +68,7 @@ FROM pg_publication p WHERE p.pubname = $1`, pub, s.cfg.Schema).Scan(&inserts, &
 			}
 			return nil
 		}
-		_, err = conn.Exec(ctx, "CREATE PUBLICATION "+pub+" FOR TABLE "+s.table+" WITH (publish = 'insert')")
+		err = s.q.CreatePublication(ctx, conn, pub)
 		if err == nil {
 			s.log.Info("created the publication", "publication", pub, "table", s.table)
 			return nil
@@ -102,24 +95,18 @@ type slotState struct {
 func (st slotState) lost() bool { return st.exists && st.walStatus == "lost" }
 
 // readSlot reads the slot's state; a missing slot is not an error.
-func readSlot(ctx context.Context, q querier, name string) (slotState, error) {
-	st := slotState{exists: true}
-	var plugin, database, walStatus, confirmed *string
-	var pid *int32
-	err := q.QueryRow(ctx, `SELECT plugin, slot_type, database, active_pid, wal_status, confirmed_flush_lsn::text
-FROM pg_replication_slots WHERE slot_name = $1`, name).Scan(&plugin, &st.slotType, &database, &pid, &walStatus, &confirmed)
-	if errors.Is(err, pgx.ErrNoRows) {
+func (s *Source) readSlot(ctx context.Context, db store.DB, name string) (slotState, error) {
+	row, found, err := s.q.Slot(ctx, db, name)
+	if err != nil {
+		return slotState{exists: true}, fmt.Errorf("cdc: reading replication slot %q: %w", name, err)
+	}
+	if !found {
 		return slotState{}, nil
 	}
-	if err != nil {
-		return st, fmt.Errorf("cdc: reading replication slot %q: %w", name, err)
-	}
-	st.plugin, st.database, st.walStatus = deref(plugin), deref(database), deref(walStatus)
-	if pid != nil {
-		st.activePID = *pid
-	}
-	if confirmed != nil {
-		if st.confirmed, err = pglogrepl.ParseLSN(*confirmed); err != nil {
+	st := slotState{exists: true, plugin: row.Plugin, slotType: row.Type, database: row.Database,
+		activePID: row.ActivePID, walStatus: row.WALStatus}
+	if row.ConfirmedFlush != "" {
+		if st.confirmed, err = pglogrepl.ParseLSN(row.ConfirmedFlush); err != nil {
 			return st, fmt.Errorf("cdc: slot %q: %w", name, err)
 		}
 	}
@@ -139,10 +126,9 @@ func (st slotState) usable(name, database string) error {
 }
 
 // checkFreeSlot fails with ErrNoFreeSlot when no slot can be created.
-func checkFreeSlot(ctx context.Context, q querier) error {
-	var used, limit int
-	if err := q.QueryRow(ctx, `SELECT (SELECT count(*) FROM pg_replication_slots)::int, current_setting('max_replication_slots')::int`).
-		Scan(&used, &limit); err != nil {
+func (s *Source) checkFreeSlot(ctx context.Context, db store.DB) error {
+	used, limit, err := s.q.SlotCount(ctx, db)
+	if err != nil {
 		return fmt.Errorf("cdc: counting replication slots: %w", err)
 	}
 	if used >= limit {
@@ -154,16 +140,4 @@ func checkFreeSlot(ctx context.Context, q querier) error {
 func noFreeSlot(used, limit int) error {
 	return fmt.Errorf("%w: %d of max_replication_slots = %d are in use; drop an unused slot (SELECT pg_drop_replication_slot(name)) or raise max_replication_slots and restart PostgreSQL",
 		ErrNoFreeSlot, used, limit)
-}
-
-func deref(s *string) string {
-	if s == nil {
-		return ""
-	}
-	return *s
-}
-
-// querier is what the preflight needs from a connection or a pool.
-type querier interface {
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/outboxrelay/relay/relay"
+	"github.com/outboxrelay/relay/relay/store"
 )
 
 // marker is the slot's row in <schema>.cdc_slots: the consistent point and
@@ -32,13 +33,8 @@ func (m marker) creating() bool { return m.exists && m.lsn == 0 }
 
 func (m marker) pending() bool { return m.exists && m.lsn != 0 && m.snapshot != "" }
 
-func (s *Source) readMarker(ctx context.Context, q querier) (marker, error) {
-	var lsn, snap *string
-	err := q.QueryRow(ctx, "SELECT consistent_lsn::text, snapshot::text FROM "+s.slotsTbl+" WHERE slot_name = $1",
-		s.slotName()).Scan(&lsn, &snap)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return marker{}, nil
-	}
+func (s *Source) readMarker(ctx context.Context, db store.DB) (marker, error) {
+	row, found, err := s.q.Mark(ctx, db, s.slotName())
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "42P01" {
 		return marker{}, &permanentError{fmt.Errorf("cdc: %s is missing; run `relay migrate up --schema %s`: %w", s.slotsTbl, s.cfg.Schema, err)}
@@ -46,9 +42,12 @@ func (s *Source) readMarker(ctx context.Context, q querier) (marker, error) {
 	if err != nil {
 		return marker{}, fmt.Errorf("cdc: reading %s: %w", s.slotsTbl, err)
 	}
-	mk := marker{exists: true, snapshot: deref(snap)}
-	if lsn != nil {
-		if mk.lsn, err = pglogrepl.ParseLSN(*lsn); err != nil {
+	if !found {
+		return marker{}, nil
+	}
+	mk := marker{exists: true, snapshot: row.Snapshot}
+	if row.ConsistentLSN != "" {
+		if mk.lsn, err = pglogrepl.ParseLSN(row.ConsistentLSN); err != nil {
 			return marker{}, fmt.Errorf("cdc: %s: %w", s.slotsTbl, err)
 		}
 	}
@@ -66,12 +65,11 @@ func (s *Source) readMarker(ctx context.Context, q querier) (marker, error) {
 func (s *Source) createSlot(ctx context.Context, conn *pgx.Conn, st slotState) (marker, error) {
 	name := s.slotName()
 	if !st.exists {
-		if err := checkFreeSlot(ctx, conn); err != nil {
+		if err := s.checkFreeSlot(ctx, conn); err != nil {
 			return marker{}, err
 		}
 	}
-	if _, err := conn.Exec(ctx, "INSERT INTO "+s.slotsTbl+` (slot_name) VALUES ($1)
-ON CONFLICT (slot_name) DO UPDATE SET consistent_lsn = NULL, snapshot = NULL, created_at = now()`, name); err != nil {
+	if err := s.q.BeginMark(ctx, conn, name); err != nil {
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) && pgErr.Code == "42P01" {
 			return marker{}, fmt.Errorf("cdc: %s is missing; run `relay migrate up --schema %s`: %w", s.slotsTbl, s.cfg.Schema, err)
@@ -79,7 +77,7 @@ ON CONFLICT (slot_name) DO UPDATE SET consistent_lsn = NULL, snapshot = NULL, cr
 		return marker{}, fmt.Errorf("cdc: recording the slot creation: %w", err)
 	}
 	if st.exists {
-		if _, err := conn.Exec(ctx, "SELECT pg_drop_replication_slot($1)", name); err != nil {
+		if err := s.q.DropSlot(ctx, conn, name); err != nil {
 			var pgErr *pgconn.PgError
 			if errors.As(err, &pgErr) && pgErr.Code == "55006" {
 				return marker{}, &SlotActiveError{Slot: name, PID: st.activePID}
@@ -102,8 +100,7 @@ ON CONFLICT (slot_name) DO UPDATE SET consistent_lsn = NULL, snapshot = NULL, cr
 	if err != nil {
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) && pgErr.Code == "53400" {
-			used, limit := 0, 0
-			conn.QueryRow(ctx, `SELECT (SELECT count(*) FROM pg_replication_slots)::int, current_setting('max_replication_slots')::int`).Scan(&used, &limit)
+			used, limit, _ := s.q.SlotCount(ctx, conn)
 			return marker{}, noFreeSlot(used, limit)
 		}
 		return marker{}, fmt.Errorf("cdc: creating replication slot %q: %w", name, err)
@@ -118,25 +115,20 @@ ON CONFLICT (slot_name) DO UPDATE SET consistent_lsn = NULL, snapshot = NULL, cr
 	// from then on, on any connection.
 	var snapshot string
 	err = pgx.BeginTxFunc(ctx, conn, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, "SET TRANSACTION SNAPSHOT '"+res.SnapshotName+"'"); err != nil {
-			return err
-		}
-		return tx.QueryRow(ctx, "SELECT pg_current_snapshot()::text").Scan(&snapshot)
+		var err error
+		snapshot, err = s.q.ImportSnapshot(ctx, tx, res.SnapshotName)
+		return err
 	})
 	if err != nil {
 		return marker{}, fmt.Errorf("cdc: importing the snapshot of slot %q: %w", name, err)
 	}
 	snapshot = normalizeSnapshot(snapshot)
-	if _, err := conn.Exec(ctx, "UPDATE "+s.slotsTbl+" SET consistent_lsn = $2::text::pg_lsn, snapshot = $3::text::pg_snapshot WHERE slot_name = $1",
-		name, lsn.String(), snapshot); err != nil {
+	if err := s.q.CompleteMark(ctx, conn, name, lsn.String(), snapshot); err != nil {
 		return marker{}, fmt.Errorf("cdc: recording the slot creation: %w", err)
 	}
 	s.log.Info("created the replication slot", "consistent_point", lsn.String(), "snapshot", snapshot)
 	return marker{exists: true, lsn: lsn, snapshot: snapshot}, nil
 }
-
-// tablePage is how many rows one query of the table read returns.
-const tablePage = 1000
 
 // readTable queues the outbox rows that committed before the slot's
 // consistent point, in (txid, id) order, at positions (consistent point -
@@ -150,9 +142,8 @@ func (r *reader) readTable(ctx context.Context) error {
 	if major < r.skipBelow.Major {
 		// Published beyond this slot's table rows: they are all gone
 		// unless the checkpoint belongs to another database.
-		var left bool
-		if err := pool.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM "+s.table+" WHERE pg_visible_in_snapshot(txid, $1::text::pg_snapshot))",
-			mk.snapshot).Scan(&left); err != nil {
+		left, err := s.q.RowsLeft(ctx, pool, mk.snapshot)
+		if err != nil {
 			return fmt.Errorf("cdc: reading the outbox table: %w", err)
 		}
 		if left {
@@ -174,51 +165,22 @@ func (r *reader) readTable(ctx context.Context) error {
 	if r.tableTxid == "" {
 		r.tableTxid, r.tableID = "0", 0
 	}
-	// The text form of txid gets its own name: a bare "ORDER BY txid"
-	// would sort by an output column called txid, that is by text, where
-	// "1000" < "999", and the (txid, id) cursor would then repeat and skip
-	// rows.
-	query := `SELECT e.id, e.txid::text AS txid_text, e.event_id::text, e.topic, e.key, e.payload, e.headers::text, e.created_at
-FROM ` + s.table + ` AS e
-WHERE pg_visible_in_snapshot(e.txid, $1::text::pg_snapshot) AND (e.txid, e.id) > ($2::text::xid8, $3)
-ORDER BY e.txid, e.id
-LIMIT ` + strconv.Itoa(tablePage)
 	total := 0
 	started := time.Now()
 	for {
-		rows, err := pool.Query(ctx, query, mk.snapshot, r.tableTxid, r.tableID)
+		page, err := s.q.ReadTablePage(ctx, pool, mk.snapshot, r.tableTxid, r.tableID)
 		if err != nil {
 			return fmt.Errorf("cdc: reading the outbox table: %w", err)
 		}
-		var page []relay.Event
-		var txids []string
-		for rows.Next() {
-			var e relay.Event
-			var txid string
-			var key, headers *string
-			if err := rows.Scan(&e.ID, &txid, &e.EventID, &e.Topic, &key, &e.Payload, &headers, &e.CreatedAt); err != nil {
-				rows.Close()
-				return fmt.Errorf("cdc: reading the outbox table: %w", err)
-			}
-			if key != nil {
-				e.Key = []byte(*key)
-			}
-			if headers != nil {
-				e.Headers = []byte(*headers)
-			}
-			page = append(page, e)
-			txids = append(txids, txid)
-		}
-		if err := rows.Err(); err != nil {
-			return fmt.Errorf("cdc: reading the outbox table: %w", err)
-		}
-		for i, e := range page {
-			if err := r.queueTableRow(ctx, e, txids[i], major); err != nil {
+		for _, row := range page {
+			e := relay.Event{ID: row.ID, EventID: row.EventID, Topic: row.Topic, Key: row.Key, Payload: row.Payload,
+				Headers: row.Headers, CreatedAt: row.CreatedAt}
+			if err := r.queueTableRow(ctx, e, row.Txid, major); err != nil {
 				return err
 			}
 			total++
 		}
-		if len(page) < tablePage {
+		if len(page) < store.CDCTablePage {
 			break
 		}
 	}
@@ -281,7 +243,7 @@ func (r *reader) queueTableRow(ctx context.Context, e relay.Event, txid string, 
 func (r *reader) recoverSlot(ctx context.Context) error {
 	s := r.s
 	how := "dropped"
-	if st, err := readSlot(ctx, r.pool, s.slotName()); err == nil && st.lost() {
+	if st, err := s.readSlot(ctx, r.pool, s.slotName()); err == nil && st.lost() {
 		how = "invalidated by the server (wal_status = lost, max_slot_wal_keep_size exceeded)"
 	}
 	s.log.Error("REPLICATION SLOT LOST while streaming: it was "+how+"; waiting for in-flight events to be acknowledged, then recreating it and publishing every unpublished outbox row from the table",

@@ -41,11 +41,7 @@ func (s *Source) resolveSlot(ctx context.Context, conn *pgx.Conn) error {
 	}
 	name := s.cfg.SlotName
 	if name == "" {
-		var oid uint32
-		var legacy bool
-		err := conn.QueryRow(ctx, `SELECT d.oid, EXISTS (SELECT 1 FROM pg_replication_slots
-    WHERE slot_name = $1 AND database = current_database())
-FROM pg_database AS d WHERE d.datname = current_database()`, legacySlotName(s.cfg.Schema)).Scan(&oid, &legacy)
+		oid, legacy, err := s.q.SlotNameFacts(ctx, conn, legacySlotName(s.cfg.Schema))
 		if err != nil {
 			return fmt.Errorf("cdc: choosing the slot name: %w", err)
 		}

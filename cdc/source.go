@@ -15,13 +15,16 @@ import (
 
 	"github.com/outboxrelay/relay/internal/pgconfig"
 	"github.com/outboxrelay/relay/relay"
+	"github.com/outboxrelay/relay/relay/store"
 )
 
 // Source is a relay.Source that streams the outbox table's inserts from a
 // logical replication slot. See the package documentation for the
 // protocol.
 type Source struct {
-	cfg      Config
+	cfg Config
+	// q are the reader's SQL statements (relay/store).
+	q        *store.CDCReader
 	log      *slog.Logger
 	table    string // <schema>.events, quoted
 	slotsTbl string // <schema>.cdc_slots, quoted
@@ -112,6 +115,7 @@ func New(cfg Config) (*Source, error) {
 	}
 	return &Source{
 		cfg:      cfg,
+		q:        store.NewCDCReader(cfg.Schema),
 		log:      cfg.Logger.With("source", "cdc", "slot", cfg.SlotName),
 		table:    pgx.Identifier{cfg.Schema, "events"}.Sanitize(),
 		slotsTbl: pgx.Identifier{cfg.Schema, "cdc_slots"}.Sanitize(),
@@ -136,13 +140,13 @@ func (s *Source) Start(ctx context.Context, from relay.Position) error {
 	if err := s.preflight(ctx, conn); err != nil {
 		return err
 	}
-	if err := conn.QueryRow(ctx, "SELECT current_database()").Scan(&s.database); err != nil {
+	if s.database, err = s.q.Database(ctx, conn); err != nil {
 		return fmt.Errorf("cdc: %w", err)
 	}
 	if err := s.resolveSlot(ctx, conn); err != nil {
 		return err
 	}
-	st, err := readSlot(ctx, conn, s.slotName())
+	st, err := s.readSlot(ctx, conn, s.slotName())
 	if err != nil {
 		return err
 	}
@@ -209,7 +213,7 @@ func (s *Source) slotConn(ctx context.Context) (*pgx.Conn, slotState, error) {
 		conn.Close(context.WithoutCancel(ctx))
 		return nil, slotState{}, err
 	}
-	st, err := readSlot(ctx, conn, s.slotName())
+	st, err := s.readSlot(ctx, conn, s.slotName())
 	if err != nil {
 		conn.Close(context.WithoutCancel(ctx))
 		return nil, slotState{}, err
@@ -229,12 +233,12 @@ func (s *Source) Reset(ctx context.Context) error {
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
 	if st.exists {
-		if _, err := conn.Exec(ctx, "SELECT pg_drop_replication_slot($1)", s.slotName()); err != nil {
+		if err := s.q.DropSlot(ctx, conn, s.slotName()); err != nil {
 			return fmt.Errorf("cdc: dropping the slot %q of an earlier run: %w", s.slotName(), err)
 		}
 		s.log.Warn("dropped the replication slot of an earlier WAL-reader run: another reader has published since", "slot", s.slotName())
 	}
-	if _, err := conn.Exec(ctx, "DELETE FROM "+s.slotsTbl+" WHERE slot_name = $1", s.slotName()); err != nil {
+	if err := s.q.DeleteMark(ctx, conn, s.slotName()); err != nil {
 		return fmt.Errorf("cdc: %w", err)
 	}
 	return nil
@@ -265,121 +269,6 @@ func (s *Source) connectPool(ctx context.Context) (*pgxpool.Pool, error) {
 		return nil, fmt.Errorf("cdc: %w", err)
 	}
 	return pool, nil
-}
-
-// Next returns up to max events in commit order, waiting until there is
-// at least one. Whole transactions are returned together when they fit;
-// a transaction larger than max is returned in pieces of max events.
-func (s *Source) Next(ctx context.Context, max int) ([]relay.Event, error) {
-	if max <= 0 {
-		return nil, fmt.Errorf("cdc: Next with max %d", max)
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.done == nil {
-		return nil, errors.New("cdc: Next before Start")
-	}
-	for {
-		if s.fatal != nil {
-			return nil, s.fatal
-		}
-		if events := s.take(max); len(events) > 0 {
-			s.delivered = events[len(events)-1].Position
-			s.notifyLocked()
-			return events, nil
-		}
-		if err := s.waitLocked(ctx); err != nil {
-			return nil, err
-		}
-	}
-}
-
-// take removes up to max events from the queue: whole closed transactions
-// while they fit, else the first part of the first transaction when it
-// alone has max events or the queue is full.
-func (s *Source) take(max int) []relay.Event {
-	var out []relay.Event
-	for len(s.queue) > 0 {
-		c := s.queue[0]
-		if c.closed && len(c.events) <= max-len(out) {
-			// The chunk leaves the queue, so its slice can be handed out
-			// rather than copied.
-			if len(out) == 0 {
-				out = c.events
-			} else {
-				out = append(out, c.events...)
-			}
-			s.queue[0] = nil
-			s.queue = s.queue[1:]
-			continue
-		}
-		if len(out) > 0 {
-			break
-		}
-		if !c.closed && len(c.events) < max && !s.fullLocked() {
-			break
-		}
-		// out is empty here: hand out the head of the chunk, capped so
-		// that an append to it cannot reach the events left queued.
-		n := min(len(c.events), max)
-		out = c.events[:n:n]
-		c.events = c.events[n:]
-		break
-	}
-	s.queued -= len(out)
-	for _, e := range out {
-		s.queuedBytes -= eventBytes(e)
-	}
-	return out
-}
-
-// fullLocked reports whether the queue holds QueueSize events or
-// QueueBytes bytes.
-func (s *Source) fullLocked() bool {
-	return s.queued >= s.cfg.QueueSize || s.queuedBytes >= int64(s.cfg.QueueBytes)
-}
-
-// eventBytes is what a queued event counts against QueueBytes.
-func eventBytes(e relay.Event) int64 { return int64(len(e.Key) + len(e.Payload) + len(e.Headers)) }
-
-// Acked records that every event up to through is durably published, so
-// the flush position sent to the server may move past their
-// transactions.
-func (s *Source) Acked(ctx context.Context, through relay.Position) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.acked.Less(through) {
-		s.acked = through
-		s.notifyLocked()
-	}
-	s.advanceLocked()
-	return nil
-}
-
-// advanceLocked moves flush past every wholly acknowledged transaction,
-// and to the server's position when nothing at all is pending.
-func (s *Source) advanceLocked() {
-	before := s.flush
-	for len(s.txs) > 0 {
-		t := s.txs[0]
-		if !t.empty && s.acked.Less(relay.Position{Major: t.major, Minor: t.last}) {
-			break
-		}
-		s.flush = max(s.flush, t.end)
-		s.txs = s.txs[1:]
-		if t.marker {
-			select {
-			case s.markerDone <- t.end:
-			default:
-			}
-		}
-	}
-	if len(s.txs) == 0 && !s.inTx && s.streamsOpen == 0 && s.open == nil && s.queued == 0 {
-		s.flush = max(s.flush, s.serverEnd)
-	}
-	if s.flush != before {
-		s.notifyLocked()
-	}
 }
 
 // Close stops streaming and releases the connections. Events not yet
@@ -414,21 +303,12 @@ func (s *Source) SlotLag(ctx context.Context) (lagBytes, retainedBytes int64, er
 	if pool == nil {
 		return 0, 0, errors.New("cdc: SlotLag before Start")
 	}
-	var lag, retained *int64
-	err = pool.QueryRow(ctx, `SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn)::bigint,
-    pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::bigint
-FROM pg_replication_slots WHERE slot_name = $1`, s.slotName()).Scan(&lag, &retained)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return 0, 0, fmt.Errorf("cdc: replication slot %q does not exist", s.slotName())
-	}
+	lagBytes, retainedBytes, found, err := s.q.SlotLag(ctx, pool, s.slotName())
 	if err != nil {
 		return 0, 0, fmt.Errorf("cdc: reading the slot's lag: %w", err)
 	}
-	if lag != nil {
-		lagBytes = *lag
-	}
-	if retained != nil {
-		retainedBytes = *retained
+	if !found {
+		return 0, 0, fmt.Errorf("cdc: replication slot %q does not exist", s.slotName())
 	}
 	return lagBytes, retainedBytes, nil
 }

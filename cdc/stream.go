@@ -1,25 +1,19 @@
 package cdc
 
 import (
-	"bufio"
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strconv"
-	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
 	"github.com/jackc/pgx/v5/pgproto3"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/outboxrelay/relay/internal/pgconfig"
 	"github.com/outboxrelay/relay/relay"
 )
 
@@ -146,7 +140,7 @@ func (r *reader) session(ctx context.Context, backoff *time.Duration) error {
 		}
 	}
 	pool := r.pool
-	st, err := readSlot(ctx, pool, s.slotName())
+	st, err := s.readSlot(ctx, pool, s.slotName())
 	if err != nil {
 		return err
 	}
@@ -178,7 +172,7 @@ func (r *reader) session(ctx context.Context, backoff *time.Duration) error {
 		defer cancel()
 		conn.Close(closeCtx)
 		if ctx.Err() != nil {
-			awaitRelease(closeCtx, pool, s.slotName(), pid)
+			s.awaitRelease(closeCtx, pool, s.slotName(), pid)
 		}
 	}()
 	s.mu.Lock()
@@ -214,7 +208,7 @@ func (r *reader) session(ctx context.Context, backoff *time.Duration) error {
 		PluginArgs: args,
 	})
 	if err != nil {
-		if st, serr := readSlot(ctx, pool, s.slotName()); serr == nil && (!st.exists || st.lost()) {
+		if st, serr := s.readSlot(ctx, pool, s.slotName()); serr == nil && (!st.exists || st.lost()) {
 			return errSlotLost
 		}
 		return fmt.Errorf("cdc: starting replication from slot %q: %w", s.slotName(), err)
@@ -265,9 +259,9 @@ func serverMajor(serverVersion string) int {
 
 // awaitRelease waits until the walsender pid no longer holds the slot, so
 // that a Start right after Close finds it free.
-func awaitRelease(ctx context.Context, pool *pgxpool.Pool, slot string, pid int32) {
+func (s *Source) awaitRelease(ctx context.Context, pool *pgxpool.Pool, slot string, pid int32) {
 	for {
-		st, err := readSlot(ctx, pool, slot)
+		st, err := s.readSlot(ctx, pool, slot)
 		if err != nil || st.activePID != pid {
 			return
 		}
@@ -354,542 +348,6 @@ func (r *reader) stream(ctx context.Context, conn *pgconn.PgConn) error {
 			return fmt.Errorf("cdc: replication stream: %w", pgconn.ErrorResponseToPgError(m))
 		case *pgproto3.CopyDone:
 			return errors.New("cdc: the server ended the replication stream")
-		}
-	}
-}
-
-// handle applies one pgoutput message.
-func (r *reader) handle(ctx context.Context, st *statusSender, data []byte) error {
-	s := r.s
-	if r.cur != nil {
-		return r.streamed(data)
-	}
-	if relID, ok := insertRelationID(data); ok {
-		return r.insert(relID, data)
-	}
-	if len(data) == 0 {
-		return &permanentError{errors.New("cdc: an empty pgoutput message")}
-	}
-	switch pglogrepl.MessageType(data[0]) {
-	case pglogrepl.MessageTypeStreamStart, pglogrepl.MessageTypeStreamCommit, pglogrepl.MessageTypeStreamAbort:
-		return r.streamControl(ctx, st, data)
-	}
-	msg, err := pglogrepl.Parse(data)
-	if err != nil {
-		return &permanentError{fmt.Errorf("cdc: decoding a pgoutput message: %w", err)}
-	}
-	switch m := msg.(type) {
-	case *pglogrepl.RelationMessage:
-		rel, err := newRelation(m, s.cfg.Schema)
-		if err != nil {
-			return &permanentError{err}
-		}
-		r.rels[m.RelationID] = rel
-	case *pglogrepl.BeginMessage:
-		r.begin(m.FinalLSN, m.CommitTime)
-	case *pglogrepl.CommitMessage:
-		r.commit(m.TransactionEndLSN)
-	case *pglogrepl.LogicalDecodingMessage:
-		if !m.Transactional {
-			s.mu.Lock()
-			s.serverEnd = max(s.serverEnd, m.LSN)
-			s.advanceLocked()
-			s.mu.Unlock()
-			return nil
-		}
-		if m.Prefix == r.prefix {
-			r.message(m)
-		}
-	}
-	return nil
-}
-
-// begin starts a transaction whose commit record is at commitLSN.
-func (r *reader) begin(commitLSN pglogrepl.LSN, committed time.Time) {
-	r.txMajor, r.txIndex, r.txCommitted = uint64(commitLSN), 0, committed
-	s := r.s
-	s.mu.Lock()
-	s.inTx = true
-	s.mu.Unlock()
-}
-
-// commit ends the transaction begun, whose end LSN is end.
-func (r *reader) commit(end pglogrepl.LSN) {
-	r.pace.setBulk(false)
-	s := r.s
-	s.mu.Lock()
-	if s.open != nil && s.open.major == r.txMajor {
-		s.closeOpenLocked()
-	}
-	if r.txMajor > r.lastMajor {
-		s.txs = append(s.txs, txMark{major: r.txMajor, last: r.txIndex - 1, empty: r.txIndex == 0, end: end})
-		r.lastMajor = r.txMajor
-	}
-	s.inTx = false
-	s.advanceLocked()
-	s.notifyLocked()
-	s.mu.Unlock()
-}
-
-// streamControl applies Stream Start, Stream Commit and Stream Abort,
-// which arrive outside chunks.
-func (r *reader) streamControl(ctx context.Context, st *statusSender, data []byte) error {
-	msg, err := pglogrepl.ParseV2(data, false)
-	if err != nil {
-		return &permanentError{fmt.Errorf("cdc: decoding a pgoutput message: %w", err)}
-	}
-	switch m := msg.(type) {
-	case *pglogrepl.StreamStartMessageV2:
-		tx := r.streams[m.Xid]
-		if tx != nil && m.FirstSegment == 1 {
-			// The server starts the transaction over.
-			r.dropStream(tx)
-			tx = nil
-		}
-		if tx == nil {
-			tx = &streamTx{xid: m.Xid, rels: map[uint32]*relation{}}
-			r.streams[m.Xid] = tx
-			r.s.mu.Lock()
-			r.s.streamsOpen++
-			r.s.mu.Unlock()
-		}
-		r.cur = tx
-		r.pace.setBulk(true)
-	case *pglogrepl.StreamAbortMessageV2:
-		tx := r.streams[m.Xid]
-		if tx == nil {
-			return nil
-		}
-		if m.SubXid == m.Xid {
-			r.dropStream(tx)
-			return nil
-		}
-		freed, err := tx.abortSub(m.SubXid)
-		r.streamMem -= freed
-		return err
-	case *pglogrepl.StreamCommitMessageV2:
-		return r.streamCommit(ctx, st, m)
-	}
-	return nil
-}
-
-// streamed applies a message of a chunk: every one but Stream Stop
-// carries the xid of the (sub)transaction whose change it is after its
-// type byte.
-func (r *reader) streamed(data []byte) error {
-	tx := r.cur
-	if data[0] == byte(pglogrepl.MessageTypeStreamStop) {
-		r.cur = nil
-		r.pace.setBulk(false)
-		return nil
-	}
-	if len(data) < 5 {
-		return &permanentError{fmt.Errorf("cdc: a streamed pgoutput message of %d bytes", len(data))}
-	}
-	tx.seen(binary.BigEndian.Uint32(data[1:5]))
-	switch pglogrepl.MessageType(data[0]) {
-	case pglogrepl.MessageTypeInsert:
-		// Without the xid the message is a protocol 1 insert: the byte
-		// before the relation id becomes the type byte.
-		data[4] = data[0]
-		relID, ok := insertRelationID(data[4:])
-		if !ok {
-			return &permanentError{errors.New("cdc: malformed streamed insert")}
-		}
-		rel := tx.rels[relID]
-		if rel == nil {
-			rel = r.rels[relID]
-		}
-		if rel == nil {
-			return &permanentError{fmt.Errorf("cdc: insert into relation %d before its relation message", relID)}
-		}
-		if !rel.outbox {
-			return nil
-		}
-		e, err := r.decode.insert(rel, data[4:])
-		if err != nil {
-			return &permanentError{err}
-		}
-		return r.keep(tx, e)
-	case pglogrepl.MessageTypeRelation:
-		msg, err := pglogrepl.ParseV2(data, true)
-		if err != nil {
-			return &permanentError{fmt.Errorf("cdc: decoding a pgoutput message: %w", err)}
-		}
-		m := msg.(*pglogrepl.RelationMessageV2)
-		rel, err := newRelation(&m.RelationMessage, r.s.cfg.Schema)
-		if err != nil {
-			return &permanentError{err}
-		}
-		tx.rels[m.RelationID] = rel
-	case pglogrepl.MessageTypeMessage:
-		msg, err := pglogrepl.ParseV2(data, true)
-		if err != nil {
-			return &permanentError{fmt.Errorf("cdc: decoding a pgoutput message: %w", err)}
-		}
-		m := msg.(*pglogrepl.LogicalDecodingMessageV2)
-		if m.Transactional && m.Prefix == r.prefix {
-			return r.keep(tx, messageEvent(&m.LogicalDecodingMessage))
-		}
-	}
-	return nil
-}
-
-// keep adds e to tx, spilling the largest open transactions while their
-// events take more than the memory bound.
-func (r *reader) keep(tx *streamTx, e relay.Event) error {
-	r.streamMem += tx.add(e)
-	bound := int64(r.s.cfg.StreamMemoryBytes)
-	for r.streamMem > bound {
-		var largest *streamTx
-		for _, t := range r.streams {
-			if largest == nil || t.memBytes > largest.memBytes {
-				largest = t
-			}
-		}
-		freed, err := largest.spill(r.spillDir)
-		if err != nil {
-			return err
-		}
-		r.streamMem -= freed
-	}
-	return nil
-}
-
-// streamCommit queues the events of a committed streamed transaction at
-// their positions, as its BEGIN ... COMMIT would have, waiting for room
-// in the queue on the way.
-func (r *reader) streamCommit(ctx context.Context, st *statusSender, m *pglogrepl.StreamCommitMessageV2) error {
-	tx := r.streams[m.Xid]
-	if tx == nil {
-		// Nothing of it was streamed in this session: it had no changes
-		// the publication sends.
-		tx = &streamTx{xid: m.Xid}
-	}
-	r.begin(m.CommitLSN, m.CommitTime)
-	n := 0
-	err := tx.each(func(e relay.Event) error {
-		if n++; n%1024 == 0 {
-			if err := st.send(ctx, r.s, false); err != nil {
-				return err
-			}
-		}
-		if err := r.waitForRoom(ctx, st); err != nil {
-			return err
-		}
-		r.queueNext(e)
-		return nil
-	})
-	if err != nil {
-		return err
-	}
-	// pgoutput counts the relation messages of a committed streamed
-	// transaction as sent to everything after it.
-	for id, rel := range tx.rels {
-		r.rels[id] = rel
-	}
-	if r.streams[m.Xid] != nil {
-		r.dropStream(tx)
-	}
-	r.commit(m.TransactionEndLSN)
-	return nil
-}
-
-// queueNext queues an event at the next position of the current
-// transaction, if not delivered yet: an event of a committed streamed
-// transaction, or a logical message.
-func (r *reader) queueNext(e relay.Event) {
-	if pos, ok := r.nextPosition(); ok {
-		r.queueAt(e, pos)
-	}
-}
-
-// nextPosition takes the next position of the current transaction and
-// reports whether an event there is still to deliver (it is past what the
-// core already has).
-func (r *reader) nextPosition() (relay.Position, bool) {
-	pos := relay.Position{Major: r.txMajor, Minor: r.txIndex}
-	r.txIndex++
-	if r.txIndex == bulkAfter {
-		r.pace.setBulk(true)
-	}
-	return pos, r.skipBelow.Less(pos)
-}
-
-// queueAt queues e at pos, the position nextPosition gave it. An event
-// without a row of its own is dated by the commit.
-func (r *reader) queueAt(e relay.Event, pos relay.Position) {
-	if e.CreatedAt.IsZero() && !e.HasRow() {
-		e.CreatedAt = r.txCommitted
-	}
-	e.Position = pos
-	e.CommittedAt = r.txCommitted
-	s := r.s
-	s.mu.Lock()
-	s.pushLocked(e)
-	s.mu.Unlock()
-	r.skipBelow = pos
-}
-
-// dropStream forgets a streamed transaction and removes its spill file.
-func (r *reader) dropStream(tx *streamTx) {
-	r.streamMem -= tx.memBytes
-	tx.close()
-	delete(r.streams, tx.xid)
-	if r.cur == tx {
-		r.cur = nil
-	}
-	s := r.s
-	s.mu.Lock()
-	s.streamsOpen--
-	s.advanceLocked()
-	s.mu.Unlock()
-}
-
-// dropStreams forgets every streamed transaction of the session: the
-// next session receives them again.
-func (r *reader) dropStreams() {
-	for _, tx := range r.streams {
-		r.dropStream(tx)
-	}
-	r.streams, r.cur, r.streamMem = map[uint32]*streamTx{}, nil, 0
-}
-
-// message queues the event of an emit_message message (message.go), if
-// not delivered yet. It takes the next position of its transaction, as an
-// insert does, so messages and inserts keep their order.
-func (r *reader) message(m *pglogrepl.LogicalDecodingMessage) {
-	r.queueNext(messageEvent(m))
-}
-
-// insert queues the event of an Insert message, if it is an insert into
-// the outbox not delivered yet.
-func (r *reader) insert(relID uint32, data []byte) error {
-	rel, ok := r.rels[relID]
-	if !ok {
-		return &permanentError{fmt.Errorf("cdc: insert into relation %d before its relation message", relID)}
-	}
-	if !rel.outbox {
-		return nil
-	}
-	pos, ok := r.nextPosition()
-	if !ok {
-		return nil
-	}
-	e, err := r.decode.insert(rel, data)
-	if err != nil {
-		return &permanentError{err}
-	}
-	r.queueAt(e, pos)
-	return nil
-}
-
-// pushLocked queues e in the chunk of its transaction.
-func (s *Source) pushLocked(e relay.Event) {
-	if s.open == nil || s.open.major != e.Position.Major {
-		// Transactions tend to be alike: start at the size of the last
-		// one rather than grow from nothing, copying events each time.
-		s.open = &chunk{major: e.Position.Major, events: make([]relay.Event, 0, max(s.chunkHint, 1))}
-		s.queue = append(s.queue, s.open)
-	}
-	s.open.events = append(s.open.events, e)
-	s.queued++
-	s.queuedBytes += eventBytes(e)
-	// A transaction still arriving can be taken only in pieces of Next's
-	// max, or when the queue is full; waking Next for every event would
-	// cost a wake-up per event. The commit wakes it for the rest.
-	if len(s.open.events)%wakeEvery == 0 || s.fullLocked() {
-		s.notifyLocked()
-	}
-}
-
-// closeOpenLocked marks the chunk of the transaction being received as
-// whole.
-func (s *Source) closeOpenLocked() {
-	s.chunkHint = min(len(s.open.events), maxChunkHint)
-	s.open.closed = true
-	s.open = nil
-}
-
-// maxChunkHint caps the room a transaction's chunk starts with.
-const maxChunkHint = 4096
-
-// wakeEvery is how many events of a transaction still arriving are queued
-// between two wake-ups of a waiting Next.
-const wakeEvery = 128
-
-// waitForRoom blocks while the queue is full, still sending status
-// updates so the server keeps the connection.
-func (r *reader) waitForRoom(ctx context.Context, st *statusSender) error {
-	s := r.s
-	for {
-		s.mu.Lock()
-		full := s.fullLocked()
-		var err error
-		if full {
-			err = s.waitLockedFor(ctx, s.cfg.StatusInterval)
-		}
-		s.mu.Unlock()
-		if !full || err != nil {
-			return err
-		}
-		if err := st.send(ctx, s, false); err != nil {
-			return err
-		}
-	}
-}
-
-// statusSender sends standby status updates: when the flush position
-// moved, when the interval passed, or when the server asked.
-type statusSender struct {
-	conn     *pgconn.PgConn
-	interval time.Duration
-	sent     pglogrepl.LSN
-	next     time.Time
-}
-
-func (st *statusSender) send(ctx context.Context, s *Source, force bool) error {
-	s.mu.Lock()
-	flush := s.flush
-	s.mu.Unlock()
-	now := time.Now()
-	if !force && flush == st.sent && now.Before(st.next) {
-		return nil
-	}
-	// Only the flush position matters for a logical slot; write and
-	// apply are reported equal to it so nothing suggests more.
-	err := pglogrepl.SendStandbyStatusUpdate(ctx, st.conn, pglogrepl.StandbyStatusUpdate{
-		WALWritePosition: flush,
-		WALFlushPosition: flush,
-		WALApplyPosition: flush,
-		ClientTime:       now,
-	})
-	if err != nil {
-		return fmt.Errorf("cdc: sending a standby status update: %w", err)
-	}
-	st.sent, st.next = flush, now.Add(st.interval)
-	return nil
-}
-
-// connectReplication opens a logical replication connection. A deadline,
-// not a cancel request, ends waits on it: a cancel request would abort the
-// walsender's stream.
-//
-// With p set, the connection reads the socket through it (the stream's
-// session); without, directly (slot creation).
-func (s *Source) connectReplication(ctx context.Context, p *pacer) (*pgconn.PgConn, error) {
-	cfg, err := pgconfig.ParseConfig(s.cfg.DatabaseURL)
-	if err != nil {
-		return nil, err
-	}
-	pc := cfg.Config.Copy()
-	pc.RuntimeParams["replication"] = "database"
-	// Text-format values are parsed as ISO dates and hex bytea.
-	pc.RuntimeParams["DateStyle"] = "ISO, MDY"
-	pc.RuntimeParams["bytea_output"] = "hex"
-	if pc.RuntimeParams["application_name"] == "" {
-		pc.RuntimeParams["application_name"] = "relay-cdc"
-	}
-	if pc.ConnectTimeout == 0 {
-		pc.ConnectTimeout = 10 * time.Second
-	}
-	// pgconn reads the socket 8 KiB at a time: a read syscall per ~25
-	// messages of a busy stream. A larger buffer in front of it reads
-	// whatever the socket holds at once.
-	pc.BuildFrontend = func(r io.Reader, w io.Writer) *pgproto3.Frontend {
-		if p != nil {
-			p.r = r
-			r = p
-		}
-		return pgproto3.NewFrontend(bufio.NewReaderSize(r, replicationReadBuffer), w)
-	}
-	pc.BuildContextWatcherHandler = func(c *pgconn.PgConn) ctxwatch.Handler {
-		return &pgconn.DeadlineContextWatcherHandler{Conn: c.Conn()}
-	}
-	conn, err := pgconn.ConnectConfig(ctx, pc)
-	if err != nil {
-		return nil, &scrubbedError{
-			msg: fmt.Sprintf("cdc: opening a replication connection to %s: %s", pgconfig.Describe(pc), pgconfig.Scrub(err, s.cfg.DatabaseURL)),
-			err: err,
-		}
-	}
-	return conn, nil
-}
-
-// replicationReadBuffer is the read buffer of the replication connection.
-const replicationReadBuffer = 256 << 10
-
-// A transaction's events are delivered at its commit, so while the reader
-// is inside a large one (bulkAfter events received, or a streamed chunk)
-// it need not read each message as it arrives: the walsender sends every
-// pgoutput message with its own send, and a reader faster than the
-// walsender otherwise wakes, reads a few hundred bytes and sleeps again
-// for each few messages, a read syscall, an epoll wait and a scheduler
-// round trip each (about a third of the relay's CPU in a backlog drain).
-// Instead, after a read of less than pauseBelow, the next read waits
-// bulkPause first, and gets what the walsender sent meanwhile at once.
-// The commit of such a transaction reaches the reader at most about
-// bulkPause later; transactions of fewer events, and everything between
-// transactions, are read as before.
-const (
-	bulkAfter  = 64
-	bulkPause  = 500 * time.Microsecond
-	pauseBelow = 64 << 10
-)
-
-// pacer is the replication connection's reader (see bulkAfter). bulk is
-// set by the stream's goroutine; Read runs on it too (pgconn's frontend
-// reads only in ReceiveMessage), short is Read's own.
-type pacer struct {
-	r     io.Reader
-	bulk  atomic.Bool
-	short bool
-}
-
-// setBulk says whether the stream is inside a large transaction; a reader
-// without a session (in tests) has no pacer.
-func (p *pacer) setBulk(on bool) {
-	if p != nil {
-		p.bulk.Store(on)
-	}
-}
-
-func (p *pacer) Read(b []byte) (int, error) {
-	if p.short && p.bulk.Load() {
-		time.Sleep(bulkPause)
-	}
-	n, err := p.r.Read(b)
-	p.short = n < pauseBelow
-	return n, err
-}
-
-// scrubbedError keeps the cause of a connection failure for errors.Is
-// while its message holds no password.
-type scrubbedError struct {
-	msg string
-	err error
-}
-
-func (e *scrubbedError) Error() string { return e.msg }
-func (e *scrubbedError) Unwrap() error { return e.err }
-
-// housekeep writes heartbeats and marks finished table reads done.
-func (s *Source) housekeep(ctx context.Context, pool *pgxpool.Pool, markerDone <-chan pglogrepl.LSN) {
-	t := time.NewTicker(s.cfg.HeartbeatInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case lsn := <-markerDone:
-			if _, err := pool.Exec(ctx, "UPDATE "+s.slotsTbl+" SET snapshot = NULL WHERE slot_name = $1 AND consistent_lsn = $2::text::pg_lsn",
-				s.slotName(), lsn.String()); err != nil && ctx.Err() == nil {
-				s.log.Warn("marking the table read done failed; the next start checks the table again", "err", err)
-			}
-		case <-t.C:
-			if _, err := pool.Exec(ctx, "SELECT pg_logical_emit_message(false, 'relay-heartbeat', '')"); err != nil && ctx.Err() == nil {
-				s.log.Warn("writing the heartbeat failed", "err", err)
-			}
 		}
 	}
 }

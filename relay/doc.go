@@ -30,8 +30,8 @@
 // releases, heartbeat, backlog, retention and replay) and those of the
 // operator commands on dead letters and replays are in package
 // relay/store, behind the storage interface (storage.go), which lists
-// them in one place (the poll reader's are there too, in
-// store.PollReader). The transactions stay here: which statements commit
+// them in one place (the readers' are there too, in store.PollReader
+// and store.CDCReader). The transactions stay here: which statements commit
 // together, and so what survives a crash, is decided by ack.go,
 // leadership.go, release.go and replayer.go; relay/store's conformance
 // tests check each statement's effect against PostgreSQL.
