@@ -1,16 +1,10 @@
 package faults_test
 
 import (
-	"context"
 	"encoding/json"
-	"maps"
-	"slices"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/outboxrelay/relay/internal/e2e"
 	"github.com/outboxrelay/relay/internal/sink/kafka/kafkatest"
@@ -30,64 +24,14 @@ type kafkaRecord struct {
 // readKafka reads every record of topic, by partition and offset.
 func readKafka(t *testing.T, brokers []string, topic string) []kafkaRecord {
 	t.Helper()
-	ctx := context.Background()
-	admin, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer admin.Close()
-	ends, err := kadm.NewClient(admin).ListEndOffsets(ctx, topic)
-	if err != nil {
-		t.Fatalf("listing end offsets of %s: %v", topic, err)
-	}
-	end := map[int32]int64{}
-	ends.Each(func(o kadm.ListedOffset) {
-		if o.Err == nil && o.Offset > 0 {
-			end[o.Partition] = o.Offset
-		}
-	})
-	// Partitions named directly: no wait for the consumer to discover the
-	// topic.
-	from := map[int32]kgo.Offset{}
-	for p := range end {
-		from[p] = kgo.NewOffset().AtStart()
-	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: from}),
-		kgo.FetchMaxWait(200*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	byPart := map[int32][]kafkaRecord{}
-	reached := func() bool {
-		for p, e := range end {
-			if rs := byPart[p]; len(rs) == 0 || rs[len(rs)-1].offset+1 < e {
-				return false
-			}
-		}
-		return true
-	}
-	for deadline := time.Now().Add(2 * time.Minute); !reached(); {
-		if time.Now().After(deadline) {
-			t.Fatalf("reading %s: not at the end offsets %v after 2 minutes", topic, end)
-		}
-		// A poll's end cancels its fetch; a short one, with a fetch slowed
-		// by the race detector in kfake, would start the read over.
-		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		fs := cl.PollFetches(pctx)
-		cancel()
-		fs.EachRecord(func(r *kgo.Record) {
-			h := map[string]string{}
-			for _, hh := range r.Headers {
-				h[hh.Key] = string(hh.Value)
-			}
-			byPart[r.Partition] = append(byPart[r.Partition], kafkaRecord{partition: r.Partition, offset: r.Offset, key: string(r.Key),
-				value: r.Value, headers: h, producerID: r.ProducerID})
-		})
-	}
 	var out []kafkaRecord
-	for _, p := range slices.Sorted(maps.Keys(byPart)) {
-		out = append(out, byPart[p]...)
+	for _, r := range kafkatest.ReadRecords(t, brokers, topic, false) {
+		h := map[string]string{}
+		for _, hh := range r.Headers {
+			h[hh.Key] = string(hh.Value)
+		}
+		out = append(out, kafkaRecord{partition: r.Partition, offset: r.Offset, key: string(r.Key),
+			value: r.Value, headers: h, producerID: r.ProducerID})
 	}
 	return out
 }

@@ -5,6 +5,7 @@ package kafkatest
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"maps"
 	"net"
@@ -231,6 +232,7 @@ func readPartition(ctx context.Context, cl *kgo.Client, topic string, id kadm.To
 	}
 	var out []*kgo.Record
 	var lastErr error
+	dec := Decompressor()
 	next := int64(0)
 	for next < end {
 		if time.Now().After(deadline) {
@@ -267,7 +269,7 @@ func readPartition(ctx context.Context, cl *kgo.Client, topic string, id kadm.To
 				if t.Partitions[i].Partition != p {
 					continue
 				}
-				fp, after := kgo.ProcessFetchPartition(kgo.ProcessFetchPartitionOpts{Topic: topic, Partition: p, Offset: next, IsolationLevel: iso}, &t.Partitions[i], kgo.DefaultDecompressor(), nil)
+				fp, after := kgo.ProcessFetchPartition(kgo.ProcessFetchPartitionOpts{Topic: topic, Partition: p, Offset: next, IsolationLevel: iso}, &t.Partitions[i], dec, nil)
 				if fp.Err != nil {
 					lastErr = fp.Err
 				}
@@ -278,6 +280,9 @@ func readPartition(ctx context.Context, cl *kgo.Client, topic string, id kadm.To
 					out = append(out, r)
 				}
 				progressed = after > next
+				if !progressed && fp.Err == nil {
+					lastErr = stall(&t.Partitions[i], next)
+				}
 				next = max(next, after)
 			}
 		}
@@ -286,6 +291,18 @@ func readPartition(ctx context.Context, cl *kgo.Client, topic string, id kadm.To
 		}
 	}
 	return out, nil
+}
+
+// stall describes a fetch response that moved a partition's read no
+// further: its offsets, and the head of its first batch.
+func stall(rp *kmsg.FetchResponseTopicPartition, at int64) error {
+	b := rp.RecordBatches
+	head := "no batch bytes"
+	if len(b) >= 17 {
+		head = fmt.Sprintf("first batch: base offset %d, length %d (+12), magic %d", int64(binary.BigEndian.Uint64(b)), int32(binary.BigEndian.Uint32(b[8:])), b[16])
+	}
+	return fmt.Errorf("a fetch at offset %d returned nothing to read: error code %d, high watermark %d, last stable offset %d, log start %d, %d bytes of batches, %s",
+		at, rp.ErrorCode, rp.HighWatermark, rp.LastStableOffset, rp.LogStartOffset, len(b), head)
 }
 
 const endMarker = "kafkatest-end"
