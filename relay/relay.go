@@ -2,6 +2,7 @@ package relay
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strconv"
@@ -98,13 +99,28 @@ func (r *Relay) Run(ctx context.Context) error {
 	}
 	r.pool = pool
 	defer pool.Close()
-	if err := r.checkSchema(ctx); err != nil {
+	var b backoff
+	for {
+		started := time.Now()
+		err := r.checkSchema(ctx)
 		if ctx.Err() != nil {
 			return nil
 		}
-		return err
+		if err == nil {
+			break
+		}
+		if errors.Is(err, migrations.ErrPending) || errors.Is(err, migrations.ErrSchemaTooNew) {
+			return err
+		}
+		// Not an answer about the schema: the connection was lost or
+		// the server is restarting. Ask again, as every later step does.
+		wait := b.next(time.Since(started))
+		r.log.Warn("checking the schema version failed; trying again", "err", err, "retry_in", wait)
+		if sleepCtx(ctx, wait) != nil {
+			return nil
+		}
 	}
-	var b backoff
+	b = backoff{}
 	for ctx.Err() == nil {
 		started := time.Now()
 		err := r.leadOnce(ctx, &b)

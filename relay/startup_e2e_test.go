@@ -1,0 +1,59 @@
+package relay_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/outboxrelay/relay/internal/e2e"
+	"github.com/outboxrelay/relay/internal/pgtest"
+	"github.com/outboxrelay/relay/relay"
+)
+
+// TestStartupSurvivesALostConnection: the relay's first question to the
+// database, whether the schema is at its version, loses its connection
+// (the server restarting, as in a CI run of the WAL reader's restart
+// test, where the relay exited with "reading migration versions:
+// unexpected EOF"). The relay asks again and goes on to lead and publish;
+// it does not exit. The check is held behind an ACCESS EXCLUSIVE lock on
+// the version table and its session terminated while it waits.
+func TestStartupSurvivesALostConnection(t *testing.T) {
+	t.Parallel()
+	url, bin := e2e.Migrated(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	admin := pgtest.Connect(t, url)
+	locker := pgtest.Connect(t, url)
+	tx, err := locker.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, "LOCK TABLE outbox.schema_migrations IN ACCESS EXCLUSIVE MODE"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.Exec(ctx, `INSERT INTO outbox.events (topic, key, payload) VALUES ('orders', 'k', '{}')`); err != nil {
+		t.Fatal(err)
+	}
+
+	p := e2e.Start(t, bin, nil, runArgs(url, e2e.DataDir(t), e2e.FreeAddr(t))...)
+	terminated := 0
+	for deadline := time.Now().Add(time.Minute); terminated == 0; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the relay's schema check never waited on the lock:\n%s", p.Output())
+		}
+		if err := admin.QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+WHERE datname = current_database() AND application_name = $1 AND wait_event_type = 'Lock'`, relay.ApplicationName).Scan(&terminated); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	e2e.WaitRole(t, p, string(relay.RoleLeader), time.Minute)
+	e2e.WaitDrained(t, url, "outbox", time.Minute)
+	if out := p.Output(); !strings.Contains(out, "checking the schema version failed; trying again") {
+		t.Fatalf("the relay's log does not say it tried again:\n%s", out)
+	}
+}
