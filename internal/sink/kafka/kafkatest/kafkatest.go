@@ -167,12 +167,11 @@ func AsRecords(records []*kgo.Record) []relaytest.Record {
 //
 // It reads with plain Fetch requests, one partition at a time from offset
 // 0 to the end listed first, and decodes them with franz-go's own batch
-// processing (kgo.ProcessFetchPartition), rather than through a consumer:
-// each request has its own timeout and every error is kept, so a read that
-// cannot finish fails with the last error it saw instead of waiting on a
-// consumer session that stopped handing out what it fetched (seen under
-// -race on a loaded machine: one 2.5 MB fetch read, then nothing polled and
-// no further fetch for minutes).
+// processing (kgo.ProcessFetchPartition) and Decompressor, rather than
+// through a consumer: each request has its own timeout and every error is
+// kept, so a read that cannot finish names the partition, the offset and
+// the last error it saw. (A consumer's read-back once looked stuck after
+// one fetch; the time went into lz4 under -race, see Decompressor.)
 func ReadRecords(t testing.TB, brokers []string, topic string, committed bool, opts ...kgo.Opt) []*kgo.Record {
 	t.Helper()
 	ctx := context.Background()
