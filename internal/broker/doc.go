@@ -265,9 +265,11 @@
 // share a broker-wide pool, and opening one past the bound closes the
 // least recently used idle one, after fsyncing it when it was written
 // since its last fsync; its next use reopens it. A file in use is never
-// closed under its caller, so the bound can be exceeded by as many files
-// as there are concurrent callers (an Open recovers 16 partitions of a
-// topic at once), and the next open trims the excess. Inactive segments'
+// closed under its caller: the next least recently used idle one is
+// closed instead, so the bound is exceeded only while every open file is
+// in use, by as many files as there are concurrent callers (an Open
+// recovers 16 partitions of a topic at once), and the next open trims the
+// excess. Inactive segments'
 // read handles are bounded per partition apart (MaxOpenSegmentReaders).
 // Open opens 16 topics at a time and each topic's partitions 16 at a
 // time (CreateTopic too), and Close closes 16 partitions at a time: an

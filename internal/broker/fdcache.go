@@ -195,23 +195,43 @@ func (p *pooledFile) Close() error {
 }
 
 // makeRoom evicts idle files, least recently used first, until room more
-// files fit under the bound, sparing except. A file in use (its mutex held, as
-// except's is) is skipped: the bound is exceeded for as long as its call
-// lasts, never by more than the callers running at once, and the next
-// add trims the excess.
+// files fit under the bound, sparing except. A file in use (its mutex
+// held, as except's is, by a fsync of the interval flusher or a reader) is
+// passed over for the next least recently used one, so the bound is
+// exceeded only when every open file is in use: never by more than the
+// callers running at once, and the next add trims the excess.
 func (s *segmentFilePool) makeRoom(except *pooledFile, room int) {
 	s.mu.Lock()
-	var victims []*pooledFile
-	for e := s.lru.Back(); e != nil && s.lru.Len()-len(victims) > s.max-room; e = e.Prev() {
+	excess := s.lru.Len() - (s.max - room)
+	if excess <= 0 {
+		s.mu.Unlock()
+		return
+	}
+	// A few more candidates than needed, for those found in use; the
+	// pool's whole list only when that many are busy.
+	var candidates []*pooledFile
+	for e := s.lru.Back(); e != nil && len(candidates) < excess+evictSpare; e = e.Prev() {
 		if q := e.Value.(*pooledFile); q != except {
-			victims = append(victims, q)
+			candidates = append(candidates, q)
 		}
 	}
 	s.mu.Unlock()
-	for _, q := range victims {
+	for _, q := range candidates {
+		// Concurrent callers evict too: count again rather than evict
+		// past the bound.
+		s.mu.Lock()
+		fits := s.lru.Len() <= s.max-room
+		s.mu.Unlock()
+		if fits {
+			return
+		}
 		q.evict()
 	}
 }
+
+// evictSpare is how many files past the excess makeRoom tries when the
+// least recently used ones are in use.
+const evictSpare = 8
 
 // add puts p, just opened, at the front, and trims what concurrent opens
 // left past the bound.
