@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"sync"
 	"syscall"
 	"testing"
@@ -181,5 +182,41 @@ func TestReopenRefusesAReplacedFile(t *testing.T) {
 	buf := make([]byte, 8)
 	if n, err := fa.ReadAt(buf, 0); err == nil {
 		t.Fatalf("read %q through a file replaced while evicted, want an error", buf[:n])
+	}
+}
+
+// TestBusyLeastRecentlyUsedFileIsPassedOver opens three segment files
+// under a bound of 2 while the least recently used one is in use: the
+// pool closes the next idle one instead, so no more than 2 are open, and
+// the busy one keeps its descriptor.
+func TestBusyLeastRecentlyUsedFileIsPassedOver(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	fsys := &countFS{}
+	pool := newPooledFS(fsys, 2)
+	open := func(sub string) *pooledFile {
+		t.Helper()
+		if err := os.MkdirAll(filepath.Join(dir, sub), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		f, err := pool.OpenFile(filepath.Join(dir, sub, "00000000000000000000.log"), os.O_CREATE|os.O_RDWR|os.O_APPEND, 0o644)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = f.Close() })
+		return f.(*pooledFile)
+	}
+	a, b := open("a"), open("b")
+	a.mu.Lock() // a is in use, as during a reader's ReadAt
+	c := open("c")
+	a.mu.Unlock()
+	if m := fsys.peak(false); m > 2 {
+		t.Fatalf("%d segment files open at once, want at most 2", m)
+	}
+	if a.f == nil || b.f != nil || c.f == nil {
+		t.Fatalf("open descriptors a=%t b=%t c=%t, want a and c open, b closed", a.f != nil, b.f != nil, c.f != nil)
+	}
+	if _, err := b.Write([]byte("x")); err != nil {
+		t.Fatalf("write to the closed file reopens it: %v", err)
 	}
 }
