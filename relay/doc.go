@@ -28,12 +28,15 @@
 // Run first checks that the schema is at exactly this binary's version.
 // A database behind it (migrations pending) or ahead of it (migrated by a
 // newer relay) ends Run with that error: the operator must act, and no
-// statement of another version ever runs. Any other failure of the check
-// (the connection lost, the server restarting or refusing connections) is
-// not an answer: the relay logs it and asks again with the leader loop's
-// backoff, until it gets one or is stopped, so a relay started while its
-// database restarts does not exit (TestStartupSurvivesALostConnection
-// terminates the check's session while it waits on a lock).
+// statement of another version ever runs. So does a refusal that asking
+// again will not change (pgconfig.Refused: the login refused, no such
+// database, a missing privilege; TestStartupRefusedExits). Any other
+// failure of the check (the connection refused or lost, the server
+// restarting) is not an answer: the relay logs it and asks again with the
+// leader loop's backoff, until it gets one or is stopped, so a relay
+// started before or while its database restarts does not exit
+// (TestStartupSurvivesALostConnection terminates the check's session
+// while it waits on a lock).
 //
 // # Where the SQL lives
 //

@@ -109,11 +109,11 @@ func (r *Relay) Run(ctx context.Context) error {
 		if err == nil {
 			break
 		}
-		if errors.Is(err, migrations.ErrPending) || errors.Is(err, migrations.ErrSchemaTooNew) {
+		if errors.Is(err, migrations.ErrPending) || errors.Is(err, migrations.ErrSchemaTooNew) || pgconfig.Refused(err) {
 			return err
 		}
-		// Not an answer about the schema: the connection was lost or
-		// the server is restarting. Ask again, as every later step does.
+		// No answer: the connection was refused or lost, or the server
+		// is restarting. Ask again, as every later step does.
 		wait := b.next(time.Since(started))
 		r.log.Warn("checking the schema version failed; trying again", "err", err, "retry_in", wait)
 		if sleepCtx(ctx, wait) != nil {
@@ -177,7 +177,7 @@ func (r *Relay) checkSchema(ctx context.Context) error {
 	}
 	conn, err := r.pool.Acquire(ctx)
 	if err != nil {
-		return fmt.Errorf("connecting to PostgreSQL: %s", pgconfig.Scrub(err, r.cfg.DatabaseURL))
+		return pgconfig.Wrap(err, r.cfg.DatabaseURL, "connecting to PostgreSQL")
 	}
 	defer conn.Release()
 	return m.Check(ctx, conn.Conn())

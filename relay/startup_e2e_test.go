@@ -2,6 +2,7 @@ package relay_test
 
 import (
 	"context"
+	neturl "net/url"
 	"strings"
 	"testing"
 	"time"
@@ -55,5 +56,44 @@ WHERE datname = current_database() AND application_name = $1 AND wait_event_type
 	e2e.WaitDrained(t, url, "outbox", time.Minute)
 	if out := p.Output(); !strings.Contains(out, "checking the schema version failed; trying again") {
 		t.Fatalf("the relay's log does not say it tried again:\n%s", out)
+	}
+}
+
+// TestStartupRefusedExits: an answer of the server that asking again will
+// not change ends `relay run` at start-up with that answer, instead of a
+// retry loop that hides it: no such database (3D000), and a role that may
+// not read the version table (42501). A connection refused is retried
+// (TestStartupSurvivesALostConnection covers one lost).
+func TestStartupRefusedExits(t *testing.T) {
+	t.Parallel()
+	url, bin := e2e.Migrated(t)
+	admin := pgtest.Connect(t, url)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if _, err := admin.Exec(ctx, `CREATE ROLE relay_nopriv LOGIN; GRANT USAGE ON SCHEMA outbox TO relay_nopriv`); err != nil {
+		t.Fatal(err)
+	}
+	u, err := neturl.Parse(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	noDB, noPriv := *u, *u
+	noDB.Path = "/relay_no_such_database"
+	noPriv.User = neturl.User("relay_nopriv")
+	for _, c := range []struct{ name, url, want string }{
+		{"no such database", noDB.String(), "3D000"},
+		{"no privilege", noPriv.String(), "42501"},
+	} {
+		p := e2e.Start(t, bin, nil, runArgs(c.url, e2e.DataDir(t), e2e.FreeAddr(t))...)
+		if code := p.Wait(30 * time.Second); code <= 0 {
+			t.Errorf("%s: relay run exit code %d (-1: still running after 30 s), want an error:\n%s", c.name, code, p.Output())
+		}
+		out := p.Output()
+		if !strings.Contains(out, c.want) {
+			t.Errorf("%s: the relay's output does not name %s:\n%s", c.name, c.want, out)
+		}
+		if strings.Contains(out, "trying again") {
+			t.Errorf("%s: the relay retried an answer that will not change:\n%s", c.name, out)
+		}
 	}
 }

@@ -8,6 +8,7 @@ package pgconfig
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/url"
 	"regexp"
@@ -83,6 +84,26 @@ type Error struct {
 
 func (e *Error) Error() string { return e.msg }
 func (e *Error) Unwrap() error { return e.err }
+
+// Wrap is err, a failure to reach or use the server, as one line that
+// starts with what and holds no password; errors.Is and errors.As see err.
+func Wrap(err error, connString, what string) error {
+	return &Error{msg: what + ": " + dedupeLines(Scrub(err, connString)), err: err}
+}
+
+// Refused reports whether err carries an answer of the server that asking
+// again will not change: the login refused (SQLSTATE class 28: a wrong
+// password, no pg_hba.conf entry for the user), no such database (3D000),
+// or a statement refused for a missing privilege or object (class 42).
+// A connection refused, reset or lost, and a server starting up or
+// shutting down (class 57) are not.
+func Refused(err error) bool {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		return false
+	}
+	return strings.HasPrefix(pgErr.Code, "28") || pgErr.Code == "3D000" || strings.HasPrefix(pgErr.Code, "42")
+}
 
 // ParseConfig parses connString (empty: the PG* variables) into a pgx
 // config. Its errors name no password.

@@ -2,10 +2,13 @@ package pgconfig_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/outboxrelay/relay/internal/pgconfig"
 	"github.com/outboxrelay/relay/internal/pgtest"
@@ -46,5 +49,38 @@ func TestNewPoolErrorHasNoPassword(t *testing.T) {
 	}
 	if strings.Contains(err.Error(), secret) {
 		t.Fatalf("the error shows the password: %v", err)
+	}
+}
+
+// TestRefused sorts the server's answers into those asking again will not
+// change and the rest, wrapped as the pool and the migrator wrap them
+// (a per-attempt join inside a connection error, then %w).
+func TestRefused(t *testing.T) {
+	t.Parallel()
+	wrapped := func(code string) error {
+		attempts := errors.Join(errors.New("tls error: server refused TLS connection"), &pgconn.PgError{Severity: "FATAL", Code: code})
+		return fmt.Errorf("reading migration versions: %w", fmt.Errorf("failed to connect: %w", attempts))
+	}
+	for code, want := range map[string]bool{
+		"28P01": true,  // password authentication failed
+		"28000": true,  // no pg_hba.conf entry
+		"3D000": true,  // no such database
+		"42501": true,  // insufficient privilege
+		"42P01": true,  // no such table
+		"57P01": false, // admin shutdown (a restart)
+		"57P03": false, // the server is starting up
+		"53300": false, // too many connections
+		"08006": false, // connection failure
+	} {
+		if got := pgconfig.Refused(wrapped(code)); got != want {
+			t.Errorf("Refused(%s) = %t, want %t", code, got, want)
+		}
+	}
+	if pgconfig.Refused(errors.New("dial tcp 127.0.0.1:1: connect: connection refused")) {
+		t.Error("a refused TCP connection counts as an answer of the server")
+	}
+	err := pgconfig.Wrap(wrapped("28P01"), "postgres://u:s3cret@h/db", "connecting to PostgreSQL")
+	if !pgconfig.Refused(err) || strings.Contains(err.Error(), "\n") {
+		t.Errorf("Wrap lost the answer or kept several lines: %q", err)
 	}
 }
