@@ -36,7 +36,13 @@
 // journal checkpoint before it deletes journal files, on Close of a
 // partition with data, by the interval fsync; an empty segment lost in a
 // crash is created again. EnsureTopics creates many topics with one
-// DIR/topics fsync and one meta.json write.
+// DIR/topics fsync and one meta.json write. A configuration change
+// (AlterTopicConfig) takes effect in memory only after its meta.json
+// write returned: a failed write or fsync leaves the old configuration in
+// memory and on disk, and a failed directory fsync after the rename
+// leaves the old one in memory and either on disk, never a torn file; a
+// retry writes it again (TestAlterTopicConfigStorageFaults, with a crash
+// copy at each failure).
 //
 // # Segments (.log)
 //
