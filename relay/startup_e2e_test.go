@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/outboxrelay/relay/internal/e2e"
 	"github.com/outboxrelay/relay/internal/pgtest"
 	"github.com/outboxrelay/relay/relay"
@@ -96,4 +98,39 @@ func TestStartupRefusedExits(t *testing.T) {
 			t.Errorf("%s: the relay retried an answer that will not change:\n%s", c.name, out)
 		}
 	}
+}
+
+// TestStartupWaitsForConnections: a relay started while its database
+// refuses connections (ALLOW_CONNECTIONS false, SQLSTATE 55000, as during
+// maintenance) keeps asking and leads once they are allowed again.
+func TestStartupWaitsForConnections(t *testing.T) {
+	t.Parallel()
+	url, bin := e2e.Migrated(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	u, err := neturl.Parse(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := strings.TrimPrefix(u.Path, "/")
+	other := *u
+	other.Path = "/postgres"
+	admin := pgtest.Connect(t, other.String())
+	if _, err := pgtest.Connect(t, url).Exec(ctx, `INSERT INTO outbox.events (topic, key, payload) VALUES ('orders', 'k', '{}')`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.Exec(ctx, `ALTER DATABASE `+pgx.Identifier{db}.Sanitize()+` ALLOW_CONNECTIONS false`); err != nil {
+		t.Fatal(err)
+	}
+	p := e2e.Start(t, bin, nil, runArgs(url, e2e.DataDir(t), e2e.FreeAddr(t))...)
+	for deadline := time.Now().Add(time.Minute); !strings.Contains(p.Output(), "55000"); time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) || p.Exited() {
+			t.Fatalf("the relay did not report the refused connection and wait:\n%s", p.Output())
+		}
+	}
+	if _, err := admin.Exec(ctx, `ALTER DATABASE `+pgx.Identifier{db}.Sanitize()+` ALLOW_CONNECTIONS true`); err != nil {
+		t.Fatal(err)
+	}
+	e2e.WaitRole(t, p, string(relay.RoleLeader), time.Minute)
+	e2e.WaitDrained(t, url, "outbox", time.Minute)
 }
