@@ -251,12 +251,7 @@ func (c *CDCReader) ReadTablePage(ctx context.Context, db DB, snapshot, afterTxi
 		if err := row.Scan(&r.ID, &r.Txid, &r.EventID, &r.Topic, &key, &r.Payload, &headers, &r.CreatedAt); err != nil {
 			return r, err
 		}
-		if key != nil {
-			r.Key = []byte(*key)
-		}
-		if headers != nil {
-			r.Headers = []byte(*headers)
-		}
+		r.Key, r.Headers = textBytes(key), textBytes(headers)
 		return r, nil
 	})
 }

@@ -66,13 +66,16 @@ func scanStoredEvent(row pgx.Row, extra ...any) (StoredEvent, error) {
 	if err := row.Scan(append([]any{&e.ID, &e.Row, &e.EventID, &e.Topic, &key, &e.Payload, &headers, &e.CreatedAt}, extra...)...); err != nil {
 		return e, err
 	}
-	if key != nil {
-		e.Key = []byte(*key)
-	}
-	if headers != nil {
-		e.Headers = []byte(*headers)
-	}
+	e.Key, e.Headers = textBytes(key), textBytes(headers)
 	return e, nil
+}
+
+// textBytes is the bytes of a text column scanned into s, nil for NULL.
+func textBytes(s *string) []byte {
+	if s == nil {
+		return nil
+	}
+	return []byte(*s)
 }
 
 // collectRows reads every row of a query with scan, in order, and closes
