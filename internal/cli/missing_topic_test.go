@@ -9,7 +9,6 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
-	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/outboxrelay/relay/internal/e2e"
@@ -43,11 +42,7 @@ func TestEmbeddedMissingTopic(t *testing.T) {
 		Events: 200, Keys: 100, PerTx: 4, PayloadBytes: 100}, ledger, 200*time.Millisecond)
 	e2e.WaitReady(t, p, false, time.Minute)
 
-	cl, err := kgo.NewClient(kgo.SeedBrokers(kafkaAddr))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
+	cl := kafkaClient(t, kafkaAddr)
 	adm := kadm.NewClient(cl)
 	// A client's metadata request asking for auto-creation does not
 	// create it either.
