@@ -334,24 +334,29 @@ func (p *eventReader) take(n uint64) []byte {
 	return v
 }
 
-func (p *eventReader) bytes() []byte {
+// length reads a uvarint length prefix; ok is false, and p bad, when
+// there is none.
+func (p *eventReader) length() (n uint64, ok bool) {
 	n, k := binary.Uvarint(p.b)
 	if k <= 0 {
 		p.bad = true
-		return nil
+		return 0, false
 	}
 	p.b = p.b[k:]
+	return n, true
+}
+
+func (p *eventReader) bytes() []byte {
+	n, ok := p.length()
+	if !ok {
+		return nil
+	}
 	return p.take(n)
 }
 
 func (p *eventReader) nullable() []byte {
-	n, k := binary.Uvarint(p.b)
-	if k <= 0 {
-		p.bad = true
-		return nil
-	}
-	p.b = p.b[k:]
-	if n == 0 {
+	n, ok := p.length()
+	if !ok || n == 0 {
 		return nil
 	}
 	return p.take(n - 1)

@@ -77,15 +77,8 @@ RETURNING id AS "ID", event_id::text AS "EventID", topic AS "Topic", convert_to(
 	sink := &gateSink{topic: "missing"}
 	run := func() (*Relay, context.CancelFunc, <-chan error) {
 		// The heartbeat is off: the test's source never reads its rows.
-		r, err := New(Config{DatabaseURL: url, BatchSize: 10, Lease: time.Second, ShutdownTimeout: time.Hour, ReadyTimeout: -1,
+		return runRelay(t, ctx, Config{DatabaseURL: url, BatchSize: 10, Lease: time.Second, ShutdownTimeout: time.Hour, ReadyTimeout: -1,
 			Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, &tableSource{events: events}, sink)
-		if err != nil {
-			t.Fatal(err)
-		}
-		runCtx, stop := context.WithCancel(ctx)
-		done := make(chan error, 1)
-		go func() { done <- r.Run(runCtx) }()
-		return r, stop, done
 	}
 	waitFor := func(what string, cond func() bool) {
 		t.Helper()

@@ -151,6 +151,20 @@ func (s *flakySink) Close(context.Context) error {
 	return nil
 }
 
+// runRelay makes a relay of cfg over src and sink and runs it in the
+// background until stop is called; done receives what Run returned.
+func runRelay(t *testing.T, ctx context.Context, cfg Config, src Source, sink Sink) (r *Relay, stop context.CancelFunc, done <-chan error) {
+	t.Helper()
+	r, err := New(cfg, src, sink)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	ran := make(chan error, 1)
+	go func() { ran <- r.Run(runCtx) }()
+	return r, stop, ran
+}
+
 // TestPipelineRestartsCleanly runs the real pipeline over real Postgres
 // with a sink that fails several publishes: each failure ends the session,
 // every stage of it (the sampler and pruner too) has returned before the
@@ -164,14 +178,8 @@ func TestPipelineRestartsCleanly(t *testing.T) {
 	const n = 400
 	src := &tableSource{events: insertOrders(t, conn, `SELECT 'orders', 'k' || (g % 5), convert_to('e' || g, 'UTF8') FROM generate_series(1, $1) AS g`, n)}
 	sink := &flakySink{failAt: map[int]bool{3: true, 9: true, 10: true, 20: true}}
-	r, err := New(Config{DatabaseURL: url, BatchSize: 50, BacklogInterval: 10 * time.Millisecond, Retain: time.Hour,
+	_, stop, done := runRelay(t, ctx, Config{DatabaseURL: url, BatchSize: 50, BacklogInterval: 10 * time.Millisecond, Retain: time.Hour,
 		PruneInterval: 10 * time.Millisecond, Lease: time.Second, ReadyTimeout: -1, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, src, sink)
-	if err != nil {
-		t.Fatal(err)
-	}
-	runCtx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- r.Run(runCtx) }()
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
 		var left int

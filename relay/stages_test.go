@@ -175,14 +175,8 @@ func testPipelineStages(t *testing.T, failAt map[int]bool) {
 	}
 	src.chunk = batchSize
 
-	r, err := New(Config{DatabaseURL: url, BatchSize: batchSize, BatchBytes: batchBytes, AckInterval: 30 * time.Millisecond,
+	_, stop, done := runRelay(t, ctx, Config{DatabaseURL: url, BatchSize: batchSize, BatchBytes: batchBytes, AckInterval: 30 * time.Millisecond,
 		Lease: time.Second, ReadyTimeout: -1, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, src, sink)
-	if err != nil {
-		t.Fatal(err)
-	}
-	runCtx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- r.Run(runCtx) }()
 
 	// While the pipeline runs: every row gone from the outbox is durable.
 	deadline := time.Now().Add(2 * time.Minute)

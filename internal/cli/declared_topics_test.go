@@ -3,7 +3,6 @@ package cli_test
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -90,11 +89,7 @@ func TestDeclaredTopics(t *testing.T) {
 	e2e.WaitReady(t, p, true, time.Minute)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(kafkaAddr))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
+	cl := kafkaClient(t, kafkaAddr)
 	adm := kadm.NewClient(cl)
 	conn := pgtest.Connect(t, url)
 	exec := func(sql string) {
@@ -148,19 +143,13 @@ func TestDeclaredTopics(t *testing.T) {
 	// segments counts a topic's segments on disk, as relay topics reports.
 	segments := func(topic string) int {
 		t.Helper()
-		r, err := testbin.Run(ctx, bin, nil, "topics", "--json", "--data-dir", dataDir)
-		if err != nil || r.Code != 0 {
-			t.Fatalf("relay topics: %v, exit %d: %s", err, r.Code, r.Stderr)
-		}
 		var ts []struct {
 			Name       string `json:"name"`
 			Partitions []struct {
 				Segments int `json:"segments"`
 			} `json:"partitions"`
 		}
-		if err := json.Unmarshal([]byte(r.Stdout), &ts); err != nil {
-			t.Fatal(err)
-		}
+		relayTopics(t, ctx, bin, dataDir, &ts)
 		for _, tp := range ts {
 			if tp.Name == topic {
 				return tp.Partitions[0].Segments

@@ -9,21 +9,42 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kgo"
+
 	"github.com/outboxrelay/relay/internal/broker"
 	"github.com/outboxrelay/relay/internal/e2e"
 	"github.com/outboxrelay/relay/internal/pgtest"
 	"github.com/outboxrelay/relay/internal/testbin"
 )
 
+// kafkaClient is a franz-go client of the Kafka listener at addr, with
+// opts; it is closed when the test ends.
+func kafkaClient(t *testing.T, addr string, opts ...kgo.Opt) *kgo.Client {
+	t.Helper()
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(addr)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	return cl
+}
+
+// kcatPath is the path of kcat, which the Kafka interop tests need.
+func kcatPath(t *testing.T) string {
+	t.Helper()
+	kcat, err := exec.LookPath("kcat")
+	if err != nil {
+		t.Fatal("kcat is required for Kafka interop tests (apt-get install kcat; .ci/run installs it)")
+	}
+	return kcat
+}
+
 // TestKcatReadsOutboxEvents: events the poller publishes are read through
 // `relay run`'s Kafka listener by kcat (librdkafka), with their keys,
 // values, headers and Kafka's partitions.
 func TestKcatReadsOutboxEvents(t *testing.T) {
 	t.Parallel()
-	kcat, err := exec.LookPath("kcat")
-	if err != nil {
-		t.Fatal("kcat is required for Kafka interop tests (apt-get install kcat; .ci/run installs it)")
-	}
+	kcat := kcatPath(t)
 	url := pgtest.NewDatabase(t)
 	bin := testbin.Relay(t)
 	if r := relay(t, nil, "migrate", "up", "--database-url", url); r.Code != 0 {

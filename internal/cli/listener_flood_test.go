@@ -87,11 +87,7 @@ func TestListenerFlood(t *testing.T) {
 		}
 	}()
 	var consumed atomic.Int64
-	cl, err := kgo.NewClient(kgo.SeedBrokers(kafkaAddr), kgo.ConsumeTopics("ticks"), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
+	cl := kafkaClient(t, kafkaAddr, kgo.ConsumeTopics("ticks"), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 	go func() {
 		for ctx.Err() == nil {
 			fs := cl.PollFetches(ctx)

@@ -38,10 +38,7 @@ import (
 // passwords (right and wrong) and the database password.
 func TestSecuredListenerAndSecrets(t *testing.T) {
 	t.Parallel()
-	kcat, err := exec.LookPath("kcat")
-	if err != nil {
-		t.Fatal("kcat is required (apt-get install kcat; .ci/run installs it)")
-	}
+	kcat := kcatPath(t)
 	const (
 		dbPassword    = "Db-Pa55-9f3c1e"
 		alicePassword = "alice-Pa55-77ab"

@@ -10,13 +10,25 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/outboxrelay/relay/internal/e2e"
 	"github.com/outboxrelay/relay/internal/pgtest"
 	"github.com/outboxrelay/relay/internal/sink/kafka/kafkatest"
 	"github.com/outboxrelay/relay/internal/testbin"
 )
+
+// relayTopics runs `relay topics --json` (bin) on the data directory
+// dataDir and decodes what it prints into v.
+func relayTopics(t *testing.T, ctx context.Context, bin, dataDir string, v any) {
+	t.Helper()
+	r, err := testbin.Run(ctx, bin, nil, "topics", "--json", "--data-dir", dataDir)
+	if err != nil || r.Code != 0 {
+		t.Fatalf("relay topics: %v, exit %d: %s", err, r.Code, r.Stderr)
+	}
+	if err := json.Unmarshal([]byte(r.Stdout), v); err != nil {
+		t.Fatalf("relay topics --json: %v\n%s", err, r.Stdout)
+	}
+}
 
 // TestHotPartitions: 1,000 events into a 4-partition topic, 700 of them
 // under one key. The per-partition append metrics and the SKEW column of
@@ -31,11 +43,7 @@ func TestHotPartitions(t *testing.T) {
 	e2e.WaitReady(t, p, true, time.Minute)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(kafkaAddr))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
+	cl := kafkaClient(t, kafkaAddr)
 	const partitions = 4
 	created, err := kadm.NewClient(cl).CreateTopics(ctx, partitions, 1, nil, "hot")
 	if err == nil {
@@ -81,10 +89,6 @@ SELECT 'hot', CASE WHEN g <= 700 THEN 'the-hot-key' ELSE 'k' || g END, 'v' FROM 
 		}
 	}
 
-	r, err := testbin.Run(ctx, testbin.Relay(t), nil, "topics", "--json", "--data-dir", dataDir)
-	if err != nil || r.Code != 0 {
-		t.Fatalf("relay topics: %v, exit %d: %s", err, r.Code, r.Stderr)
-	}
 	var topics []struct {
 		Name       string `json:"name"`
 		Partitions []struct {
@@ -92,9 +96,7 @@ SELECT 'hot', CASE WHEN g <= 700 THEN 'the-hot-key' ELSE 'k' || g END, 'v' FROM 
 			Skew      float64 `json:"skew"`
 		} `json:"partitions"`
 	}
-	if err := json.Unmarshal([]byte(r.Stdout), &topics); err != nil {
-		t.Fatalf("relay topics --json: %v\n%s", err, r.Stdout)
-	}
+	relayTopics(t, ctx, testbin.Relay(t), dataDir, &topics)
 	found := false
 	for _, tp := range topics {
 		if tp.Name != "hot" {
@@ -109,7 +111,7 @@ SELECT 'hot', CASE WHEN g <= 700 THEN 'the-hot-key' ELSE 'k' || g END, 'v' FROM 
 		}
 	}
 	if !found {
-		t.Fatalf("relay topics lists no topic hot: %s", r.Stdout)
+		t.Fatalf("relay topics lists no topic hot: %+v", topics)
 	}
 	table, err := testbin.Run(ctx, testbin.Relay(t), nil, "topics", "--data-dir", dataDir)
 	if err != nil || !strings.Contains(table.Stdout, "SKEW") {

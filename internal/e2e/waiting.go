@@ -91,3 +91,38 @@ func waitingSample(t testing.TB, addr, topic string) bool {
 	}
 	return false
 }
+
+// ResumeAfterWaiting follows the creation of the topic relay p waited
+// for: p is ready again within a minute, the writers go on for 2 s (some
+// events written after the topic exists), stopWriting ends them, and the
+// outbox of url drains.
+func ResumeAfterWaiting(t testing.TB, p *Proc, url string, stopWriting func() error) {
+	t.Helper()
+	WaitReady(t, p, true, time.Minute)
+	time.Sleep(2 * time.Second)
+	if err := stopWriting(); err != nil {
+		t.Fatalf("writers: %v", err)
+	}
+	WaitDrained(t, url, "outbox", 2*time.Minute)
+}
+
+// CheckWaitEnded fails the test when the outbox of url has dead letters
+// after a wait for a topic, or when output, the log of the stopped relay,
+// has the wait's warning never or more than once for ten of the committed
+// events: it is logged once an interval, not once an event. It returns
+// how many times the warning was logged.
+func CheckWaitEnded(t testing.TB, url, output string, committed int) (logged int) {
+	t.Helper()
+	var dead int
+	if err := pgtest.Connect(t, url).QueryRow(context.Background(), "SELECT count(*) FROM outbox.dead_letters").Scan(&dead); err != nil {
+		t.Fatal(err)
+	}
+	if dead > 0 {
+		t.Errorf("%d dead letters, want 0", dead)
+	}
+	logged = strings.Count(output, "events wait in the outbox: the destination refuses their topic")
+	if logged == 0 || logged > committed/10 {
+		t.Errorf("the wait was logged %d times for %d events: want a line per interval, not per event", logged, committed)
+	}
+	return logged
+}

@@ -245,24 +245,13 @@ type TableRow struct {
 // order. Key and Headers are nil for NULL.
 func (c *CDCReader) ReadTablePage(ctx context.Context, db DB, snapshot, afterTxid string, afterID int64) ([]TableRow, error) {
 	rows, err := db.Query(ctx, c.q.tablePage, snapshot, afterTxid, afterID)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var page []TableRow
-	for rows.Next() {
+	return collectRows(rows, err, func(row pgx.Row) (TableRow, error) {
 		var r TableRow
 		var key, headers *string
-		if err := rows.Scan(&r.ID, &r.Txid, &r.EventID, &r.Topic, &key, &r.Payload, &headers, &r.CreatedAt); err != nil {
-			return nil, err
+		if err := row.Scan(&r.ID, &r.Txid, &r.EventID, &r.Topic, &key, &r.Payload, &headers, &r.CreatedAt); err != nil {
+			return r, err
 		}
-		if key != nil {
-			r.Key = []byte(*key)
-		}
-		if headers != nil {
-			r.Headers = []byte(*headers)
-		}
-		page = append(page, r)
-	}
-	return page, rows.Err()
+		r.Key, r.Headers = textBytes(key), textBytes(headers)
+		return r, nil
+	})
 }

@@ -45,19 +45,11 @@ type Hold struct {
 // LoadHolds reads every held key.
 func (p *Postgres) LoadHolds(ctx context.Context, db DB) ([]Hold, error) {
 	rows, err := db.Query(ctx, p.holds.load)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []Hold
-	for rows.Next() {
+	return collectRows(rows, err, func(row pgx.Row) (Hold, error) {
 		var h Hold
-		if err := rows.Scan(&h.Topic, &h.Key, &h.Row); err != nil {
-			return nil, err
-		}
-		out = append(out, h)
-	}
-	return out, rows.Err()
+		err := row.Scan(&h.Topic, &h.Key, &h.Row)
+		return h, err
+	})
 }
 
 // CountHolds counts the held keys and the events held behind them.

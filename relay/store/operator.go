@@ -55,19 +55,7 @@ func (p *Postgres) GetReplay(ctx context.Context, db DB, id int64) (ReplayReques
 // first.
 func (p *Postgres) ListReplays(ctx context.Context, db DB, limit int) ([]ReplayRequest, error) {
 	rows, err := db.Query(ctx, `SELECT `+replayColumns+` FROM `+p.ident("replay_requests")+` ORDER BY id DESC LIMIT $1`, limit)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []ReplayRequest
-	for rows.Next() {
-		q, err := scanReplay(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, q)
-	}
-	return out, rows.Err()
+	return collectRows(rows, err, scanReplay)
 }
 
 // CancelReplay cancels request id if it is pending or running, and
@@ -143,20 +131,16 @@ func (p *Postgres) ListDeadLetters(ctx context.Context, db DB, f DeadLetterFilte
     coalesce(resolution, ''), resolved_at, coalesce(note, ''), holds, held_by
 FROM ` + p.ident("dead_letters") + ` WHERE ` + deadLetterWhere + ` AND ($7 OR resolution IS NULL) ORDER BY id LIMIT $8`
 	rows, err := db.Query(ctx, q, append(f.args(), f.Resolved, limit)...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	out := []DeadLetter{}
-	for rows.Next() {
+	out, err := collectRows(rows, err, func(row pgx.Row) (DeadLetter, error) {
 		var d DeadLetter
-		if err := rows.Scan(&d.ID, &d.EventRowID, &d.EventID, &d.Topic, &d.Key, &d.Payload, &d.Headers, &d.CreatedAt, &d.FailedAt,
-			&d.Reason, &d.Error, &d.Resolution, &d.ResolvedAt, &d.Note, &d.Holds, &d.HeldBy); err != nil {
-			return nil, err
-		}
-		out = append(out, d)
+		err := row.Scan(&d.ID, &d.EventRowID, &d.EventID, &d.Topic, &d.Key, &d.Payload, &d.Headers, &d.CreatedAt, &d.FailedAt,
+			&d.Reason, &d.Error, &d.Resolution, &d.ResolvedAt, &d.Note, &d.Holds, &d.HeldBy)
+		return d, err
+	})
+	if out == nil && err == nil {
+		out = []DeadLetter{} // none matched: an empty list, not nil
 	}
-	return out, rows.Err()
+	return out, err
 }
 
 // RetryDeadLetters marks the unresolved dead letters matching f (held

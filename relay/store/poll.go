@@ -100,19 +100,11 @@ func (p *PollReader) MaxTick(ctx context.Context, db DB) (int64, error) {
 // LoadTicks returns the recorded ticks from tick from on, in order.
 func (p *PollReader) LoadTicks(ctx context.Context, db DB, from int64) ([]Tick, error) {
 	rows, err := db.Query(ctx, p.q.loadTicks, from)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []Tick
-	for rows.Next() {
+	return collectRows(rows, err, func(row pgx.Row) (Tick, error) {
 		var t Tick
-		if err := rows.Scan(&t.N, &t.Snapshot, &t.ByTS); err != nil {
-			return nil, err
-		}
-		out = append(out, t)
-	}
-	return out, rows.Err()
+		err := row.Scan(&t.N, &t.Snapshot, &t.ByTS)
+		return t, err
+	})
 }
 
 // ClearTicks deletes every recorded tick.

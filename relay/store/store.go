@@ -66,29 +66,42 @@ func scanStoredEvent(row pgx.Row, extra ...any) (StoredEvent, error) {
 	if err := row.Scan(append([]any{&e.ID, &e.Row, &e.EventID, &e.Topic, &key, &e.Payload, &headers, &e.CreatedAt}, extra...)...); err != nil {
 		return e, err
 	}
-	if key != nil {
-		e.Key = []byte(*key)
-	}
-	if headers != nil {
-		e.Headers = []byte(*headers)
-	}
+	e.Key, e.Headers = textBytes(key), textBytes(headers)
 	return e, nil
 }
 
-func collectStoredEvents(rows pgx.Rows, err error) ([]StoredEvent, error) {
+// textBytes is the bytes of a text column scanned into s, nil for NULL.
+func textBytes(s *string) []byte {
+	if s == nil {
+		return nil
+	}
+	return []byte(*s)
+}
+
+// collectRows reads every row of a query with scan, in order, and closes
+// rows; it returns nil when there is none. err is the query's own error,
+// returned as it is, so that a caller can hand over what db.Query
+// returned.
+func collectRows[T any](rows pgx.Rows, err error, scan func(pgx.Row) (T, error)) ([]T, error) {
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var out []StoredEvent
+	var out []T
 	for rows.Next() {
-		e, err := scanStoredEvent(rows)
+		v, err := scan(rows)
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, e)
+		out = append(out, v)
 	}
 	return out, rows.Err()
+}
+
+// collectStoredEvents reads every row of a query of stored events (no
+// extra columns).
+func collectStoredEvents(rows pgx.Rows, err error) ([]StoredEvent, error) {
+	return collectRows(rows, err, func(row pgx.Row) (StoredEvent, error) { return scanStoredEvent(row) })
 }
 
 // scanID reads a single id, reporting false when there is no row.

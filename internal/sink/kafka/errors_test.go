@@ -147,10 +147,7 @@ func TestRefusals(t *testing.T) {
 		if len(res.Failed) != len(wantErr) {
 			t.Errorf("Failed = %v, want %d entries", res.Failed, len(wantErr))
 		}
-		var got []string
-		for _, r := range kafkatest.Read(t, c.Addrs(), "small", txn) {
-			got = append(got, string(r.Value))
-		}
+		got := values(kafkatest.Read(t, c.Addrs(), "small", txn))
 		if fmt.Sprint(got) != "[fits-1 fits-2]" {
 			t.Fatalf("small holds %v, want [fits-1 fits-2]", got)
 		}
@@ -203,10 +200,7 @@ func TestMissingTopicWaits(t *testing.T) {
 			t.Fatalf("Failed = %v", res.Failed)
 		}
 		for topic, want := range map[string]string{"present": "[a1 a2]", "absent": "[b1 b2]"} {
-			var got []string
-			for _, r := range kafkatest.Read(t, c.Addrs(), topic, txn) {
-				got = append(got, string(r.Value))
-			}
+			got := values(kafkatest.Read(t, c.Addrs(), topic, txn))
 			slices.Sort(got)
 			if fmt.Sprint(got) != want {
 				t.Errorf("%s holds %v, want %s", topic, got, want)
@@ -254,10 +248,7 @@ func TestDeletedTopicWaits(t *testing.T) {
 		t.Fatalf("Failed = %v", res.Failed)
 	}
 	for topic, want := range map[string]string{"other": "[x1 x2]", "orders": "[o2]"} {
-		var got []string
-		for _, r := range kafkatest.Read(t, c.Addrs(), topic, false) {
-			got = append(got, string(r.Value))
-		}
+		got := values(kafkatest.Read(t, c.Addrs(), topic, false))
 		if fmt.Sprint(got) != want {
 			t.Errorf("%s holds %v, want %s (each record once, in order)", topic, got, want)
 		}

@@ -3,7 +3,6 @@ package kafka_test
 import (
 	"context"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -11,7 +10,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/outboxrelay/relay/internal/e2e"
-	"github.com/outboxrelay/relay/internal/pgtest"
 	"github.com/outboxrelay/relay/internal/sink/kafka/kafkatest"
 )
 
@@ -59,29 +57,14 @@ func TestE2EKafkaMissingTopic(t *testing.T) {
 		if err != nil {
 			t.Fatalf("creating the topic: %v", err)
 		}
-		e2e.WaitReady(t, proc, true, time.Minute)
-		time.Sleep(2 * time.Second) // some events written after the topic exists
-		if err := stopWriting(); err != nil {
-			t.Fatalf("writers: %v", err)
-		}
-		e2e.WaitDrained(t, k.url, "outbox", 2*time.Minute)
+		e2e.ResumeAfterWaiting(t, proc, k.url, stopWriting)
 		k.stop(proc)
 
 		res := checkKafka(t, kafkatest.Read(t, k.cluster.Addrs(), "orders", txn), ledger, e2eParts)
 		if res.dups > 0 {
 			t.Errorf("%v: events published more than once", res)
 		}
-		var dead int
-		if err := pgtest.Connect(t, k.url).QueryRow(ctx, "SELECT count(*) FROM outbox.dead_letters").Scan(&dead); err != nil {
-			t.Fatal(err)
-		}
-		if dead > 0 {
-			t.Errorf("%d dead letters, want 0", dead)
-		}
-		logged := strings.Count(proc.Output(), "events wait in the outbox: the destination refuses their topic")
-		if logged == 0 || logged > len(ledger.Committed)/10 {
-			t.Errorf("the wait was logged %d times for %d events: want a line per interval, not per event", logged, len(ledger.Committed))
-		}
+		logged := e2e.CheckWaitEnded(t, k.url, proc.Output(), len(ledger.Committed))
 		t.Logf("%d events committed, %v; the wait logged %d times", len(ledger.Committed), res, logged)
 	})
 }
