@@ -17,18 +17,28 @@
 //     relay's and nobody else's.
 //  2. What was acknowledged. When a batch is durable, the sink's state
 //     records, per partition, the log offset just after the relay's last
-//     batch there, with the broker's log id and the producer id. The core
-//     saves that state in the Postgres transaction that deletes the
-//     batch's rows: so every relay batch at or after the saved offsets may
-//     belong to rows that are still in the outbox.
+//     batch there, with the broker's log id and the producer id, and, as
+//     runs of offsets, the held records: those step 3 found at this
+//     session's start that no durable batch has offered again yet. The
+//     core saves that state in the Postgres transaction that deletes the
+//     batch's rows: so every relay batch at or after the saved offsets,
+//     and every held record below them, may belong to rows that are still
+//     in the outbox. (Without the held runs, a batch offered before the
+//     held events came again, a replay chunk republished first or a WAL
+//     reader re-reading the table in another order, moved the offsets
+//     past them, and a crash before they were acknowledged let the next
+//     session append them again: TestHeldEventsSurviveLaterAcknowledgements,
+//     found by internal/faults' TestReplayAcrossTakeovers.)
 //  3. Session start (after a crash, a takeover, a pipeline restart). The
 //     sink reads each partition from its saved offset to the end and
 //     collects the identities of the records in batches of the relay's
 //     producer ids (this session's and the saved state's). A partition the
 //     state does not name, or a log whose id differs from the saved one (a
 //     replaced data directory), is read from its start, but only where the
-//     broker holds producer state for those ids. The cost is one read of
-//     the unacknowledged tail, bounded by what the pipeline keeps in flight
+//     broker holds producer state for those ids. It also reads the held
+//     runs the saved state names (those the log still has), with the
+//     producer id that wrote each. The cost is one read of the
+//     unacknowledged tail, bounded by what the pipeline keeps in flight
 //     (a few batches of --batch-size, plus the acknowledgements queued
 //     behind a slow Postgres); it grows only if acknowledgements keep
 //     failing session after session.
@@ -54,7 +64,10 @@
 //     this one closed it, and the new leader's step 3 runs after that.
 //   - Operator deletes or truncates outbox rows between publish and ack:
 //     their events stay in the set, match nothing, and cost a few bytes
-//     until the session ends; no other event is skipped.
+//     until the session ends; no other event is skipped. They also stay
+//     held, so each saved state names their runs (a few per partition)
+//     and each session start reads them again, until retention deletes
+//     their records.
 //   - Sequence counters at their wrap points: nothing compares positions,
 //     so a session may append any number of records (tested across 2^30
 //     and 2^31).
@@ -128,6 +141,7 @@
 package embedded
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -135,6 +149,8 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -189,8 +205,14 @@ type Sink struct {
 	// tests start near the wrap points).
 	firstSeq int32
 	// seen holds the identities of the relay's records that the log holds
-	// after the acknowledged offsets, found at Start.
-	seen map[string]struct{}
+	// after the acknowledged offsets, found at Start, and where each is,
+	// until the source offers it again.
+	seen map[string]logPos
+	// held is what seen held at Start, each until the batch that offered
+	// it again is durable; the saved state names where they are (Held),
+	// so that the next Start finds them again (see "Exactly once, by
+	// identity", step 2).
+	held map[string]logPos
 	// topics caches topic settings, until the broker's ConfigVersion
 	// moves.
 	topics map[string]broker.TopicConfig
@@ -213,6 +235,14 @@ type tp struct {
 	partition int32
 }
 
+// logPos is where a record is in the log, and which producer id wrote
+// it.
+type logPos struct {
+	key      tp
+	offset   int64
+	producer int64
+}
+
 // state is what the core saves with each acknowledgement.
 type state struct {
 	LogID      string `json:"log_id,omitempty"`
@@ -221,6 +251,20 @@ type state struct {
 	// last durable batch when this state was made: the relay's batches at
 	// or after it may be unacknowledged.
 	Acked map[string]map[int32]int64 `json:"acked,omitempty"`
+	// Held are the relay's records below Acked that may be unacknowledged
+	// too: found so at a session's Start and not yet offered again in a
+	// batch made durable since.
+	Held []heldRange `json:"held,omitempty"`
+}
+
+// heldRange is a run of held records: offsets From to To (exclusive) of
+// one partition, written by Producer.
+type heldRange struct {
+	Topic     string `json:"topic"`
+	Partition int32  `json:"partition"`
+	Producer  int64  `json:"producer"`
+	From      int64  `json:"from"`
+	To        int64  `json:"to"`
 }
 
 func (s *state) acked(k tp) (int64, bool) {
@@ -233,6 +277,39 @@ func (s *state) setAcked(k tp, off int64) {
 		s.Acked[k.topic] = map[int32]int64{}
 	}
 	s.Acked[k.topic][k.partition] = off
+}
+
+// withHeld is s naming the records of held, as runs of offsets.
+func (s state) withHeld(held map[string]logPos) state {
+	if len(held) == 0 {
+		return s
+	}
+	type run struct {
+		key      tp
+		producer int64
+	}
+	offsets := map[run][]int64{}
+	for _, pos := range held {
+		r := run{pos.key, pos.producer}
+		offsets[r] = append(offsets[r], pos.offset)
+	}
+	s.Held = nil
+	for r, offs := range offsets {
+		slices.Sort(offs)
+		from := offs[0]
+		for i, off := range offs {
+			if i+1 == len(offs) || offs[i+1] != off+1 {
+				s.Held = append(s.Held, heldRange{Topic: r.key.topic, Partition: r.key.partition, Producer: r.producer, From: from, To: off + 1})
+				if i+1 < len(offs) {
+					from = offs[i+1]
+				}
+			}
+		}
+	}
+	slices.SortFunc(s.Held, func(a, b heldRange) int {
+		return cmp.Or(strings.Compare(a.Topic, b.Topic), cmp.Compare(a.Partition, b.Partition), cmp.Compare(a.From, b.From))
+	})
+	return s
 }
 
 // New returns a sink; Start opens the broker.
@@ -329,6 +406,9 @@ func (s *Sink) Start(ctx context.Context, session relay.Session) error {
 		ids[saved.ProducerID] = true
 	}
 	seen, err := unacknowledged(ctx, b, st, ids)
+	if err == nil && saved.LogID == st.LogID {
+		err = heldAgain(ctx, b, saved.Held, seen)
+	}
 	if err != nil {
 		s.closeBroker()
 		return err
@@ -337,7 +417,11 @@ func (s *Sink) Start(ctx context.Context, session relay.Session) error {
 		s.cfg.Logger.Info("the log holds unacknowledged events; they will not be appended again", "events", len(seen))
 	}
 	_ = os.Remove(filepath.Join(s.cfg.Broker.Dir, legacyIdentityFile))
-	s.id, s.st, s.seen = id, st, seen
+	held := make(map[string]logPos, len(seen))
+	for id, pos := range seen {
+		held[id] = pos
+	}
+	s.id, s.st, s.seen, s.held = id, st, seen, held
 	s.seq, s.topics = map[tp]int32{}, map[string]broker.TopicConfig{}
 	s.mu.Lock()
 	s.fence, s.inSession = session.CheckFence, true
@@ -388,8 +472,8 @@ func (s *Sink) open(ctx context.Context) (*broker.Broker, error) {
 // ids from st's acknowledged offset (or, where st names none, from the log
 // start where the broker knows one of ids) to the end, and returns the
 // identities of their records.
-func unacknowledged(ctx context.Context, b *broker.Broker, st state, ids map[int64]bool) (map[string]struct{}, error) {
-	seen := map[string]struct{}{}
+func unacknowledged(ctx context.Context, b *broker.Broker, st state, ids map[int64]bool) (map[string]logPos, error) {
+	seen := map[string]logPos{}
 	var buf []byte
 	for _, t := range b.Topics() {
 		for _, p := range t.Partitions {
@@ -402,28 +486,63 @@ func unacknowledged(ctx context.Context, b *broker.Broker, st state, ids map[int
 			if err != nil {
 				return nil, fmt.Errorf("embedded sink: %s/%d: %w", k.topic, k.partition, err)
 			}
-			from = min(max(from, earliest), latest)
-			for from < latest {
-				if err := ctx.Err(); err != nil {
-					return nil, err
-				}
-				res, err := b.FetchInto(ctx, k.topic, k.partition, from, 4<<20, buf[:0])
-				if err != nil {
-					return nil, fmt.Errorf("embedded sink: reading the unacknowledged tail of %s/%d at %d: %w", k.topic, k.partition, from, err)
-				}
-				buf = res.Batches
-				next, err := collectIdentities(res.Batches, ids, seen)
-				if err != nil {
-					return nil, fmt.Errorf("embedded sink: reading the unacknowledged tail of %s/%d at %d: %w", k.topic, k.partition, from, err)
-				}
-				if next <= from {
-					break
-				}
-				from = next
+			if buf, err = readIdentities(ctx, b, k, max(from, earliest), latest, ids, seen, buf); err != nil {
+				return nil, err
 			}
 		}
 	}
 	return seen, nil
+}
+
+// heldAgain adds to seen the identities of the held records a saved state
+// names, those the log still has.
+func heldAgain(ctx context.Context, b *broker.Broker, held []heldRange, seen map[string]logPos) error {
+	var buf []byte
+	for _, h := range held {
+		k := tp{h.Topic, h.Partition}
+		earliest, latest, err := b.Offsets(k.topic, k.partition)
+		if errors.Is(err, broker.ErrUnknownTopicOrPartition) {
+			continue // deleted since: nothing of it to append again
+		}
+		if err != nil {
+			return fmt.Errorf("embedded sink: %s/%d: %w", k.topic, k.partition, err)
+		}
+		found := map[string]logPos{}
+		if buf, err = readIdentities(ctx, b, k, max(h.From, earliest), min(h.To, latest), map[int64]bool{h.Producer: true}, found, buf); err != nil {
+			return err
+		}
+		for id, pos := range found {
+			if pos.offset >= h.From && pos.offset < h.To {
+				seen[id] = pos
+			}
+		}
+	}
+	return nil
+}
+
+// readIdentities adds to seen the identities of the records of ids in
+// partition k from offset from up to to, reading into buf (returned for
+// reuse).
+func readIdentities(ctx context.Context, b *broker.Broker, k tp, from, to int64, ids map[int64]bool, seen map[string]logPos, buf []byte) ([]byte, error) {
+	for from < to {
+		if err := ctx.Err(); err != nil {
+			return buf, err
+		}
+		res, err := b.FetchInto(ctx, k.topic, k.partition, from, 4<<20, buf[:0])
+		if err != nil {
+			return buf, fmt.Errorf("embedded sink: reading the unacknowledged records of %s/%d at %d: %w", k.topic, k.partition, from, err)
+		}
+		buf = res.Batches
+		next, err := collectIdentities(k, res.Batches, ids, seen)
+		if err != nil {
+			return buf, fmt.Errorf("embedded sink: reading the unacknowledged records of %s/%d at %d: %w", k.topic, k.partition, from, err)
+		}
+		if next <= from {
+			break
+		}
+		from = next
+	}
+	return buf, nil
 }
 
 // wroteTo reports whether one of ids has producer state in k.
@@ -437,8 +556,9 @@ func wroteTo(b *broker.Broker, k tp, ids map[int64]bool) bool {
 }
 
 // collectIdentities adds to seen the identities of the records in the
-// batches of ids, and returns the offset after the last batch.
-func collectIdentities(batches []byte, ids map[int64]bool, seen map[string]struct{}) (int64, error) {
+// batches of ids, in partition k, and returns the offset after the last
+// batch.
+func collectIdentities(k tp, batches []byte, ids map[int64]bool, seen map[string]logPos) (int64, error) {
 	next := int64(-1)
 	for raw, err := range broker.Batches(batches) {
 		if err != nil {
@@ -467,7 +587,7 @@ func collectIdentities(batches []byte, ids map[int64]bool, seen map[string]struc
 				}
 			}
 			if id := relay.Identity(eventID, replay); id != "" {
-				seen[id] = struct{}{}
+				seen[id] = logPos{key: k, offset: r.Offset, producer: h.ProducerID}
 			}
 		}
 	}
@@ -514,7 +634,9 @@ func (s *Sink) PublishAsync(ctx context.Context, msgs []relay.Message) (wait fun
 	res := relay.PublishResult{Failed: map[int]error{}}
 	groups := map[tp]*group{}
 	var order []*group
+	// skipped are the identities the log already holds, with where.
 	var skipped []string
+	var skippedPos []logPos
 	// waits are the topics the broker does not have (WaitForTopics):
 	// nothing of the batch is appended, and it is offered again.
 	var waits []error
@@ -525,9 +647,10 @@ func (s *Sink) PublishAsync(ctx context.Context, msgs []relay.Message) (wait fun
 	for i, m := range msgs {
 		if len(s.seen) > 0 {
 			if id := m.Identity(); id != "" {
-				if _, ok := s.seen[id]; ok {
+				if pos, ok := s.seen[id]; ok {
 					delete(s.seen, id)
 					skipped = append(skipped, id)
+					skippedPos = append(skippedPos, pos)
 					continue
 				}
 			}
@@ -569,8 +692,8 @@ func (s *Sink) PublishAsync(ctx context.Context, msgs []relay.Message) (wait fun
 	if len(waits) > 0 {
 		// The batch comes again: the events it skipped are still to be
 		// recognised then.
-		for _, id := range skipped {
-			s.seen[id] = struct{}{}
+		for i, id := range skipped {
+			s.seen[id] = skippedPos[i]
 		}
 		return nil, errors.Join(waits...)
 	}
@@ -606,7 +729,10 @@ func (s *Sink) PublishAsync(ctx context.Context, msgs []relay.Message) (wait fun
 		for _, a := range batches {
 			s.st.setAcked(a.key, a.end)
 		}
-		state, err := json.Marshal(s.st)
+		for _, id := range skipped {
+			delete(s.held, id)
+		}
+		state, err := json.Marshal(s.st.withHeld(s.held))
 		if err != nil {
 			return relay.PublishResult{}, err
 		}
