@@ -441,6 +441,11 @@ type Record struct {
 	Timestamp time.Time
 	// HeaderList keeps the headers in record order.
 	HeaderList []broker.Header
+	// ProducerID and ProducerEpoch are the batch's, read from the
+	// embedded log (zero in records built otherwise): which writer and
+	// session appended the record.
+	ProducerID    int64
+	ProducerEpoch int16
 }
 
 // ReadLog reads every record of topic from a data directory no process
@@ -458,7 +463,7 @@ func ReadLog(t testing.TB, dataDir, topic string) []Record {
 func EachRecord(t testing.TB, dataDir, topic string, fn func(Record)) {
 	t.Helper()
 	EachBatch(t, dataDir, topic, func(part int32, raw []byte) {
-		_, recs, err := broker.DecodeBatch(raw)
+		bh, recs, err := broker.DecodeBatch(raw)
 		if err != nil {
 			t.Fatalf("decoding %s/%d: %v", topic, part, err)
 		}
@@ -468,7 +473,8 @@ func EachRecord(t testing.TB, dataDir, topic string, fn func(Record)) {
 				h[hh.Key] = string(hh.Value)
 			}
 			fn(Record{Topic: topic, Partition: part, Offset: r.Offset, Key: string(r.Key), KeyBytes: r.Key,
-				Value: r.Value, Headers: h, Timestamp: r.Timestamp, HeaderList: r.Headers})
+				Value: r.Value, Headers: h, Timestamp: r.Timestamp, HeaderList: r.Headers,
+				ProducerID: bh.ProducerID, ProducerEpoch: bh.ProducerEpoch})
 		}
 	})
 }
@@ -527,6 +533,7 @@ func EachBatch(t testing.TB, dataDir, topic string, fn func(partition int32, bat
 func Check(t testing.TB, records []Record, ledger *Ledger) int {
 	t.Helper()
 	seen := map[string]int{}
+	first := map[string]Record{}
 	lastSeq := map[string]int{}
 	partOf := map[string]int32{}
 	bad := 0
@@ -543,8 +550,14 @@ func Check(t testing.TB, records []Record, ledger *Ledger) int {
 			continue
 		}
 		seen[p.ID]++
-		if seen[p.ID] == 2 {
-			fail("event %s appears more than once (again at %s/%d@%d)", p.ID, r.Topic, r.Partition, r.Offset)
+		switch seen[p.ID] {
+		case 1:
+			first[p.ID] = r
+		case 2:
+			f := first[p.ID]
+			fail("event %s appears more than once: at %s/%d@%d (producer %d epoch %d, event id %s), again at %s/%d@%d (producer %d epoch %d, event id %s)",
+				p.ID, f.Topic, f.Partition, f.Offset, f.ProducerID, f.ProducerEpoch, f.Headers["relay-event-id"],
+				r.Topic, r.Partition, r.Offset, r.ProducerID, r.ProducerEpoch, r.Headers["relay-event-id"])
 		}
 		if ledger.RolledBack[p.ID] {
 			fail("event %s from a rolled-back transaction was published at %s/%d@%d", p.ID, r.Topic, r.Partition, r.Offset)
