@@ -242,6 +242,12 @@ func postgresRestartMidStream(t *testing.T, perTx int, streaming bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	relay := env.start()
+	// The restarts are for a relay that streams: one still starting
+	// would only retry its start-up (a CI run restarted the server twice
+	// before the relay's first read of the slot, and it never reconnected).
+	waitFor(t, 2*time.Minute, "the relay streaming from its slot", func() bool {
+		return strings.Contains(relay.Output(), "streaming from the replication slot")
+	})
 	var retries int64
 	writeDone := make(chan error, 1)
 	go func() {
