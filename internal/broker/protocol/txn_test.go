@@ -316,10 +316,7 @@ func fixCRC(b []byte) {
 // against the broker (testdata/txn_client.py).
 func TestTxnLibrdkafka(t *testing.T) {
 	t.Parallel()
-	const python = "/usr/bin/python3"
-	if out, err := exec.Command(python, "-c", "import confluent_kafka").CombinedOutput(); err != nil {
-		t.Fatalf("python3-confluent-kafka is missing (apt-get install python3-confluent-kafka; .ci/run does): %v\n%s", err, out)
-	}
+	python := pythonWith(t, "confluent_kafka")
 	f := setup(t, nil)
 	f.createTopic(t, "py-in", 1)
 	f.createTopic(t, "py-out", 1)
