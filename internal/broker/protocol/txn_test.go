@@ -251,12 +251,7 @@ func TestTxnLastStableOffsetAndUnstableOffsets(t *testing.T) {
 		if committed {
 			req.IsolationLevel = 1
 		}
-		rt := kmsg.NewListOffsetsRequestTopic()
-		rt.Topic = topic
-		rp := kmsg.NewListOffsetsRequestTopicPartition()
-		rp.Timestamp = -1
-		rt.Partitions = append(rt.Partitions, rp)
-		req.Topics = append(req.Topics, rt)
+		req.Topics = append(req.Topics, latestOffsetTopic(topic))
 		resp, err := req.RequestWith(ctx, plain)
 		if err != nil {
 			t.Fatal(err)
