@@ -15,10 +15,7 @@ import (
 // replica assignments are refused: there is one node.
 func (s *Server) handleCreateTopics(req *kmsg.CreateTopicsRequest) kmsg.Response {
 	resp := req.ResponseKind().(*kmsg.CreateTopicsResponse)
-	seen := map[string]int{}
-	for _, rt := range req.Topics {
-		seen[rt.Topic]++
-	}
+	seen := timesNamed(req.Topics, func(rt kmsg.CreateTopicsRequestTopic) string { return rt.Topic })
 	for _, rt := range req.Topics {
 		t := kmsg.NewCreateTopicsResponseTopic()
 		t.Topic = rt.Topic
@@ -62,6 +59,17 @@ func (s *Server) handleCreateTopics(req *kmsg.CreateTopicsRequest) kmsg.Response
 		resp.Topics = append(resp.Topics, t)
 	}
 	return resp
+}
+
+// timesNamed counts how often a request names each topic (name of each
+// entry): the admin APIs refuse a topic named more than once with
+// INVALID_REQUEST, as Kafka does.
+func timesNamed[E any](entries []E, name func(E) string) map[string]int {
+	n := map[string]int{}
+	for _, e := range entries {
+		n[name(e)]++
+	}
+	return n
 }
 
 func topicConfig(rt kmsg.CreateTopicsRequestTopic) (broker.TopicConfig, error) {

@@ -20,10 +20,7 @@ import (
 // (INVALID_PARTITIONS), and so are manual replica assignments.
 func (s *Server) handleCreatePartitions(ctx context.Context, req *kmsg.CreatePartitionsRequest) kmsg.Response {
 	resp := req.ResponseKind().(*kmsg.CreatePartitionsResponse)
-	seen := map[string]int{}
-	for _, rt := range req.Topics {
-		seen[rt.Topic]++
-	}
+	seen := timesNamed(req.Topics, func(rt kmsg.CreatePartitionsRequestTopic) string { return rt.Topic })
 	for _, rt := range req.Topics {
 		t := kmsg.NewCreatePartitionsResponseTopic()
 		t.Topic = rt.Topic

@@ -18,10 +18,7 @@ import (
 // deletes a topic.
 func TestEcosystemAdminClient(t *testing.T) {
 	t.Parallel()
-	const python = "/usr/bin/python3"
-	if out, err := exec.Command(python, "-c", "import confluent_kafka.admin").CombinedOutput(); err != nil {
-		t.Fatalf("the Python Kafka client is missing (apt-get install python3-confluent-kafka; .ci/run does): %v\n%s", err, out)
-	}
+	python := pythonWith(t, "confluent_kafka.admin")
 	f := setup(t, nil)
 	ctx := testContext(t, 60*time.Second)
 	f.createTopic(t, "orders", 2)

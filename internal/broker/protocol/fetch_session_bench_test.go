@@ -50,22 +50,8 @@ func (c *fetchCounter) OnBrokerRead(_ kgo.BrokerMetadata, key int16, n int, _, _
 // RELAY_BENCH_FETCH_MAX_WAIT the consumer's fetch max wait (default
 // franz-go's, 5 s; shorter means more idle fetches per second).
 func BenchmarkIdleConsumerFetchSessions(b *testing.B) {
-	window := 30 * time.Second
-	if w := os.Getenv("RELAY_BENCH_WINDOW"); w != "" {
-		d, err := time.ParseDuration(w)
-		if err != nil {
-			b.Fatal(err)
-		}
-		window = d
-	}
-	maxWait := 5 * time.Second
-	if w := os.Getenv("RELAY_BENCH_FETCH_MAX_WAIT"); w != "" {
-		d, err := time.ParseDuration(w)
-		if err != nil {
-			b.Fatal(err)
-		}
-		maxWait = d
-	}
+	window := envDuration(b, "RELAY_BENCH_WINDOW", 30*time.Second)
+	maxWait := envDuration(b, "RELAY_BENCH_FETCH_MAX_WAIT", 5*time.Second)
 	const rounds, partitions = 2, 1000
 	type result struct{ reqBps, respBps, cpu, fetches float64 }
 	sum := map[string]*result{"off": {}, "on": {}}
@@ -154,6 +140,22 @@ func measureIdleConsumer(b *testing.B, sessions bool, partitions int32, window, 
 	stopPoll()
 	<-polled
 	return r
+}
+
+// envDuration is the duration the environment variable name holds (as
+// time.ParseDuration reads it), def when it is unset or empty; b fails on
+// one that does not parse.
+func envDuration(b *testing.B, name string, def time.Duration) time.Duration {
+	b.Helper()
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return d
 }
 
 // fetchSessionSlotsFromEnv is the broker process's FetchSessionCacheSlots.

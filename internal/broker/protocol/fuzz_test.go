@@ -42,12 +42,7 @@ func seedRequests() []kmsg.Request {
 				rt.Topic = &topic
 				r.Topics = append(r.Topics, rt)
 			case *kmsg.ListOffsetsRequest:
-				rt := kmsg.NewListOffsetsRequestTopic()
-				rt.Topic = topic
-				rp := kmsg.NewListOffsetsRequestTopicPartition()
-				rp.Timestamp = -1
-				rt.Partitions = append(rt.Partitions, rp)
-				r.Topics = append(r.Topics, rt)
+				r.Topics = append(r.Topics, latestOffsetTopic(topic))
 			case *kmsg.JoinGroupRequest:
 				r.Group, r.SessionTimeoutMillis, r.RebalanceTimeoutMillis, r.ProtocolType = "g", 6000, 6000, "consumer"
 				r.Protocols = []kmsg.JoinGroupRequestProtocol{{Name: "range", Metadata: []byte{0, 1}}}

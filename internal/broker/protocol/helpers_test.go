@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"os/exec"
 	"testing"
 	"time"
 
@@ -108,6 +109,18 @@ func kcatPath(t testing.TB) string {
 	const path = "/usr/bin/kcat"
 	if _, err := os.Stat(path); err != nil {
 		t.Fatalf("kcat is required for the interop tests (apt-get install kcat): %v", err)
+	}
+	return path
+}
+
+// pythonWith is the path of Debian's python3, which the interop tests run
+// their librdkafka clients with; it fails t unless python3 can import
+// module (from python3-confluent-kafka).
+func pythonWith(t testing.TB, module string) string {
+	t.Helper()
+	const path = "/usr/bin/python3"
+	if out, err := exec.Command(path, "-c", "import "+module).CombinedOutput(); err != nil {
+		t.Fatalf("python3-confluent-kafka is missing (apt-get install python3-confluent-kafka; .ci/run does): import %s: %v\n%s", module, err, out)
 	}
 	return path
 }

@@ -48,6 +48,17 @@ func encodeRequest(corr int32, req kmsg.Request) []byte {
 	return buf
 }
 
+// latestOffsetTopic is the topic of a ListOffsets request that asks for
+// the latest offset (timestamp -1) of topic's partition 0.
+func latestOffsetTopic(topic string) kmsg.ListOffsetsRequestTopic {
+	rt := kmsg.NewListOffsetsRequestTopic()
+	rt.Topic = topic
+	rp := kmsg.NewListOffsetsRequestTopicPartition()
+	rp.Timestamp = -1
+	rt.Partitions = append(rt.Partitions, rp)
+	return rt
+}
+
 func (r *rawConn) send(req kmsg.Request) int32 {
 	r.t.Helper()
 	r.corr++

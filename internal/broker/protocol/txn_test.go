@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/outboxrelay/relay/internal/broker"
+	"github.com/outboxrelay/relay/internal/e2e"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -37,41 +38,14 @@ func txnProduce(t testing.TB, ctx context.Context, cl *kgo.Client, topic, prefix
 	}
 }
 
-// consumeIsolated reads topic from the start until the partitions' ends (as
-// ListOffsets reports them for the isolation level) and returns the values.
+// consumeIsolated reads topic from the start, as a read_committed or a
+// read_uncommitted consumer, until three polls in a row bring nothing
+// (e2e.ReadIsolated), and returns the values.
 func consumeIsolated(t testing.TB, ctx context.Context, addr, topic string, committed bool) []string {
 	t.Helper()
-	iso := kgo.ReadUncommitted()
-	if committed {
-		iso = kgo.ReadCommitted()
-	}
-	cl := newKgo(t, addr, kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchIsolationLevel(iso),
-		kgo.FetchMaxWait(200*time.Millisecond))
-	defer cl.Close()
-	var out []string
-	idle := 0
-	for idle < 3 {
-		pctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
-		fs := cl.PollFetches(pctx)
-		cancel()
-		if ctx.Err() != nil {
-			t.Fatalf("consume %s: %v", topic, ctx.Err())
-		}
-		n := 0
-		fs.EachError(func(topic string, p int32, err error) {
-			if !errors.Is(err, context.DeadlineExceeded) {
-				t.Fatalf("fetch %s/%d: %v", topic, p, err)
-			}
-		})
-		fs.EachRecord(func(r *kgo.Record) {
-			out = append(out, string(r.Value))
-			n++
-		})
-		if n == 0 {
-			idle++
-		} else {
-			idle = 0
-		}
+	out, err := e2e.ReadIsolated(ctx, addr, topic, committed)
+	if err != nil {
+		t.Fatalf("consume %s: %v", topic, err)
 	}
 	return out
 }
@@ -277,12 +251,7 @@ func TestTxnLastStableOffsetAndUnstableOffsets(t *testing.T) {
 		if committed {
 			req.IsolationLevel = 1
 		}
-		rt := kmsg.NewListOffsetsRequestTopic()
-		rt.Topic = topic
-		rp := kmsg.NewListOffsetsRequestTopicPartition()
-		rp.Timestamp = -1
-		rt.Partitions = append(rt.Partitions, rp)
-		req.Topics = append(req.Topics, rt)
+		req.Topics = append(req.Topics, latestOffsetTopic(topic))
 		resp, err := req.RequestWith(ctx, plain)
 		if err != nil {
 			t.Fatal(err)
@@ -342,10 +311,7 @@ func fixCRC(b []byte) {
 // against the broker (testdata/txn_client.py).
 func TestTxnLibrdkafka(t *testing.T) {
 	t.Parallel()
-	const python = "/usr/bin/python3"
-	if out, err := exec.Command(python, "-c", "import confluent_kafka").CombinedOutput(); err != nil {
-		t.Fatalf("python3-confluent-kafka is missing (apt-get install python3-confluent-kafka; .ci/run does): %v\n%s", err, out)
-	}
+	python := pythonWith(t, "confluent_kafka")
 	f := setup(t, nil)
 	f.createTopic(t, "py-in", 1)
 	f.createTopic(t, "py-out", 1)

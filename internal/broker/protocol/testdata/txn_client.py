@@ -19,6 +19,24 @@ def fail(msg):
     sys.exit(1)
 
 
+def until_eof(c, what):
+    """Yields the messages c polls until the end of its (one) partition;
+    fails on a consume error, or when 200 polls bring no end."""
+    polls = 0
+    while True:
+        polls += 1
+        if polls > 200:
+            fail("no end of %s in sight" % what)
+        m = c.poll(0.5)
+        if m is None:
+            continue
+        if m.error():
+            if m.error().code() == KafkaError._PARTITION_EOF:
+                return
+            fail("consume %s: %s" % (what, m.error()))
+        yield m
+
+
 def read(t, isolation):
     c = Consumer({
         "bootstrap.servers": bootstrap,
@@ -29,20 +47,7 @@ def read(t, isolation):
         "isolation.level": isolation,
     })
     c.subscribe([t])
-    values, eof, polls = [], False, 0
-    while not eof:
-        polls += 1
-        if polls > 200:
-            fail("no end of %s in sight (%s)" % (t, isolation))
-        m = c.poll(0.5)
-        if m is None:
-            continue
-        if m.error():
-            if m.error().code() == KafkaError._PARTITION_EOF:
-                eof = True
-                continue
-            fail("consume %s: %s" % (t, m.error()))
-        values.append(m.value().decode())
+    values = [m.value().decode() for m in until_eof(c, "%s (%s)" % (t, isolation))]
     c.close()
     return values
 
@@ -71,19 +76,8 @@ c = Consumer({
 })
 c.subscribe([topic])
 p.begin_transaction()
-moved, eof, polls = 0, False, 0
-while not eof:
-    polls += 1
-    if polls > 200:
-        fail("consume-transform-produce never reached the end of " + topic)
-    m = c.poll(0.5)
-    if m is None:
-        continue
-    if m.error():
-        if m.error().code() == KafkaError._PARTITION_EOF:
-            eof = True
-            continue
-        fail("consume: %s" % m.error())
+moved = 0
+for m in until_eof(c, topic + " (consume-transform-produce)"):
     p.produce(out, value="out:" + m.value().decode(), key=m.key())
     moved += 1
 positions = c.position(c.assignment())
