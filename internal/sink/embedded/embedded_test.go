@@ -121,51 +121,35 @@ func TestHeldEventsSurviveLaterAcknowledgements(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	s := startedSink(t, dir)
-	res, err := s.Publish(ctx, messages(0, 5))
-	if err != nil {
-		t.Fatal(err)
+	publish := func(from, n int) []byte {
+		t.Helper()
+		res, err := s.Publish(ctx, messages(from, n))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res.State
 	}
-	saved := res.State
-	// Published, never acknowledged.
-	if _, err := s.Publish(ctx, messages(5, 5)); err != nil {
-		t.Fatal(err)
+	restart := func(state []byte) {
+		t.Helper()
+		s.Close(ctx)
+		s = newSink(t, dir)
+		if err := s.Start(ctx, relay.Session{State: state}); err != nil {
+			t.Fatal(err)
+		}
 	}
-	s.Close(ctx)
-
-	s = newSink(t, dir)
-	if err := s.Start(ctx, relay.Session{State: saved}); err != nil {
-		t.Fatal(err)
-	}
-	// New events on every partition first; their acknowledgement
-	// commits with this state, then the relay dies before the held
-	// events 5-9 come again.
-	res, err = s.Publish(ctx, messages(10, 20))
-	if err != nil {
-		t.Fatal(err)
-	}
-	saved = res.State
+	saved := publish(0, 5)
+	publish(5, 5) // published, never acknowledged
+	restart(saved)
+	// New events on every partition first; their acknowledgement commits
+	// with this state, then the relay dies before the held events 5-9
+	// come again. Twice: the held events are carried from state to state.
+	saved = publish(10, 20)
 	if st := decodeState(t, saved); len(st.Held) == 0 {
-		t.Fatalf("the state saved while events 5-9 are held names none: %s", saved)
+		t.Errorf("the state saved while events 5-9 are held names none: %s", saved)
 	}
-	s.Close(ctx)
-
-	// The same again: the held events are carried into the next state.
-	s = newSink(t, dir)
-	if err := s.Start(ctx, relay.Session{State: saved}); err != nil {
-		t.Fatal(err)
-	}
-	res, err = s.Publish(ctx, messages(30, 5))
-	if err != nil {
-		t.Fatal(err)
-	}
-	saved = res.State
-	s.Close(ctx)
-
-	s = newSink(t, dir)
-	if err := s.Start(ctx, relay.Session{State: saved}); err != nil {
-		t.Fatal(err)
-	}
-	res, err = s.Publish(ctx, messages(5, 5))
+	restart(saved)
+	restart(publish(30, 5))
+	res, err := s.Publish(ctx, messages(5, 5))
 	if err != nil {
 		t.Fatal(err)
 	}
