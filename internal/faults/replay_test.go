@@ -58,6 +58,14 @@ func TestReplayAcrossTakeovers(t *testing.T) {
 		replayDone <- result{r.Stdout + r.Stderr, r.Code, err}
 	}()
 
+	// The rounds are for a replay under way: wait until it has sent a
+	// first chunk (a CI run under load killed all six rounds' sessions
+	// before the leader had taken the request up, or after it was done).
+	waitFor(t, time.Minute, "the replay to send its first chunk", func() bool {
+		var done int64
+		e.admin.QueryRow(ctx, `SELECT coalesce(max(done), 0) FROM outbox.replay_requests WHERE status = 'running'`).Scan(&done)
+		return done > 0
+	})
 	var res result
 	midReplay, rounds := 0, 0
 	finished := false
