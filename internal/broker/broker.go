@@ -207,8 +207,8 @@ type Options struct {
 	// segment and verifies its batches' CRCs, pass after pass (default
 	// 8 MiB/s; negative disables it).
 	ScrubBytesPerSecond int64
-	// ScrubPause is the rest before the check's first pass after an open
-	// and between two passes (default 1 minute).
+	// ScrubPause is the rest between two passes of the check (default 1
+	// minute).
 	ScrubPause time.Duration
 	// AllowLostPartitions opens a topic whose partition directory vanished
 	// by recreating it empty and reporting the loss (PartitionInfo.Lost);

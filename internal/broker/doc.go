@@ -164,9 +164,8 @@
 // before it, and a fetch of its offsets fails with ErrDataLost (the
 // listener answers CORRUPT_MESSAGE). The background check (scrub.go,
 // Options.ScrubBytesPerSecond, 8 MiB/s by default, Options.ScrubPause
-// before the first pass after an open and between passes, so that it does
-// not slow a drain that follows the open) reads every segment the same
-// way, so damage nobody reads is found too. Damage found on open, by a read or by the check, offsets
+// between passes) reads every segment the same way, so damage nobody reads
+// is found too. Damage found on open, by a read or by the check, offsets
 // missing from both a segment and the journal, and a partition directory
 // that vanished are reported: an ERROR log "data lost" naming topic,
 // partition and offsets; PartitionInfo.Lost and Broker.Lost; and the

@@ -11,8 +11,7 @@ import (
 // batch by batch, and checks each batch's CRC, so damage in data nobody
 // reads (an old inactive segment) is found and reported before a consumer
 // needs it. It runs pass after pass at Options.ScrubBytesPerSecond, with
-// Options.ScrubPause before the first pass after an open and between
-// passes.
+// Options.ScrubPause between passes.
 
 // scrubStats are the background check's counters.
 type scrubStats struct {
@@ -116,16 +115,6 @@ func (b *Broker) scrubLoop() {
 		cancel()
 	}()
 	for {
-		// The first pass too waits a pause: an open is often followed by
-		// a drain (a relay replaying after an outage), which the check's
-		// reads of every segment would slow.
-		timer := time.NewTimer(b.opts.ScrubPause)
-		select {
-		case <-stop:
-			timer.Stop()
-			return
-		case <-timer.C:
-		}
 		th := &throttle{rate: b.opts.ScrubBytesPerSecond, start: time.Now(), stop: stop}
 		rep, err := b.scrubPass(ctx, th)
 		if ctx.Err() != nil {
@@ -135,6 +124,13 @@ func (b *Broker) scrubLoop() {
 			b.opts.Logger.Error("background check failed", "err", err)
 		} else if rep.Lost > 0 {
 			b.opts.Logger.Error("background check found damaged batches", "ranges", rep.Lost, "bytes_checked", rep.Bytes)
+		}
+		timer := time.NewTimer(b.opts.ScrubPause)
+		select {
+		case <-stop:
+			timer.Stop()
+			return
+		case <-timer.C:
 		}
 	}
 }
