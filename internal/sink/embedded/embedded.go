@@ -147,6 +147,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -417,11 +418,7 @@ func (s *Sink) Start(ctx context.Context, session relay.Session) error {
 		s.cfg.Logger.Info("the log holds unacknowledged events; they will not be appended again", "events", len(seen))
 	}
 	_ = os.Remove(filepath.Join(s.cfg.Broker.Dir, legacyIdentityFile))
-	held := make(map[string]logPos, len(seen))
-	for id, pos := range seen {
-		held[id] = pos
-	}
-	s.id, s.st, s.seen, s.held = id, st, seen, held
+	s.id, s.st, s.seen, s.held = id, st, seen, maps.Clone(seen)
 	s.seq, s.topics = map[tp]int32{}, map[string]broker.TopicConfig{}
 	s.mu.Lock()
 	s.fence, s.inSession = session.CheckFence, true
@@ -634,9 +631,7 @@ func (s *Sink) PublishAsync(ctx context.Context, msgs []relay.Message) (wait fun
 	res := relay.PublishResult{Failed: map[int]error{}}
 	groups := map[tp]*group{}
 	var order []*group
-	// skipped are the identities the log already holds, with where.
 	var skipped []string
-	var skippedPos []logPos
 	// waits are the topics the broker does not have (WaitForTopics):
 	// nothing of the batch is appended, and it is offered again.
 	var waits []error
@@ -647,10 +642,9 @@ func (s *Sink) PublishAsync(ctx context.Context, msgs []relay.Message) (wait fun
 	for i, m := range msgs {
 		if len(s.seen) > 0 {
 			if id := m.Identity(); id != "" {
-				if pos, ok := s.seen[id]; ok {
+				if _, ok := s.seen[id]; ok {
 					delete(s.seen, id)
 					skipped = append(skipped, id)
-					skippedPos = append(skippedPos, pos)
 					continue
 				}
 			}
@@ -692,8 +686,8 @@ func (s *Sink) PublishAsync(ctx context.Context, msgs []relay.Message) (wait fun
 	if len(waits) > 0 {
 		// The batch comes again: the events it skipped are still to be
 		// recognised then.
-		for i, id := range skipped {
-			s.seen[id] = skippedPos[i]
+		for _, id := range skipped {
+			s.seen[id] = s.held[id] // held until a durable batch offers it
 		}
 		return nil, errors.Join(waits...)
 	}
