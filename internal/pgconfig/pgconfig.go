@@ -141,8 +141,7 @@ func ConnectWith(ctx context.Context, connString string, adjust func(*pgx.ConnCo
 	}
 	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
-		msg := dedupeLines(Scrub(err, connString))
-		return nil, &Error{msg: fmt.Sprintf("cannot connect to PostgreSQL at %s: %s", Describe(&cfg.Config), msg), err: err}
+		return nil, Wrap(err, connString, "cannot connect to PostgreSQL at "+Describe(&cfg.Config))
 	}
 	return conn, nil
 }
@@ -166,8 +165,7 @@ func NewPool(ctx context.Context, connString string, maxConns int32, adjust func
 	cfg.MaxConns = maxConns
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
-		msg := dedupeLines(Scrub(err, connString))
-		return nil, &Error{msg: fmt.Sprintf("cannot connect to PostgreSQL at %s: %s", Describe(&connCfg.Config), msg), err: err}
+		return nil, Wrap(err, connString, "cannot connect to PostgreSQL at "+Describe(&connCfg.Config))
 	}
 	return pool, nil
 }
