@@ -1453,8 +1453,16 @@ func (p *partition) closeLocked() error {
 	return errors.Join(errs...)
 }
 
+// closeAll closes the files of every segment nobody reads. A segment a
+// reader has pinned (a fetch, the background check, an interval fsync
+// reads its handle without p.mu) is marked deleted instead, and its last
+// unpin closes it: closing under a reader would leave it a nil handle.
 func (p *partition) closeAll() {
 	for _, s := range p.segs {
+		if s.refs > 0 {
+			s.deleted = true
+			continue
+		}
 		_ = s.closeFiles()
 	}
 }

@@ -87,7 +87,7 @@ type segment struct {
 	rpSnap []byte
 
 	refs    int  // fetches currently reading the file
-	deleted bool // removed by retention or replaced by compaction
+	deleted bool // removed by retention, replaced by compaction, or its partition closed while pinned
 	lastUse uint64
 }
 

@@ -118,3 +118,56 @@ func TestDeleteRecordsAndOffsetsAreDurable(t *testing.T) {
 		t.Fatalf("Inspect: %v %+v", err, ins.Topics)
 	}
 }
+
+// TestDeleteTopicUnderAPinnedReader: a reader (a fetch, the background
+// check) reads a pinned segment's handle without the partition lock, so
+// deleting the topic under it must leave the handle open until the reader
+// lets go. Closing it at once left the reader a nil handle: a panic in the
+// background check while a topic was deleted.
+func TestDeleteTopicUnderAPinnedReader(t *testing.T) {
+	t.Parallel()
+	b := openTest(t, t.TempDir(), nil)
+	mustCreate(t, b, "gone", TopicConfig{Partitions: 1, SegmentBytes: 1024})
+	for range 5 {
+		mustAppend(t, b, "gone", 0, EncodeBatch(-1, -1, -1, []Record{{Key: []byte("k"), Value: make([]byte, 600), Timestamp: time.Now()}}))
+	}
+	_, p, err := b.lookup("gone", 0, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.mu.Lock()
+	if len(p.segs) < 2 {
+		p.mu.Unlock()
+		t.Fatalf("want a rolled segment, have %d segments", len(p.segs))
+	}
+	pinned := p.segs[0]
+	if err := p.ensureOpenLocked(pinned); err != nil {
+		p.mu.Unlock()
+		t.Fatal(err)
+	}
+	p.pinLocked(pinned)
+	p.mu.Unlock()
+
+	if err := b.DeleteTopic("gone"); err != nil {
+		t.Fatal(err)
+	}
+	p.mu.Lock()
+	f := pinned.log
+	p.mu.Unlock()
+	if f == nil {
+		t.Fatal("deleting the topic closed a segment a reader had pinned")
+	}
+	var hdr [BatchHeaderSize]byte
+	if _, err := f.ReadAt(hdr[:], 0); err != nil {
+		t.Fatalf("the pinned reader cannot read its segment after the delete: %v", err)
+	}
+	if _, err := p.fetch(0, 1<<20, nil, false); !errors.Is(err, ErrClosed) {
+		t.Fatalf("fetch from a deleted topic: %v, want ErrClosed", err)
+	}
+	p.unpin(pinned)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if pinned.log != nil {
+		t.Fatal("the last unpin left the deleted topic's segment open")
+	}
+}
