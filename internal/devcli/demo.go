@@ -185,6 +185,9 @@ func demoConsumer(ctx context.Context, addr string, say func(string, ...any)) er
 		kgo.ConsumeTopics("orders"),
 		kgo.AllowAutoTopicCreation(),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		// The orders topic appears with the relay's first publish; look
+		// for it again within half a second rather than kgo's 5 s.
+		kgo.MetadataMinAge(500*time.Millisecond),
 	)
 	if err != nil {
 		return err
