@@ -112,20 +112,23 @@ func openPartition(set *partitionSettings, dir, topic string, id int32, mustExis
 	p := &partition{topic: topic, id: id, dir: dir, set: set, hwCh: make(chan struct{})}
 	fsys := set.fs
 	var vanished bool
-	if mustExist {
-		if _, err := fsys.ReadDir(dir); errors.Is(err, os.ErrNotExist) {
+	// One directory read tells both whether the partition exists and what
+	// it holds: with thousands of partitions, a second read per partition
+	// was a visible share of the broker's open.
+	bases, snaps, err := listSegmentBases(fsys, dir, true)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		if mustExist {
 			if !set.allowLost {
 				return nil, fmt.Errorf("%w: %s/%d: %s is gone though %s lists the topic, so its records are lost; restore it, or open with AllowLostPartitions (relay: --allow-lost-partitions) to recreate it empty and report the loss",
 					ErrPartitionLost, topic, id, dir, metaFile)
 			}
 			vanished = true
 		}
-	}
-	if err := fsys.MkdirAll(dir, 0o755); err != nil {
-		return nil, storageErr("create partition dir", err)
-	}
-	bases, snaps, err := listSegmentBases(fsys, dir, true)
-	if err != nil {
+		if err := fsys.MkdirAll(dir, 0o755); err != nil {
+			return nil, storageErr("create partition dir", err)
+		}
+	case err != nil:
 		return nil, storageErr("list segments", err)
 	}
 	if len(bases) == 0 {
