@@ -242,7 +242,12 @@
 // holds it); one at the end is a torn write, never acknowledged.
 //
 // A failed write is truncated away before the error returns; the append
-// fails, nothing else does. A failed fsync is sticky (health.go): the
+// fails, nothing else does. When that truncate fails too, the next append
+// (or Close) cuts the torn bytes first and goes on after the batches
+// before them, which their journal records cover; it never cuts back to
+// the last fsync, which would give those batches' offsets to new ones
+// while their journal records stayed, for a replay to bring back in place
+// of acknowledged batches (TestSegmentTornWriteKeepsJournaledBatches). A failed fsync is sticky (health.go): the
 // broker fails every append waiting for it and every later one, Wait and
 // CommitOffsets too, with ErrStorageFailed wrapping the I/O error, and
 // Health returns it, until the broker was reopened from disk (Reopen, or

@@ -220,3 +220,50 @@ func TestJournalTornWriteKeepsEarlierBatches(t *testing.T) {
 	check(b)
 	check(openTest(t, powerLoss(t, dir), nil))
 }
+
+// A segment write that fails and cannot be cut back leaves a torn tail.
+// The batches before it, in the segment and the journal but not yet
+// fsynced, must stay, and the next append goes after them. Cutting the
+// segment back to its last fsync instead dropped them while their journal
+// records stayed: the next batch took their offsets and was acknowledged,
+// and after a power loss the replay put a dropped batch back in its place.
+func TestSegmentTornWriteKeepsJournaledBatches(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	sfs := &faultFS{suffixes: []string{logSuffix}}
+	b := openWithTopic(t, dir, func(o *Options) { o.FS = sfs }, "t", TopicConfig{Partitions: 1})
+	ctx := context.Background()
+	mustAppend(t, b, "t", 0, EncodeBatch(-1, -1, -1, recs("a", 2)))
+	_, waitC, err := b.AppendAsync(ctx, "t", 0, EncodeBatch(-1, -1, -1, recs("c", 2)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sfs.failWrite.Store(true)
+	sfs.failTruncate.Store(true)
+	if _, _, err := b.AppendAsync(ctx, "t", 0, EncodeBatch(-1, -1, -1, recs("d", 2))); err == nil {
+		t.Fatal("append accepted despite a failed segment write")
+	}
+	sfs.failWrite.Store(false)
+	sfs.failTruncate.Store(false)
+	res, waitE, err := b.AppendAsync(ctx, "t", 0, EncodeBatch(-1, -1, -1, recs("e", 2)))
+	if err != nil {
+		t.Fatalf("append after the fault: %v", err)
+	}
+	if err := waitE(); err != nil {
+		t.Fatalf("batch written after the fault: %v", err)
+	}
+	if err := waitC(); err != nil {
+		t.Fatalf("batch written before the fault: %v", err)
+	}
+	if res.BaseOffset != 4 {
+		t.Fatalf("the batch after the fault has offset %d, want 4 (after a and c)", res.BaseOffset)
+	}
+	check := func(b *Broker) {
+		t.Helper()
+		if got := strings.Join(values(t, b, "t", 0), ","); got != "a-v0,a-v1,c-v0,c-v1,e-v0,e-v1" {
+			t.Fatalf("partition 0 holds %s", got)
+		}
+	}
+	check(b)
+	check(openTest(t, powerLoss(t, dir), nil))
+}

@@ -78,9 +78,15 @@ type partition struct {
 	// journalEnd is the offset after the last batch the journal held for
 	// the partition when it opened (0: none).
 	journalEnd int64
-	broken     error
-	closed     bool
-	clock      uint64
+	// broken is a failed rollback (its truncate or fsync): the next
+	// append tries the rollback again.
+	broken error
+	// torn is a failed append's bytes past the active segment's size that
+	// could not be cut at once: the next append (or Close) cuts them
+	// first. The batches before them stay, as their journal records do.
+	torn   error
+	closed bool
+	clock  uint64
 	// startFloor is the log start DeleteRecords set (its file, logStartFile);
 	// records below it are gone even where their segment stays.
 	startFloor int64
@@ -518,6 +524,9 @@ func (p *partition) write(batch []byte, h BatchHeader) (res AppendResult, target
 	if err := p.set.health.check(); err != nil {
 		return AppendResult{}, -1, 0, err
 	}
+	if err := p.cutTornLocked(); err != nil {
+		return AppendResult{}, -1, 0, err
+	}
 	if p.broken != nil {
 		if err := p.resetLocked(); err != nil {
 			return AppendResult{}, -1, 0, err
@@ -575,9 +584,11 @@ func (p *partition) appendLocked(batch []byte, h BatchHeader, j *journal) (*segm
 	if err := write(); err != nil {
 		// Put the file back as it was so a later append (after space is
 		// freed) continues from a clean end; if even that fails, the next
-		// append first rolls back to the durable state.
+		// append cuts it first. Never back to the last fsync: the batches
+		// since are in the journal, and a batch that took their offsets
+		// would lose to them in a replay.
 		if terr := active.log.Truncate(active.size); terr != nil {
-			p.broken = terr
+			p.torn = terr
 		}
 		return nil, err
 	}
@@ -819,7 +830,7 @@ func (p *partition) syncSegment() error {
 	}
 	if ok {
 		p.mu.Lock()
-		if !p.closed && s == p.segs[len(p.segs)-1] && s.rpGen == gen && p.broken == nil {
+		if !p.closed && s == p.segs[len(p.segs)-1] && s.rpGen == gen && p.broken == nil && p.torn == nil {
 			p.writeRecoveryLocked(s, st)
 		}
 		p.mu.Unlock()
@@ -1004,6 +1015,20 @@ func (p *partition) whileOpen(fn func() error) error {
 	return fn()
 }
 
+// cutTornLocked cuts a failed append's bytes (torn) from the end of the
+// active segment.
+func (p *partition) cutTornLocked() error {
+	if p.torn == nil {
+		return nil
+	}
+	s := p.segs[len(p.segs)-1]
+	if err := s.log.Truncate(s.size); err != nil {
+		return storageErr("cut a failed write from the segment", err)
+	}
+	p.torn = nil
+	return nil
+}
+
 // resetLocked truncates the active segment back to the last durable
 // position and rebuilds index and producer state from disk.
 func (p *partition) resetLocked() error {
@@ -1018,6 +1043,7 @@ func (p *partition) resetLocked() error {
 		p.broken = err
 		return err
 	}
+	p.torn = nil
 	p.resetPoints = append(p.resetPoints, p.durable)
 	p.gen++
 	cands, err := p.recoverActiveLocked()
@@ -1421,6 +1447,11 @@ func (p *partition) close() error { return p.whileOpen(p.closeLocked) }
 func (p *partition) closeLocked() error {
 	var errs []error
 	active := p.segs[len(p.segs)-1]
+	if err := p.cutTornLocked(); err != nil {
+		// The next open finds the torn bytes and cuts them.
+		errs = append(errs, err)
+		p.broken = err
+	}
 	// After a storage failure nothing written since is trusted: no fsync
 	// to believe, no snapshot; the next open recovers from disk.
 	if p.set.health.check() == nil {
