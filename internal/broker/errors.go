@@ -162,6 +162,16 @@ func (e *lostError) Error() string {
 }
 func (e *lostError) Unwrap() error { return ErrDataLost }
 
+// LostOffsets returns the first and last offset of the lost range err
+// (an ErrDataLost from a fetch) names; ok is false for any other error.
+func LostOffsets(err error) (first, last int64, ok bool) {
+	var le *lostError
+	if !errors.As(err, &le) {
+		return 0, 0, false
+	}
+	return le.first, le.last, true
+}
+
 // KafkaErrorCode maps an error returned by this package to the Kafka protocol
 // error code a listener should put in its response (0 for nil).
 func KafkaErrorCode(err error) int16 {

@@ -68,6 +68,12 @@
 //     held, so each saved state names their runs (a few per partition)
 //     and each session start reads them again, until retention deletes
 //     their records.
+//   - Unacknowledged records damaged on disk (a torn tail cut on open, a
+//     flipped bit a read finds): the broker reports their offsets lost;
+//     step 3 passes over them with a WARN, and their events, whose
+//     identities it cannot read, are appended again when they come, which
+//     puts them back in the log (TestDamagedUnacknowledgedRecords). Before,
+//     Start failed on the lost range, so the relay could never start.
 //   - Sequence counters at their wrap points: nothing compares positions,
 //     so a session may append any number of records (tested across 2^30
 //     and 2^31).
@@ -406,9 +412,9 @@ func (s *Sink) Start(ctx context.Context, session relay.Session) error {
 	if session.State != nil {
 		ids[saved.ProducerID] = true
 	}
-	seen, err := unacknowledged(ctx, b, st, ids)
+	seen, err := unacknowledged(ctx, s.cfg.Logger, b, st, ids)
 	if err == nil && saved.LogID == st.LogID {
-		err = heldAgain(ctx, b, saved.Held, seen)
+		err = heldAgain(ctx, s.cfg.Logger, b, saved.Held, seen)
 	}
 	if err != nil {
 		s.closeBroker()
@@ -469,7 +475,7 @@ func (s *Sink) open(ctx context.Context) (*broker.Broker, error) {
 // ids from st's acknowledged offset (or, where st names none, from the log
 // start where the broker knows one of ids) to the end, and returns the
 // identities of their records.
-func unacknowledged(ctx context.Context, b *broker.Broker, st state, ids map[int64]bool) (map[string]logPos, error) {
+func unacknowledged(ctx context.Context, logger *slog.Logger, b *broker.Broker, st state, ids map[int64]bool) (map[string]logPos, error) {
 	seen := map[string]logPos{}
 	var buf []byte
 	for _, t := range b.Topics() {
@@ -483,7 +489,7 @@ func unacknowledged(ctx context.Context, b *broker.Broker, st state, ids map[int
 			if err != nil {
 				return nil, fmt.Errorf("embedded sink: %s/%d: %w", k.topic, k.partition, err)
 			}
-			if buf, err = readIdentities(ctx, b, k, max(from, earliest), latest, ids, seen, buf); err != nil {
+			if buf, err = readIdentities(ctx, logger, b, k, max(from, earliest), latest, ids, seen, buf); err != nil {
 				return nil, err
 			}
 		}
@@ -493,7 +499,7 @@ func unacknowledged(ctx context.Context, b *broker.Broker, st state, ids map[int
 
 // heldAgain adds to seen the identities of the held records a saved state
 // names, those the log still has.
-func heldAgain(ctx context.Context, b *broker.Broker, held []heldRange, seen map[string]logPos) error {
+func heldAgain(ctx context.Context, logger *slog.Logger, b *broker.Broker, held []heldRange, seen map[string]logPos) error {
 	var buf []byte
 	for _, h := range held {
 		k := tp{h.Topic, h.Partition}
@@ -505,7 +511,7 @@ func heldAgain(ctx context.Context, b *broker.Broker, held []heldRange, seen map
 			return fmt.Errorf("embedded sink: %s/%d: %w", k.topic, k.partition, err)
 		}
 		found := map[string]logPos{}
-		if buf, err = readIdentities(ctx, b, k, max(h.From, earliest), min(h.To, latest), map[int64]bool{h.Producer: true}, found, buf); err != nil {
+		if buf, err = readIdentities(ctx, logger, b, k, max(h.From, earliest), min(h.To, latest), map[int64]bool{h.Producer: true}, found, buf); err != nil {
 			return err
 		}
 		for id, pos := range found {
@@ -519,13 +525,22 @@ func heldAgain(ctx context.Context, b *broker.Broker, held []heldRange, seen map
 
 // readIdentities adds to seen the identities of the records of ids in
 // partition k from offset from up to to, reading into buf (returned for
-// reuse).
-func readIdentities(ctx context.Context, b *broker.Broker, k tp, from, to int64, ids map[int64]bool, seen map[string]logPos, buf []byte) ([]byte, error) {
+// reuse). A range the broker reports lost (damaged on disk) is passed
+// over: its records' identities cannot be read, so their events are
+// appended again when they come, which puts them back in the log, where
+// refusing to start would stop the relay for good.
+func readIdentities(ctx context.Context, logger *slog.Logger, b *broker.Broker, k tp, from, to int64, ids map[int64]bool, seen map[string]logPos, buf []byte) ([]byte, error) {
 	for from < to {
 		if err := ctx.Err(); err != nil {
 			return buf, err
 		}
 		res, err := b.FetchInto(ctx, k.topic, k.partition, from, 4<<20, buf[:0])
+		if first, last, ok := broker.LostOffsets(err); ok && last >= from {
+			logger.Warn("unacknowledged records are lost from the log; their events will be appended again when they come",
+				"topic", k.topic, "partition", k.partition, "first_offset", max(first, from), "last_offset", last)
+			from = last + 1
+			continue
+		}
 		if err != nil {
 			return buf, fmt.Errorf("embedded sink: reading the unacknowledged records of %s/%d at %d: %w", k.topic, k.partition, from, err)
 		}

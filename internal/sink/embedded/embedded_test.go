@@ -535,3 +535,103 @@ func TestReusedBrokerSeesAbandonedAppends(t *testing.T) {
 	s.Shutdown(ctx)
 	wantEachOnce(t, readAll(t, dir), 30)
 }
+
+// TestDamagedUnacknowledgedRecords: a batch of the unacknowledged tail is
+// damaged on disk (a flipped byte, which the broker reports lost when it
+// reads it). Start still starts: the damaged records' identities cannot be
+// read, so when their events come again they are appended again, which
+// puts them back in the log; the other events of the tail are recognised
+// and not appended twice.
+func TestDamagedUnacknowledgedRecords(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	s := startedSink(t, dir)
+	saved := publishOK(t, s, messages(0, 6)).State
+	publishOK(t, s, messages(6, 12)) // never acknowledged
+	s.Close(ctx)
+
+	// The last batch of partition 0 is the unacknowledged one: damage a
+	// byte of its records.
+	seg := filepath.Join(dir, "topics", "orders", "0", fmt.Sprintf("%020d.log", 0))
+	data, err := os.ReadFile(seg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := -1
+	for pos := 0; pos < len(data); {
+		h, err := broker.ParseBatchHeader(data[pos:])
+		if err != nil {
+			t.Fatalf("batch at %d of %s: %v", pos, seg, err)
+		}
+		last = pos
+		pos += h.Size()
+	}
+	if last <= 0 {
+		t.Fatalf("partition 0 has %d bytes in one batch or none; want an acknowledged batch and one after it", len(data))
+	}
+	data[last+broker.BatchHeaderSize+2] ^= 0xff
+	if err := os.WriteFile(seg, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	s = newSink(t, dir)
+	if err := s.Start(ctx, relay.Session{State: saved}); err != nil {
+		t.Fatalf("start over a damaged unacknowledged batch: %v", err)
+	}
+	publishOK(t, s, messages(6, 12))
+	counts := map[string]int{}
+	b := s.Broker()
+	info, err := b.Topic("orders")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lostParts := 0
+	for _, pi := range info.Partitions {
+		if len(pi.Lost) > 0 {
+			lostParts++
+		}
+		for off := pi.LogStartOffset; off < pi.HighWatermark; {
+			if r, ok := lostAt(pi.Lost, off); ok {
+				off = r.Last + 1
+				continue
+			}
+			res, err := b.Fetch(ctx, "orders", pi.Partition, off, 1<<20)
+			if err != nil {
+				t.Fatalf("fetch orders/%d@%d: %v", pi.Partition, off, err)
+			}
+			for raw, err := range broker.Batches(res.Batches) {
+				if err != nil {
+					t.Fatal(err)
+				}
+				_, recs, err := broker.DecodeBatch(raw)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, r := range recs {
+					if r.Offset >= off {
+						counts[string(r.Value)]++
+						off = r.Offset + 1
+					}
+				}
+			}
+		}
+	}
+	if lostParts != 1 {
+		t.Fatalf("%d partitions report lost records, want 1", lostParts)
+	}
+	s.Shutdown(ctx)
+	for i := range 18 {
+		if got := counts[fmt.Sprintf("event-%d", i)]; got != 1 {
+			t.Errorf("event-%d is readable %d times, want once", i, got)
+		}
+	}
+}
+
+func lostAt(lost []broker.LostRange, off int64) (broker.LostRange, bool) {
+	for _, r := range lost {
+		if off >= r.First && off <= r.Last {
+			return r, true
+		}
+	}
+	return broker.LostRange{}, false
+}
