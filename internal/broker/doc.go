@@ -247,8 +247,9 @@
 // before them, which their journal records cover; it never cuts back to
 // the last fsync, which would give those batches' offsets to new ones
 // while their journal records stayed, for a replay to bring back in place
-// of acknowledged batches (TestSegmentTornWriteKeepsJournaledBatches). A failed fsync is sticky (health.go): the
-// broker fails every append waiting for it and every later one, Wait and
+// of acknowledged batches (TestTornWriteKeepsEarlierBatches).
+//
+// A failed fsync is sticky (health.go): the broker fails every append waiting for it and every later one, Wait and
 // CommitOffsets too, with ErrStorageFailed wrapping the I/O error, and
 // Health returns it, until the broker was reopened from disk (Reopen, or
 // the automatic reopen every Options.ReopenInterval, 10s by default). The
@@ -443,7 +444,7 @@
 //
 //   - Power loss: segments lose what no fsync covered, the journal restores
 //     it; TestJournalRestoresWhatSegmentsLost,
-//     TestJournalTornWriteKeepsEarlierBatches.
+//     TestTornWriteKeepsEarlierBatches.
 //
 //   - Torn or zero-filled tail: cut aside; TestCorruptTailRecovery.
 //

@@ -176,94 +176,74 @@ func TestJournalCheckpoint(t *testing.T) {
 	}
 }
 
-// A journal write that fails and cannot be cut back leaves a torn record;
-// batches written before it and not yet fsynced must survive, the failed
-// one must not, and appends continue in a new journal file.
-func TestJournalTornWriteKeepsEarlierBatches(t *testing.T) {
+// A write that fails and cannot be cut back leaves a torn record, in the
+// journal or at the segment's end. The batches written before it and not
+// yet fsynced must survive, the failed one must not, and appends go on
+// after them (after a torn journal, in a new journal file). For the
+// segment, cutting back to the last fsync instead dropped the batches
+// since while their journal records stayed: the next batch took their
+// offsets and was acknowledged, and after a power loss the replay put a
+// dropped batch back in its place.
+func TestTornWriteKeepsEarlierBatches(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	// Journal writes fail and cannot be cut back.
-	jfs := &faultFS{suffixes: []string{journalSuffix}}
-	b := openWithTopic(t, dir, func(o *Options) { o.FS = jfs }, "t", TopicConfig{Partitions: 2})
-	ctx := context.Background()
-	mustAppend(t, b, "t", 0, EncodeBatch(1, 0, 0, recs("a", 2)))
-	_, waitC, err := b.AppendAsync(ctx, "t", 1, EncodeBatch(2, 0, 0, recs("c", 2)))
-	if err != nil {
-		t.Fatal(err)
+	for _, c := range []struct {
+		name, suffix string
+		// cPart is the partition of batch c, written before the fault;
+		// want is what partitions 0 and 1 hold in the end.
+		cPart int32
+		want  [2]string
+	}{
+		{"journal", journalSuffix, 1, [2]string{"a-v0,a-v1,e-v0,e-v1", "c-v0,c-v1"}},
+		{"segment", logSuffix, 0, [2]string{"a-v0,a-v1,c-v0,c-v1,e-v0,e-v1", ""}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			ffs := &faultFS{suffixes: []string{c.suffix}}
+			b := openWithTopic(t, dir, func(o *Options) { o.FS = ffs }, "t", TopicConfig{Partitions: 2})
+			ctx := context.Background()
+			// Producer 1 writes partition 0, producer 2 partition 1.
+			seq := [2]int32{}
+			batch := func(part int32, name string) []byte {
+				return EncodeBatch(int64(part)+1, 0, seq[part], recs(name, 2))
+			}
+			mustAppend(t, b, "t", 0, batch(0, "a"))
+			seq[0] += 2
+			_, waitC, err := b.AppendAsync(ctx, "t", c.cPart, batch(c.cPart, "c"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			seq[c.cPart] += 2
+			ffs.failWrite.Store(true)
+			ffs.failTruncate.Store(true)
+			if _, _, err := b.AppendAsync(ctx, "t", 0, batch(0, "d")); err == nil {
+				t.Fatal("append accepted despite a failed write")
+			}
+			ffs.failWrite.Store(false)
+			ffs.failTruncate.Store(false)
+			res, waitE, err := b.AppendAsync(ctx, "t", 0, batch(0, "e"))
+			if err != nil {
+				t.Fatalf("append after the fault: %v", err)
+			}
+			if err := waitE(); err != nil {
+				t.Fatalf("batch written after the fault: %v", err)
+			}
+			if err := waitC(); err != nil {
+				t.Fatalf("batch written before the fault: %v", err)
+			}
+			if want := seq[0]; res.BaseOffset != int64(want) {
+				t.Fatalf("the batch after the fault has offset %d, want %d", res.BaseOffset, want)
+			}
+			check := func(b *Broker) {
+				t.Helper()
+				for p := range int32(2) {
+					if got := strings.Join(values(t, b, "t", p), ","); got != c.want[p] {
+						t.Fatalf("partition %d holds %s, want %s", p, got, c.want[p])
+					}
+				}
+			}
+			check(b)
+			check(openTest(t, powerLoss(t, dir), nil))
+		})
 	}
-	jfs.failWrite.Store(true)
-	jfs.failTruncate.Store(true)
-	if _, _, err := b.AppendAsync(ctx, "t", 0, EncodeBatch(1, 0, 2, recs("d", 2))); err == nil {
-		t.Fatal("append accepted despite a failed journal write")
-	}
-	jfs.failWrite.Store(false)
-	jfs.failTruncate.Store(false)
-	_, waitE, err := b.AppendAsync(ctx, "t", 0, EncodeBatch(1, 0, 2, recs("e", 2)))
-	if err != nil {
-		t.Fatalf("append after the fault: %v", err)
-	}
-	if err := waitC(); err != nil {
-		t.Fatalf("batch written before the fault: %v", err)
-	}
-	if err := waitE(); err != nil {
-		t.Fatalf("batch written after the fault: %v", err)
-	}
-	check := func(b *Broker) {
-		t.Helper()
-		if got := strings.Join(values(t, b, "t", 0), ","); got != "a-v0,a-v1,e-v0,e-v1" {
-			t.Fatalf("partition 0 holds %s", got)
-		}
-		if got := strings.Join(values(t, b, "t", 1), ","); got != "c-v0,c-v1" {
-			t.Fatalf("partition 1 holds %s", got)
-		}
-	}
-	check(b)
-	check(openTest(t, powerLoss(t, dir), nil))
-}
-
-// A segment write that fails and cannot be cut back leaves a torn tail.
-// The batches before it, in the segment and the journal but not yet
-// fsynced, must stay, and the next append goes after them. Cutting the
-// segment back to its last fsync instead dropped them while their journal
-// records stayed: the next batch took their offsets and was acknowledged,
-// and after a power loss the replay put a dropped batch back in its place.
-func TestSegmentTornWriteKeepsJournaledBatches(t *testing.T) {
-	t.Parallel()
-	dir := t.TempDir()
-	sfs := &faultFS{suffixes: []string{logSuffix}}
-	b := openWithTopic(t, dir, func(o *Options) { o.FS = sfs }, "t", TopicConfig{Partitions: 1})
-	ctx := context.Background()
-	mustAppend(t, b, "t", 0, EncodeBatch(-1, -1, -1, recs("a", 2)))
-	_, waitC, err := b.AppendAsync(ctx, "t", 0, EncodeBatch(-1, -1, -1, recs("c", 2)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	sfs.failWrite.Store(true)
-	sfs.failTruncate.Store(true)
-	if _, _, err := b.AppendAsync(ctx, "t", 0, EncodeBatch(-1, -1, -1, recs("d", 2))); err == nil {
-		t.Fatal("append accepted despite a failed segment write")
-	}
-	sfs.failWrite.Store(false)
-	sfs.failTruncate.Store(false)
-	res, waitE, err := b.AppendAsync(ctx, "t", 0, EncodeBatch(-1, -1, -1, recs("e", 2)))
-	if err != nil {
-		t.Fatalf("append after the fault: %v", err)
-	}
-	if err := waitE(); err != nil {
-		t.Fatalf("batch written after the fault: %v", err)
-	}
-	if err := waitC(); err != nil {
-		t.Fatalf("batch written before the fault: %v", err)
-	}
-	if res.BaseOffset != 4 {
-		t.Fatalf("the batch after the fault has offset %d, want 4 (after a and c)", res.BaseOffset)
-	}
-	check := func(b *Broker) {
-		t.Helper()
-		if got := strings.Join(values(t, b, "t", 0), ","); got != "a-v0,a-v1,c-v0,c-v1,e-v0,e-v1" {
-			t.Fatalf("partition 0 holds %s", got)
-		}
-	}
-	check(b)
-	check(openTest(t, powerLoss(t, dir), nil))
 }
