@@ -635,3 +635,55 @@ func lostAt(lost []broker.LostRange, off int64) (broker.LostRange, bool) {
 	}
 	return broker.LostRange{}, false
 }
+
+// TestHeldEventsOfTruncatedRows: an operator deletes the outbox rows of
+// published, unacknowledged events, so they never come again. Their
+// records stay held, named in every saved state across sessions, and no
+// other event is skipped; once retention (here DeleteRecords) removed the
+// records, the next session's state names them no more.
+func TestHeldEventsOfTruncatedRows(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	s := startedSink(t, dir)
+	restart := func(state []byte) {
+		t.Helper()
+		s.Close(ctx)
+		s = newSink(t, dir)
+		if err := s.Start(ctx, relay.Session{State: state}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	saved := publishOK(t, s, messages(0, 5)).State
+	publishOK(t, s, messages(5, 5)) // published; then the rows are deleted
+	restart(saved)
+	for round := range 3 {
+		saved = publishOK(t, s, messages(10+5*round, 5)).State
+		if st := decodeState(t, saved); len(st.Held) == 0 {
+			t.Fatalf("round %d: the saved state names no held events while events 5-9 never came again: %s", round, saved)
+		}
+		restart(saved)
+	}
+	s.Shutdown(ctx)
+	wantEachOnce(t, readAll(t, dir), 25)
+
+	// Retention removes every record so far: the held runs go with them.
+	s = newSink(t, dir)
+	if err := s.Start(ctx, relay.Session{State: saved}); err != nil {
+		t.Fatal(err)
+	}
+	for p := int32(0); p < 3; p++ {
+		_, end, err := s.Broker().Offsets("orders", p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Broker().DeleteRecords("orders", p, end); err != nil {
+			t.Fatal(err)
+		}
+	}
+	restart(saved)
+	res := publishOK(t, s, messages(25, 5))
+	if st := decodeState(t, res.State); len(st.Held) != 0 {
+		t.Errorf("the saved state still names held events after retention removed their records: %s", res.State)
+	}
+	s.Shutdown(ctx)
+}
