@@ -67,7 +67,7 @@
 //     until the session ends; no other event is skipped. They also stay
 //     held, so each saved state names their runs (a few per partition)
 //     and each session start reads them again, until retention deletes
-//     their records.
+//     their records (TestHeldEventsOfTruncatedRows).
 //   - Unacknowledged records damaged on disk (a torn tail cut on open, a
 //     flipped bit a read finds): the broker reports their offsets lost;
 //     step 3 passes over them with a WARN, and their events, whose
