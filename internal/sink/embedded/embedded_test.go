@@ -59,6 +59,17 @@ func readAll(t *testing.T, dir string) map[string]int {
 	return counts
 }
 
+// restarted closes s and starts a new sink on dir from the saved state.
+func restarted(t *testing.T, s *embedded.Sink, dir string, state []byte) *embedded.Sink {
+	t.Helper()
+	s.Close(context.Background())
+	s = newSink(t, dir)
+	if err := s.Start(context.Background(), relay.Session{State: state}); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
 // wantEachOnce checks that events event-0 to event-(n-1) are each in counts
 // once.
 func wantEachOnce(t *testing.T, counts map[string]int, n int) {
@@ -129,17 +140,9 @@ func TestHeldEventsSurviveLaterAcknowledgements(t *testing.T) {
 		}
 		return res.State
 	}
-	restart := func(state []byte) {
-		t.Helper()
-		s.Close(ctx)
-		s = newSink(t, dir)
-		if err := s.Start(ctx, relay.Session{State: state}); err != nil {
-			t.Fatal(err)
-		}
-	}
 	saved := publish(0, 5)
 	publish(5, 5) // published, never acknowledged
-	restart(saved)
+	s = restarted(t, s, dir, saved)
 	// New events on every partition first; their acknowledgement commits
 	// with this state, then the relay dies before the held events 5-9
 	// come again. Twice: the held events are carried from state to state.
@@ -147,8 +150,8 @@ func TestHeldEventsSurviveLaterAcknowledgements(t *testing.T) {
 	if st := decodeState(t, saved); len(st.Held) == 0 {
 		t.Errorf("the state saved while events 5-9 are held names none: %s", saved)
 	}
-	restart(saved)
-	restart(publish(30, 5))
+	s = restarted(t, s, dir, saved)
+	s = restarted(t, s, dir, publish(30, 5))
 	res, err := s.Publish(ctx, messages(5, 5))
 	if err != nil {
 		t.Fatal(err)
@@ -645,23 +648,15 @@ func TestHeldEventsOfTruncatedRows(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	s := startedSink(t, dir)
-	restart := func(state []byte) {
-		t.Helper()
-		s.Close(ctx)
-		s = newSink(t, dir)
-		if err := s.Start(ctx, relay.Session{State: state}); err != nil {
-			t.Fatal(err)
-		}
-	}
 	saved := publishOK(t, s, messages(0, 5)).State
 	publishOK(t, s, messages(5, 5)) // published; then the rows are deleted
-	restart(saved)
+	s = restarted(t, s, dir, saved)
 	for round := range 3 {
 		saved = publishOK(t, s, messages(10+5*round, 5)).State
 		if st := decodeState(t, saved); len(st.Held) == 0 {
 			t.Fatalf("round %d: the saved state names no held events while events 5-9 never came again: %s", round, saved)
 		}
-		restart(saved)
+		s = restarted(t, s, dir, saved)
 	}
 	s.Shutdown(ctx)
 	wantEachOnce(t, readAll(t, dir), 25)
@@ -680,7 +675,7 @@ func TestHeldEventsOfTruncatedRows(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	restart(saved)
+	s = restarted(t, s, dir, saved)
 	res := publishOK(t, s, messages(25, 5))
 	if st := decodeState(t, res.State); len(st.Held) != 0 {
 		t.Errorf("the saved state still names held events after retention removed their records: %s", res.State)
