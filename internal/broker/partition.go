@@ -1448,9 +1448,9 @@ func (p *partition) closeLocked() error {
 	var errs []error
 	active := p.segs[len(p.segs)-1]
 	if err := p.cutTornLocked(); err != nil {
-		// The next open finds the torn bytes and cuts them.
+		// torn stays set, so nothing below claims the segment sound; the
+		// next open finds the torn bytes and cuts them.
 		errs = append(errs, err)
-		p.broken = err
 	}
 	// After a storage failure nothing written since is trusted: no fsync
 	// to believe, no snapshot; the next open recovers from disk.
@@ -1465,7 +1465,7 @@ func (p *partition) closeLocked() error {
 			errs = append(errs, err)
 		} else if err := p.set.health.sync(active.log, "fsync on close"); err != nil {
 			errs = append(errs, err)
-		} else if p.broken == nil {
+		} else if p.broken == nil && p.torn == nil {
 			p.durable = p.next
 			// The recovery point holds the producer state; a snapshot is
 			// written only without one (an empty active segment has the
