@@ -121,20 +121,19 @@ func waitGrowth(t testing.TB, ctx context.Context, adm *kadm.Client, before int6
 
 // waitUncommitted waits up to d until a partition of the sink holds
 // records of an open transaction (its last stable offset is below its
-// end), and reports whether one did.
-func waitUncommitted(ctx context.Context, b *broker.Broker, d time.Duration) bool {
+// end).
+func waitUncommitted(ctx context.Context, b *broker.Broker, d time.Duration) {
 	deadline := time.Now().Add(d)
 	for time.Now().Before(deadline) && ctx.Err() == nil {
 		for part := range int32(eosParts) {
 			lso, err1 := b.LastStableOffset(eosSink, part)
 			_, end, err2 := b.Offsets(eosSink, part)
 			if err1 == nil && err2 == nil && lso < end {
-				return true
+				return
 			}
 		}
 		time.Sleep(2 * time.Millisecond)
 	}
-	return false
 }
 
 // waitProcessed waits until the group committed all n source records.
