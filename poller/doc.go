@@ -102,7 +102,10 @@
 //     and a restart) or is one more snapshot in the tick sequence. Batches
 //     are the deltas between successive recorded snapshots, so such a tick
 //     skips nothing, but it may change the re-delivery order after a later
-//     crash. No test pauses a relay.
+//     crash. A relay paused while asleep keeps its sleep lock (see
+//     "Wake-up and cost"), so writers go on notifying and a new leader's
+//     reader, refused the lock, reads every 16 ms until the paused
+//     session ends. No test pauses a relay.
 //   - Transaction-id wraparound: txid and snapshots are 64-bit (xid8,
 //     pg_snapshot), which do not wrap; visibility is computed from the
 //     snapshots alone, not from the commit log, so it stays right for rows
@@ -128,12 +131,52 @@
 //
 // # Wake-up and cost
 //
-// An AFTER INSERT statement trigger sends NOTIFY on "<schema>.events" when
-// a writing transaction commits; a goroutine LISTENs on a connection of its
-// own and wakes Next, coalescing bursts into one read. Since rows wait only
-// for their own transaction's commit, which notifies, there is nothing to
-// retry on a growing delay as the horizon-based reader had to; Next also
-// reads every PollInterval, for notifications lost while disconnected.
+// The reader sleeps only when there is nothing to read, and writers wake
+// it with NOTIFY on "<schema>.events" only while it sleeps. NOTIFY is not
+// free: a notifying transaction takes one cluster-wide lock at commit and
+// holds it until its commit record is flushed, so writers that all notify
+// commit one after another, each behind the others' fsyncs (seen in relay
+// bench: writers waiting on that lock more than half their time, short of
+// the rate asked, and the INSERT-to-publish p50 growing with it).
+//
+// The sleep lock is a session advisory lock on the reader's connection,
+// keyed on the outbox table (migration 013). An AFTER INSERT statement
+// trigger takes it shared for the writing transaction when it can and then
+// sends nothing; when the reader holds it, the trigger notifies instead. A
+// goroutine LISTENs on a connection of its own and wakes Next, coalescing
+// bursts into one read. When a read finds nothing, Next
+//  1. takes the sleep lock (pg_try_advisory_lock); if a writing
+//     transaction holds it shared, reads again after a wait that doubles
+//     from 1 ms to 16 ms, and does not sleep;
+//  2. reads again;
+//  3. only if that read finds nothing either, waits for a notification or
+//     PollInterval, then releases the lock and reads.
+//
+// Why no commit is missed: a writer W either took the lock shared, and then
+// holds it until its commit is visible (PostgreSQL releases a transaction's
+// locks after it leaves the running set), so step 1 succeeds only after W's
+// rows are visible and step 2 reads them; or it found the lock held by the
+// reader, and then W notifies at commit and wakes step 3. A notification
+// lost while the listening connection is down, and any gap in this
+// argument, cost at most PollInterval: Next reads on that interval in any
+// case. relay/store's TestSleepLock shows both sides of the trigger's
+// choice. TestSleepingReaderMissesNoCommit gives a reader whose
+// PollInterval is an hour 300 rounds of one to four commits within 3 ms,
+// around its going to sleep, and each round must arrive in full; it fails
+// when the read after taking the lock is left out, or when a refused lock
+// waits for PollInterval.
+//
+// What it costs: awake, a writing statement takes one advisory lock and
+// sends nothing, so under load writers no longer serialize; the WAL reader
+// never holds the lock, so with it writers never notify. Going to sleep
+// costs the reader two statements and waking one. A writing transaction
+// left open (or prepared) keeps the reader from sleeping: it then reads
+// every 16 ms until that transaction ends. So does a second reader of the
+// same outbox holding the lock, such as a paused former leader, until its
+// session ends. An application advisory lock that happened to use the same
+// 64-bit key would do the same, or wake the reader for nothing; neither
+// loses an event. A relay from before migration 013 never takes the lock,
+// so while one leads, events wait for its PollInterval.
 //
 // The reader's connection runs with enable_seqscan off: the outbox is a
 // queue whose statistics describe a passing moment (nearly empty when first

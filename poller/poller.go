@@ -130,6 +130,11 @@ type Poller struct {
 	// rows limits the rows a page read asks for while they are large.
 	rows rowLimit
 
+	// asleep: the connection holds the sleep lock, so writers notify;
+	// busy is the last wait while a writer kept the reader from sleeping.
+	asleep bool
+	busy   time.Duration
+
 	wake       chan struct{}
 	listenErr  chan error
 	stopListen context.CancelFunc
@@ -192,6 +197,7 @@ func (p *Poller) Start(ctx context.Context, from relay.Position) error {
 	p.replay, p.resume, p.nextTick, p.prev, p.cur = replay, resume, next, nil, nil
 	p.acked.Store(0)
 	p.pruned = 0
+	p.asleep, p.busy = false, 0
 	p.wake = make(chan struct{}, 1)
 	p.listenErr = make(chan error, 1)
 	lctx, stop := context.WithCancel(context.WithoutCancel(ctx))
@@ -286,13 +292,62 @@ func (p *Poller) Next(ctx context.Context, max int) ([]relay.Event, error) {
 			continue
 		}
 		events, err := p.fresh(ctx, max)
-		if err != nil || len(events) > 0 {
-			return events, err
+		if err != nil {
+			return nil, err
 		}
-		if err := p.wait(ctx); err != nil {
+		if len(events) > 0 {
+			p.busy = 0
+			if p.asleep {
+				// Rows came in before the lock was taken: stay awake.
+				if err := p.wakeUp(ctx); err != nil {
+					return nil, err
+				}
+			}
+			return events, nil
+		}
+		if err := p.idle(ctx); err != nil {
 			return nil, err
 		}
 	}
+}
+
+// maxBusy bounds the wait between reads while a writing transaction keeps
+// the reader from sleeping.
+const maxBusy = 16 * time.Millisecond
+
+// idle waits after a read found nothing new; the caller reads again when it
+// returns. Awake, the reader takes the sleep lock, and returns at once to
+// read the rows of writers that committed before it without notifying;
+// asleep (that read found nothing either), it waits for a notification or
+// the poll interval, then releases the lock. While a writing transaction
+// holds the lock shared, it reads again after a wait that doubles from 1 ms
+// up to maxBusy. doc.go ("Wake-up and cost") says why nothing is missed.
+func (p *Poller) idle(ctx context.Context) error {
+	if p.asleep {
+		if err := p.wait(ctx, p.cfg.PollInterval); err != nil {
+			return err
+		}
+		return p.wakeUp(ctx)
+	}
+	ok, err := p.q.Sleep(ctx, p.conn)
+	if err != nil {
+		return fmt.Errorf("poller: taking the sleep lock: %w", err)
+	}
+	if ok {
+		p.asleep, p.busy = true, 0
+		return nil
+	}
+	p.busy = min(max(2*p.busy, time.Millisecond), maxBusy, p.cfg.PollInterval)
+	return p.wait(ctx, p.busy)
+}
+
+// wakeUp releases the sleep lock: writers stop notifying.
+func (p *Poller) wakeUp(ctx context.Context) error {
+	if err := p.q.Wake(ctx, p.conn); err != nil {
+		return fmt.Errorf("poller: releasing the sleep lock: %w", err)
+	}
+	p.asleep = false
+	return nil
 }
 
 // finish moves on from the current batch once it is fully delivered.
@@ -303,9 +358,9 @@ func (p *Poller) finish() {
 	}
 }
 
-// wait blocks until a notification or the poll interval.
-func (p *Poller) wait(ctx context.Context) error {
-	t := time.NewTimer(p.cfg.PollInterval)
+// wait blocks until a notification or for d.
+func (p *Poller) wait(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-ctx.Done():

@@ -82,6 +82,35 @@ func (p *PollReader) Listen(ctx context.Context, db DB) error {
 	return err
 }
 
+// sleepKey is the advisory lock key the reader holds while it sleeps and
+// a writing statement takes shared (migration 013): 0x52454c41 in the high
+// 32 bits, the outbox table's oid in the low ones.
+// The table's name is the statement's only argument.
+const sleepKey = `(1380273217::bigint << 32) | $1::regclass::oid::bigint`
+
+// Sleep takes the reader's sleep lock for db's session, when no writing
+// transaction holds it shared, and reports whether it did. While db holds
+// it, every statement that inserts outbox rows notifies at commit.
+func (p *PollReader) Sleep(ctx context.Context, db DB) (bool, error) {
+	var ok bool
+	err := db.QueryRow(ctx, `SELECT pg_catalog.pg_try_advisory_lock(`+sleepKey+`)`, p.table()).Scan(&ok)
+	return ok, err
+}
+
+// Wake releases the sleep lock Sleep took: writers stop notifying.
+func (p *PollReader) Wake(ctx context.Context, db DB) error {
+	var ok bool
+	if err := db.QueryRow(ctx, `SELECT pg_catalog.pg_advisory_unlock(`+sleepKey+`)`, p.table()).Scan(&ok); err != nil {
+		return err
+	}
+	if !ok {
+		return errors.New("the reader's sleep lock was not held")
+	}
+	return nil
+}
+
+func (p *PollReader) table() string { return pgx.Identifier{p.schema, "events"}.Sanitize() }
+
 // Tick is a recorded tick: its number, its snapshot, and whether its
 // batch is ordered by commit timestamp.
 type Tick struct {

@@ -59,6 +59,9 @@ func TestPollSession(t *testing.T) {
 	if err := p.Listen(f.ctx, f.conn); err != nil {
 		t.Fatal(err)
 	}
+	if slept, err := p.Sleep(f.ctx, f.conn); err != nil || !slept {
+		t.Fatalf("Sleep = %v, %v", slept, err)
+	}
 	other := pgtest.Connect(t, f.url)
 	if _, err := other.Exec(f.ctx, `INSERT INTO `+schema+`.events (topic) VALUES ('t')`); err != nil {
 		t.Fatal(err)
@@ -73,6 +76,89 @@ func TestPollSession(t *testing.T) {
 	if byTS, err := p.PrepareSession(c.ctx, c.conn); err != nil || !byTS {
 		t.Fatalf("session on a server with commit timestamps: byTS %v, %v", byTS, err)
 	}
+}
+
+// TestSleepLock checks migration 013's trigger against the reader's sleep
+// lock, as a listener of the outbox's channel sees it: a committed insert
+// notifies while a session holds the lock and not otherwise, and the lock
+// cannot be taken while a writing transaction is open.
+func TestSleepLock(t *testing.T) {
+	f := setup(t)
+	p := store.NewPollReader(schema, 100)
+	listener := pgtest.Connect(t, f.url)
+	if err := p.Listen(f.ctx, listener); err != nil {
+		t.Fatal(err)
+	}
+	reader := pgtest.Connect(t, f.url)
+	write := func(tx pgx.Tx) {
+		t.Helper()
+		if _, err := tx.Exec(f.ctx, `INSERT INTO `+schema+`.events (topic) VALUES ('t')`); err != nil {
+			t.Fatal(err)
+		}
+	}
+	commitOne := func() {
+		t.Helper()
+		tx, err := f.conn.Begin(f.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		write(tx)
+		if err := tx.Commit(f.ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// notified reports whether a notification arrives within a second.
+	notified := func() bool {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(f.ctx, time.Second)
+		defer cancel()
+		_, err := listener.WaitForNotification(ctx)
+		if err != nil && ctx.Err() == nil {
+			t.Fatal(err)
+		}
+		return err == nil
+	}
+	sleep := func(want bool, when string) {
+		t.Helper()
+		if slept, err := p.Sleep(f.ctx, reader); err != nil || slept != want {
+			t.Fatalf("Sleep = %v, %v %s, want %v", slept, err, when, want)
+		}
+	}
+
+	commitOne()
+	if notified() {
+		t.Fatal("an insert notified with no reader asleep")
+	}
+	sleep(true, "with no writer open")
+	commitOne()
+	if !notified() {
+		t.Fatal("an insert did not notify the sleeping reader")
+	}
+	if err := p.Wake(f.ctx, reader); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Wake(f.ctx, reader); err == nil {
+		t.Fatal("a second Wake succeeded without the lock")
+	}
+	commitOne()
+	if notified() {
+		t.Fatal("an insert notified after the reader woke")
+	}
+
+	// An open writing transaction keeps the reader awake until it ends.
+	tx, err := f.conn.Begin(f.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	write(tx)
+	sleep(false, "with a writing transaction open")
+	if err := tx.Commit(f.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if notified() {
+		t.Fatal("a writer that took the lock shared notified")
+	}
+	sleep(true, "after the writer committed")
 }
 
 func TestPollMessagesSlot(t *testing.T) {

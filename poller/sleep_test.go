@@ -1,0 +1,109 @@
+package poller_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/outboxrelay/relay/internal/pgtest"
+	"github.com/outboxrelay/relay/migrations"
+	"github.com/outboxrelay/relay/poller"
+	"github.com/outboxrelay/relay/relay"
+)
+
+// TestSleepingReaderMissesNoCommit runs a reader whose poll interval is an
+// hour, so that only the sleep lock and NOTIFY can wake it, through 300
+// rounds: in each, one to four writers commit an event each, at random
+// moments within 3 ms (around the reader's going to sleep), and every
+// event of the round must be delivered before the next begins. A commit
+// that neither notified nor was read after the lock was taken waits an
+// hour, so the round times out. Every event is delivered exactly once.
+func TestSleepingReaderMissesNoCommit(t *testing.T) {
+	url := pgtest.NewDatabase(t)
+	conn := pgtest.Connect(t, url)
+	pgtest.Migrate(t, conn, migrations.DefaultSchema)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	p, err := poller.New(poller.Config{DatabaseURL: url, PollInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Start(ctx, relay.Position{}); err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close(context.Background())
+
+	const writers, rounds = 4, 300
+	var mu sync.Mutex
+	seen := map[string]int{}
+	rctx, stopReading := context.WithCancel(ctx)
+	defer stopReading()
+	readDone := make(chan error, 1)
+	go func() {
+		for {
+			events, err := p.Next(rctx, 500)
+			if err != nil {
+				readDone <- err
+				return
+			}
+			mu.Lock()
+			for _, e := range events {
+				seen[string(e.Payload)]++
+			}
+			mu.Unlock()
+		}
+	}()
+	delivered := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(seen)
+	}
+
+	conns := make([]*pgx.Conn, writers)
+	for i := range conns {
+		conns[i] = pgtest.Connect(t, url)
+	}
+	rnd := rand.New(rand.NewPCG(1, 2))
+	written := 0
+	for round := range rounds {
+		n := 1 + rnd.IntN(writers)
+		g, gctx := errgroup.WithContext(ctx)
+		for w := range n {
+			delay := time.Duration(rnd.IntN(3000)) * time.Microsecond
+			g.Go(func() error {
+				time.Sleep(delay)
+				_, err := conns[w].Exec(gctx, `INSERT INTO outbox.events (topic, key, payload) VALUES ('orders', $1, $2)`,
+					fmt.Sprint(w), []byte(fmt.Sprintf("%d-%d", round, w)))
+				return err
+			})
+		}
+		if err := g.Wait(); err != nil {
+			t.Fatal(err)
+		}
+		written += n
+		deadline := time.Now().Add(10 * time.Second)
+		for delivered() < written {
+			if time.Now().After(deadline) {
+				t.Fatalf("round %d: %d of %d events delivered 10 s after their commits, with an hour's poll interval: a commit was missed", round, delivered(), written)
+			}
+			select {
+			case err := <-readDone:
+				t.Fatalf("Next: %v", err)
+			case <-time.After(200 * time.Microsecond):
+			}
+		}
+	}
+	stopReading()
+	<-readDone
+	for k, c := range seen {
+		if c != 1 {
+			t.Fatalf("event %s delivered %d times", k, c)
+		}
+	}
+}
