@@ -159,12 +159,16 @@
 // reader, and then W notifies at commit and wakes step 3. A notification
 // lost while the listening connection is down, and any gap in this
 // argument, cost at most PollInterval: Next reads on that interval in any
-// case. relay/store's TestSleepLock shows both sides of the trigger's
-// choice. TestSleepingReaderMissesNoCommit gives a reader whose
-// PollInterval is an hour 300 rounds of one to four commits within 3 ms,
-// around its going to sleep, and each round must arrive in full; it fails
-// when the read after taking the lock is left out, or when a refused lock
-// waits for PollInterval.
+// case. If the reader's session ends while it sleeps (the server
+// restarted, or an operator terminated the backend), the lock goes with it
+// and commits stop notifying: Next then fails when it releases the lock,
+// at PollInterval at the latest, and the core's restart reads everything
+// (TestSleepingReaderSessionEnds). relay/store's TestSleepLock shows both
+// sides of the trigger's choice. TestSleepingReaderMissesNoCommit gives a
+// reader whose PollInterval is an hour 300 rounds of one to four commits
+// within 3 ms, around its going to sleep, and each round must arrive in
+// full; it fails when the read after taking the lock is left out, or when
+// a refused lock waits for PollInterval.
 //
 // What it costs: awake, a writing statement takes one advisory lock and
 // sends nothing, so under load writers no longer serialize; the WAL reader

@@ -2,6 +2,7 @@ package poller_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"sync"
@@ -105,5 +106,63 @@ func TestSleepingReaderMissesNoCommit(t *testing.T) {
 		if c != 1 {
 			t.Fatalf("event %s delivered %d times", k, c)
 		}
+	}
+}
+
+// TestSleepingReaderSessionEnds terminates the reader's session while it
+// sleeps, which releases the sleep lock without the reader knowing: the
+// next commit does not notify. Next must fail by the poll interval (when
+// it releases the lock on the dead connection), and a restart delivers
+// the event.
+func TestSleepingReaderSessionEnds(t *testing.T) {
+	url := pgtest.NewDatabase(t)
+	conn := pgtest.Connect(t, url)
+	pgtest.Migrate(t, conn, migrations.DefaultSchema)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	p, err := poller.New(poller.Config{DatabaseURL: url, PollInterval: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Start(ctx, relay.Position{}); err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close(context.Background())
+	type result struct {
+		events []relay.Event
+		err    error
+	}
+	next := make(chan result, 1)
+	go func() {
+		events, err := p.Next(ctx, 10)
+		next <- result{events, err}
+	}()
+	var pid int32
+	for pid == 0 {
+		err := conn.QueryRow(ctx, `SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND mode = 'ExclusiveLock' AND granted`).Scan(&pid)
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			t.Fatal(err)
+		}
+		if ctx.Err() != nil {
+			t.Fatal("the reader never went to sleep")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if _, err := conn.Exec(ctx, `SELECT pg_terminate_backend($1)`, pid); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, `INSERT INTO outbox.events (topic, key, payload) VALUES ('orders', 'k', 'after')`); err != nil {
+		t.Fatal(err)
+	}
+	r := <-next
+	if r.err == nil {
+		t.Fatalf("Next returned %d events and no error after its session ended", len(r.events))
+	}
+	if err := p.Start(ctx, relay.Position{}); err != nil {
+		t.Fatal(err)
+	}
+	events, err := p.Next(ctx, 10)
+	if err != nil || len(events) != 1 || string(events[0].Payload) != "after" {
+		t.Fatalf("after a restart: %d events, %v; want the one written while the session was gone", len(events), err)
 	}
 }
