@@ -15,6 +15,7 @@ type Metrics struct {
 
 	Published     *prometheus.CounterVec
 	Latency       prometheus.Histogram
+	ReadLatency   prometheus.Histogram
 	LatencyMax    prometheus.Gauge
 	CommitLatency prometheus.Histogram
 	CommitMax     prometheus.Gauge
@@ -66,6 +67,7 @@ func NewMetrics() *Metrics {
 	m := &Metrics{Registry: reg}
 	m.Published = counterVec("relay_events_published_total", "Outbox events durably published, by topic.", "topic")
 	m.Latency = histogram("relay_publish_latency_seconds", "Time from an event's created_at (its INSERT, in its transaction) to the sink's durable acknowledgement.", latencyBuckets)
+	m.ReadLatency = histogram("relay_read_latency_seconds", "Time from an event's created_at (its INSERT, in its transaction) to the reader handing it to the pipeline; the rest of relay_publish_latency_seconds is the sink's.", latencyBuckets)
 	m.LatencyMax = gauge("relay_publish_latency_max_seconds", "Largest publish latency observed since the process started.")
 	m.CommitLatency = histogram("relay_commit_latency_seconds", "Time from the commit of an event's transaction to the sink's durable acknowledgement, for readers that know commit times (cdc).", latencyBuckets)
 	m.CommitMax = gauge("relay_commit_latency_max_seconds", "Largest commit latency observed since the process started.")

@@ -220,6 +220,10 @@ func (r *Relay) readLoop(ctx context.Context, out chan<- batch, after Position, 
 		defer close(live)
 		for {
 			events, err := r.source.Next(fetchCtx, r.cfg.BatchSize)
+			now := time.Now()
+			for _, e := range events {
+				r.m.ReadLatency.Observe(now.Sub(e.CreatedAt).Seconds())
+			}
 			select {
 			case live <- liveBatch{events, err}:
 			case <-fetchCtx.Done():

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	dto "github.com/prometheus/client_model/go"
+
 	"github.com/outboxrelay/relay/internal/pgtest"
 )
 
@@ -175,7 +177,7 @@ func testPipelineStages(t *testing.T, failAt map[int]bool) {
 	}
 	src.chunk = batchSize
 
-	_, stop, done := runRelay(t, ctx, Config{DatabaseURL: url, BatchSize: batchSize, BatchBytes: batchBytes, AckInterval: 30 * time.Millisecond,
+	r, stop, done := runRelay(t, ctx, Config{DatabaseURL: url, BatchSize: batchSize, BatchBytes: batchBytes, AckInterval: 30 * time.Millisecond,
 		Lease: time.Second, ReadyTimeout: -1, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, src, sink)
 
 	// While the pipeline runs: every row gone from the outbox is durable.
@@ -245,6 +247,20 @@ func testPipelineStages(t *testing.T, failAt map[int]bool) {
 	if failAt == nil {
 		if len(got) != n {
 			t.Fatalf("%d events published, want %d once each", len(got), n)
+		}
+		var read, published dto.Metric
+		if err := r.m.ReadLatency.Write(&read); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.m.Latency.Write(&published); err != nil {
+			t.Fatal(err)
+		}
+		rh, ph := read.GetHistogram(), published.GetHistogram()
+		if rh.GetSampleCount() != n || ph.GetSampleCount() != n {
+			t.Errorf("read latency counted %d events and publish latency %d, want %d each", rh.GetSampleCount(), ph.GetSampleCount(), n)
+		}
+		if rh.GetSampleSum() > ph.GetSampleSum() {
+			t.Errorf("read latencies sum to %.3f s, above the publish latencies' %.3f s: reading cannot take longer than publishing", rh.GetSampleSum(), ph.GetSampleSum())
 		}
 		for i, e := range src.events {
 			if got[i] != e.EventID {
