@@ -165,10 +165,10 @@
 // at PollInterval at the latest, and the core's restart reads everything
 // (TestSleepingReaderSessionEnds). relay/store's TestSleepLock shows both
 // sides of the trigger's choice. TestSleepingReaderMissesNoCommit gives a
-// reader whose PollInterval is an hour 300 rounds of one to four commits
-// within 3 ms, around its going to sleep, and each round must arrive in
-// full; it fails when the read after taking the lock is left out, or when
-// a refused lock waits for PollInterval.
+// reader whose PollInterval is an hour 300 rounds of a burst of commits
+// and then one to four more within 3 ms, around its going to sleep, and
+// each round must arrive in full; it fails when the read after taking the
+// lock is left out, or when a refused lock waits for PollInterval.
 //
 // What it costs: awake, a writing statement takes one advisory lock and
 // sends nothing, so under load writers no longer serialize; the WAL reader

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -20,9 +21,11 @@ import (
 
 // TestSleepingReaderMissesNoCommit runs a reader whose poll interval is an
 // hour, so that only the sleep lock and NOTIFY can wake it, through 300
-// rounds: in each, one to four writers commit an event each, at random
-// moments within 3 ms (around the reader's going to sleep), and every
-// event of the round must be delivered before the next begins. A commit
+// rounds: in each, one to four writers commit events back to back for up
+// to 15 ms (the reader, finding rows, reads on without the lock), then one
+// more each at random moments within 3 ms (around its taking the lock
+// again), and every event of the round must be delivered before the next
+// begins. A commit
 // that neither notified nor was read after the lock was taken waits an
 // hour, so the round times out. Every event is delivered exactly once.
 func TestSleepingReaderMissesNoCommit(t *testing.T) {
@@ -72,12 +75,42 @@ func TestSleepingReaderMissesNoCommit(t *testing.T) {
 	}
 	rnd := rand.New(rand.NewPCG(1, 2))
 	written := 0
+	// The reader's lock, sampled: it must be seen both held and released.
+	var held, released atomic.Int64
+	sctx, stopSampling := context.WithCancel(ctx)
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		for sctx.Err() == nil {
+			var n int
+			if conn.QueryRow(sctx, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND mode = 'ExclusiveLock' AND granted`).Scan(&n) == nil {
+				if n > 0 {
+					held.Add(1)
+				} else {
+					released.Add(1)
+				}
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}()
 	for round := range rounds {
+		// A burst, during which the reader finds rows and reads on
+		// without the lock; then the round's last commits, around its
+		// taking the lock again.
+		burst := time.Duration(rnd.IntN(15)) * time.Millisecond
 		n := 1 + rnd.IntN(writers)
 		g, gctx := errgroup.WithContext(ctx)
+		var burstEvents atomic.Int64
 		for w := range n {
 			delay := time.Duration(rnd.IntN(3000)) * time.Microsecond
 			g.Go(func() error {
+				for end, i := time.Now().Add(burst), 0; time.Now().Before(end); i++ {
+					if _, err := conns[w].Exec(gctx, `INSERT INTO outbox.events (topic, key, payload) VALUES ('orders', $1, $2)`,
+						fmt.Sprint(w), []byte(fmt.Sprintf("%d-%d-%d", round, w, i))); err != nil {
+						return err
+					}
+					burstEvents.Add(1)
+				}
 				time.Sleep(delay)
 				_, err := conns[w].Exec(gctx, `INSERT INTO outbox.events (topic, key, payload) VALUES ('orders', $1, $2)`,
 					fmt.Sprint(w), []byte(fmt.Sprintf("%d-%d", round, w)))
@@ -87,7 +120,7 @@ func TestSleepingReaderMissesNoCommit(t *testing.T) {
 		if err := g.Wait(); err != nil {
 			t.Fatal(err)
 		}
-		written += n
+		written += n + int(burstEvents.Load())
 		deadline := time.Now().Add(10 * time.Second)
 		for delivered() < written {
 			if time.Now().After(deadline) {
@@ -102,6 +135,11 @@ func TestSleepingReaderMissesNoCommit(t *testing.T) {
 	}
 	stopReading()
 	<-readDone
+	stopSampling()
+	<-sampled
+	if held.Load() == 0 || released.Load() == 0 {
+		t.Errorf("the sleep lock was seen held %d times and released %d: the rounds did not take the reader through both", held.Load(), released.Load())
+	}
 	for k, c := range seen {
 		if c != 1 {
 			t.Fatalf("event %s delivered %d times", k, c)
