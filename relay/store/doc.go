@@ -4,8 +4,9 @@
 // and dead letters, the held keys and their releases, the readiness
 // heartbeat, the backlog count, retention and replay, and the operator
 // commands on dead letters and replay requests; in PollReader, the poll
-// reader's (poller/: its ticks, page reads and listings, whose shapes its
-// package doc explains); and, in CDCReader, the WAL reader's (cdc/: its
+// reader's (poller/: its ticks, page reads and listings, and the sleep
+// lock that tells writers to notify, whose shapes and protocol its package
+// doc explains); and, in CDCReader, the WAL reader's (cdc/: its
 // preflight and publication, the replication slots' state, drop and
 // count, the slot creation records in cdc_slots, the import of a new
 // slot's snapshot and the read of the rows from before it, the slot's
