@@ -15,13 +15,15 @@ import (
 type PollReader struct {
 	schema string
 	q      pollSQL
+	// events is the outbox table's quoted name, the sleep lock's argument.
+	events string
 }
 
 // NewPollReader returns the poll reader's statements for schema, reading
 // rows above maxMessageBytes (key, payload and headers as JSON text)
 // without their content.
 func NewPollReader(schema string, maxMessageBytes int64) *PollReader {
-	return &PollReader{schema: schema, q: newPollSQL(schema, maxMessageBytes)}
+	return &PollReader{schema: schema, q: newPollSQL(schema, maxMessageBytes), events: pgx.Identifier{schema, "events"}.Sanitize()}
 }
 
 // MessagesSlot returns a replication slot of this outbox's WAL reader, in
@@ -84,8 +86,8 @@ func (p *PollReader) Listen(ctx context.Context, db DB) error {
 
 // sleepKey is the advisory lock key the reader holds while it sleeps and
 // a writing statement takes shared (migration 013): 0x52454c41 in the high
-// 32 bits, the outbox table's oid in the low ones.
-// The table's name is the statement's only argument.
+// 32 bits, the outbox table's oid in the low ones. Its one argument is the
+// table's quoted name.
 const sleepKey = `(1380273217::bigint << 32) | $1::regclass::oid::bigint`
 
 // Sleep takes the reader's sleep lock for db's session, when no writing
@@ -93,14 +95,14 @@ const sleepKey = `(1380273217::bigint << 32) | $1::regclass::oid::bigint`
 // it, every statement that inserts outbox rows notifies at commit.
 func (p *PollReader) Sleep(ctx context.Context, db DB) (bool, error) {
 	var ok bool
-	err := db.QueryRow(ctx, `SELECT pg_catalog.pg_try_advisory_lock(`+sleepKey+`)`, p.table()).Scan(&ok)
+	err := db.QueryRow(ctx, `SELECT pg_catalog.pg_try_advisory_lock(`+sleepKey+`)`, p.events).Scan(&ok)
 	return ok, err
 }
 
 // Wake releases the sleep lock Sleep took: writers stop notifying.
 func (p *PollReader) Wake(ctx context.Context, db DB) error {
 	var ok bool
-	if err := db.QueryRow(ctx, `SELECT pg_catalog.pg_advisory_unlock(`+sleepKey+`)`, p.table()).Scan(&ok); err != nil {
+	if err := db.QueryRow(ctx, `SELECT pg_catalog.pg_advisory_unlock(`+sleepKey+`)`, p.events).Scan(&ok); err != nil {
 		return err
 	}
 	if !ok {
@@ -108,8 +110,6 @@ func (p *PollReader) Wake(ctx context.Context, db DB) error {
 	}
 	return nil
 }
-
-func (p *PollReader) table() string { return pgx.Identifier{p.schema, "events"}.Sanitize() }
 
 // Tick is a recorded tick: its number, its snapshot, and whether its
 // batch is ordered by commit timestamp.
