@@ -43,14 +43,7 @@ func TestPagesBoundedByBytes(t *testing.T) {
 		}
 		want := append(append([]int{}, sizes...), sizes...)
 
-		p, err := poller.New(poller.Config{DatabaseURL: url, MaxMessageBytes: limit, PageBytes: page, PollInterval: 50 * time.Millisecond})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := p.Start(ctx, relay.Position{}); err != nil {
-			t.Fatal(err)
-		}
-		defer p.Close(ctx)
+		p := started(t, ctx, poller.Config{DatabaseURL: url, MaxMessageBytes: limit, PageBytes: page, PollInterval: 50 * time.Millisecond}, relay.Position{})
 		var got []relay.Event
 		for len(got) < len(want) {
 			events, err := p.Next(ctx, 100)

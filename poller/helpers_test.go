@@ -9,6 +9,8 @@ import (
 
 	"github.com/outboxrelay/relay/internal/pgtest"
 	"github.com/outboxrelay/relay/migrations"
+	"github.com/outboxrelay/relay/poller"
+	"github.com/outboxrelay/relay/relay"
 )
 
 // modeDatabase returns a migrated database, and a connection to it, in
@@ -38,4 +40,19 @@ func eachMode(t *testing.T, timeout time.Duration, test func(t *testing.T, ctx c
 			test(t, ctx, mode, url, conn)
 		})
 	}
+}
+
+// started returns a poller of cfg started from from; the test's end
+// closes it.
+func started(t *testing.T, ctx context.Context, cfg poller.Config, from relay.Position) *poller.Poller {
+	t.Helper()
+	p, err := poller.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close(context.Background()) })
+	if err := p.Start(ctx, from); err != nil {
+		t.Fatal(err)
+	}
+	return p
 }

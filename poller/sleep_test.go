@@ -14,7 +14,6 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/outboxrelay/relay/internal/pgtest"
-	"github.com/outboxrelay/relay/migrations"
 	"github.com/outboxrelay/relay/poller"
 	"github.com/outboxrelay/relay/relay"
 )
@@ -25,23 +24,14 @@ import (
 // to 15 ms (the reader, finding rows, reads on without the lock), then one
 // more each at random moments within 3 ms (around its taking the lock
 // again), and every event of the round must be delivered before the next
-// begins. A commit
-// that neither notified nor was read after the lock was taken waits an
-// hour, so the round times out. Every event is delivered exactly once.
+// begins. A commit that neither notified nor was read after the lock was
+// taken waits an hour, so the round times out. Every event is delivered
+// exactly once.
 func TestSleepingReaderMissesNoCommit(t *testing.T) {
-	url := pgtest.NewDatabase(t)
-	conn := pgtest.Connect(t, url)
-	pgtest.Migrate(t, conn, migrations.DefaultSchema)
+	url, conn := modeDatabase(t, "row-id")
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	p, err := poller.New(poller.Config{DatabaseURL: url, PollInterval: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := p.Start(ctx, relay.Position{}); err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close(context.Background())
+	p := started(t, ctx, poller.Config{DatabaseURL: url, PollInterval: time.Hour}, relay.Position{})
 
 	const writers, rounds = 4, 300
 	var mu sync.Mutex
@@ -104,17 +94,19 @@ func TestSleepingReaderMissesNoCommit(t *testing.T) {
 		for w := range n {
 			delay := time.Duration(rnd.IntN(3000)) * time.Microsecond
 			g.Go(func() error {
+				insert := func(payload string) error {
+					_, err := conns[w].Exec(gctx, `INSERT INTO outbox.events (topic, key, payload) VALUES ('orders', $1, $2)`,
+						fmt.Sprint(w), []byte(payload))
+					return err
+				}
 				for end, i := time.Now().Add(burst), 0; time.Now().Before(end); i++ {
-					if _, err := conns[w].Exec(gctx, `INSERT INTO outbox.events (topic, key, payload) VALUES ('orders', $1, $2)`,
-						fmt.Sprint(w), []byte(fmt.Sprintf("%d-%d-%d", round, w, i))); err != nil {
+					if err := insert(fmt.Sprintf("%d-%d-%d", round, w, i)); err != nil {
 						return err
 					}
 					burstEvents.Add(1)
 				}
 				time.Sleep(delay)
-				_, err := conns[w].Exec(gctx, `INSERT INTO outbox.events (topic, key, payload) VALUES ('orders', $1, $2)`,
-					fmt.Sprint(w), []byte(fmt.Sprintf("%d-%d", round, w)))
-				return err
+				return insert(fmt.Sprintf("%d-%d", round, w))
 			})
 		}
 		if err := g.Wait(); err != nil {
@@ -153,19 +145,10 @@ func TestSleepingReaderMissesNoCommit(t *testing.T) {
 // it releases the lock on the dead connection), and a restart delivers
 // the event.
 func TestSleepingReaderSessionEnds(t *testing.T) {
-	url := pgtest.NewDatabase(t)
-	conn := pgtest.Connect(t, url)
-	pgtest.Migrate(t, conn, migrations.DefaultSchema)
+	url, conn := modeDatabase(t, "row-id")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	p, err := poller.New(poller.Config{DatabaseURL: url, PollInterval: 2 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := p.Start(ctx, relay.Position{}); err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close(context.Background())
+	p := started(t, ctx, poller.Config{DatabaseURL: url, PollInterval: 2 * time.Second}, relay.Position{})
 	type result struct {
 		events []relay.Event
 		err    error

@@ -84,13 +84,7 @@ func TestBatchOrderAndResume(t *testing.T) {
 			}
 		}
 
-		p, err := poller.New(poller.Config{DatabaseURL: url, PollInterval: time.Minute})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := p.Start(ctx, relay.Position{}); err != nil {
-			t.Fatal(err)
-		}
+		p := started(t, ctx, poller.Config{DatabaseURL: url, PollInterval: time.Minute}, relay.Position{})
 		got := read(p, relay.Position{}, len(want))
 		check(got, want)
 
@@ -111,14 +105,7 @@ func TestBatchOrderAndResume(t *testing.T) {
 			t.Fatal(err)
 		}
 		p.Close(ctx)
-		p, err = poller.New(poller.Config{DatabaseURL: url, PollInterval: time.Minute})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := p.Start(ctx, through); err != nil {
-			t.Fatal(err)
-		}
-		defer p.Close(ctx)
+		p = started(t, ctx, poller.Config{DatabaseURL: url, PollInterval: time.Minute}, through)
 		check(read(p, through, len(want)-450), want[450:])
 	})
 }
