@@ -32,7 +32,7 @@ ON CONFLICT (name) DO UPDATE SET position_major = $2, position_minor = $3, sink_
 		load: `SELECT position_major, position_minor, sink_state, source FROM ` + ident("checkpoints") + ` WHERE name = $1`,
 		backlog: `SELECT CASE WHEN n <= 100000 THEN n
     ELSE greatest(n, (SELECT reltuples::bigint FROM pg_class WHERE oid = '` + ident("events") + `'::regclass)) END
-FROM (SELECT count(*) AS n FROM (SELECT 1 FROM ` + ident("events") + ` LIMIT 100001) AS l) AS b`,
+FROM (SELECT count(*) AS n FROM (SELECT 1 FROM ` + ident("events") + ` ORDER BY id DESC LIMIT 100001) AS l) AS b`,
 		heartbeat: `INSERT INTO ` + ident("events") + ` (topic, payload) VALUES ($1, $2)`,
 	}
 }
@@ -134,8 +134,25 @@ func (p *Postgres) InsertHeartbeat(ctx context.Context, db DB, topic string, pay
 
 // Backlog counts the outbox's rows exactly up to 100,000 and takes the
 // planner's estimate beyond that.
+//
+// It counts from the newest row down the primary key. The acknowledgement
+// deletes the oldest rows, and until a vacuum they stay in the table: a
+// scan in table order went through every one of them first, at each
+// sample (0.7 s of the server's CPU every 5 s for 600,000 deleted rows
+// during a drain of a million). From the newest end the count stops at
+// 100,001 while the backlog is larger, and below that it passes each
+// deleted row's index entry once: the scan marks the entries of rows dead
+// to everyone, and later scans skip them without reading the table. The
+// plan is pinned for the transaction (no sequential or bitmap scan): the
+// outbox's statistics describe a passing moment, and planned from a
+// nearly empty table the count would scan and sort the whole of it.
 func (p *Postgres) Backlog(ctx context.Context, db DB) (int64, error) {
 	var n int64
-	err := db.QueryRow(ctx, p.core.backlog).Scan(&n)
+	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true)`); err != nil {
+			return err
+		}
+		return tx.QueryRow(ctx, p.core.backlog).Scan(&n)
+	})
 	return n, err
 }

@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
 
@@ -244,6 +245,85 @@ FROM `+schema+`.dead_letters ORDER BY id`)
 	if r := got[rows[1]]; r.topic != "t" || *r.key != "k" || string(r.payload) != "p2" || *r.headers != `{"h": "v"}` ||
 		r.errText != "too large" || r.reason != "too_large" || r.eventID == "ignored" {
 		t.Fatalf("copied dead letter %+v", r)
+	}
+}
+
+// TestBacklogPassesDeletedRowsOnce: acknowledged rows stay in the table
+// until a vacuum, and the backlog count must not read them at every sample.
+// During a drain (the oldest 60,000 of 170,000 rows deleted) the count
+// stops at 100,001 rows before it reaches the deleted ones; once the
+// backlog is small (all but 10 deleted, and statistics that say the table
+// is nearly empty) the third count reads a handful of the table's blocks
+// where a scan of the table reads every one.
+func TestBacklogPassesDeletedRowsOnce(t *testing.T) {
+	f := setup(t)
+	events := schema + `.events`
+	f.exec(`ALTER TABLE ` + events + ` SET (autovacuum_enabled = false)`)
+	f.exec(`INSERT INTO ` + events + ` (topic, payload) SELECT 't', convert_to(repeat('x', 200), 'UTF8') FROM generate_series(1, 170000)`)
+	f.exec(`ANALYZE ` + events)
+	blocks := func(where string) int64 {
+		t.Helper()
+		var n int64
+		if err := f.conn.QueryRow(f.ctx, `SELECT count(DISTINCT (ctid::text::point)[0]) FROM `+events+where).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	var firstID int64
+	if err := f.conn.QueryRow(f.ctx, `SELECT min(id) FROM `+events).Scan(&firstID); err != nil {
+		t.Fatal(err)
+	}
+	prefix := fmt.Sprintf(` WHERE id < %d`, firstID+60000)
+	prefixBlocks, tableBlocks := blocks(prefix), blocks("")
+	remove := func(where string) {
+		t.Helper()
+		f.exec(`BEGIN`)
+		f.exec(`SET LOCAL relay.allow_outbox_changes = on`)
+		f.exec(`DELETE FROM ` + events + where)
+		f.exec(`COMMIT`)
+		f.exec(`ANALYZE ` + events)
+	}
+	// blocksRead is the table's blocks read or found in shared buffers so
+	// far. The session's statistics reach the server at the end of the
+	// statement that forces the next flush, so that comes first.
+	blocksRead := func() int64 {
+		t.Helper()
+		f.exec(`SELECT pg_stat_force_next_flush()`)
+		var n int64
+		if err := f.conn.QueryRow(f.ctx, `SELECT heap_blks_read + heap_blks_hit FROM pg_statio_user_tables WHERE relid = $1::regclass`, events).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	count := func() (n, read int64) {
+		t.Helper()
+		before := blocksRead()
+		n, err := f.s.Backlog(f.ctx, f.conn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n, blocksRead() - before
+	}
+
+	remove(prefix)
+	n, read := count()
+	t.Logf("drain: %d rows counted, %d blocks read; the deleted rows fill %d of the table's %d blocks", n, read, prefixBlocks, tableBlocks)
+	if n < 100001 || read > tableBlocks-prefixBlocks/2 {
+		t.Fatalf("drain: counted %d reading %d blocks; want more than 100,000 without reading the %d blocks of deleted rows (table: %d)", n, read, prefixBlocks, tableBlocks)
+	}
+
+	remove(` WHERE id <= (SELECT max(id) - 10 FROM ` + events + `)`)
+	var reads []int64
+	for range 3 {
+		n, read := count()
+		if n != 10 {
+			t.Fatalf("backlog %d; want 10", n)
+		}
+		reads = append(reads, read)
+	}
+	t.Logf("small backlog: table blocks read by each count: %v of %d", reads, tableBlocks)
+	if reads[2] > tableBlocks/10 {
+		t.Fatalf("the counts read %v of the table's %d blocks; the third should read a few", reads, tableBlocks)
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 // DB is what a statement runs on: a *pgxpool.Pool, a *pgx.Conn or a
 // pgx.Tx.
 type DB interface {
+	Begin(ctx context.Context) (pgx.Tx, error)
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
