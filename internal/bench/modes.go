@@ -109,6 +109,12 @@ func (e *env) backlog(ctx context.Context) (Result, error) {
 	if !e.cfg.Baseline {
 		return res, nil
 	}
+	// The baseline starts from a settled database, as the relay did:
+	// otherwise the rows the relay deleted are autovacuum's to clean up
+	// while the baseline runs, and a checkpoint may fall due in it.
+	if err := e.settle(ctx); err != nil {
+		return res, err
+	}
 	var base *Baseline
 	if e.cfg.Source == "poll" {
 		base, err = e.deleteReturningBaseline(ctx)
