@@ -73,7 +73,7 @@ func TestSleepingReaderMissesNoCommit(t *testing.T) {
 		defer close(sampled)
 		for sctx.Err() == nil {
 			var n int
-			if conn.QueryRow(sctx, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND mode = 'ExclusiveLock' AND granted`).Scan(&n) == nil {
+			if conn.QueryRow(sctx, `SELECT count(*) FROM pg_locks WHERE `+sleepLockHeld).Scan(&n) == nil {
 				if n > 0 {
 					held.Add(1)
 				} else {
@@ -139,6 +139,13 @@ func TestSleepingReaderMissesNoCommit(t *testing.T) {
 	}
 }
 
+// sleepLockHeld picks the reader's sleep lock out of pg_locks, which lists
+// the whole cluster's (shared by every package's tests when
+// RELAY_TEST_DATABASE_URL is set): the only advisory lock held
+// exclusively in the test's own database.
+const sleepLockHeld = `locktype = 'advisory' AND mode = 'ExclusiveLock' AND granted
+    AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`
+
 // TestSleepingReaderSessionEnds terminates the reader's session while it
 // sleeps, which releases the sleep lock without the reader knowing: the
 // next commit does not notify. Next must fail by the poll interval (when
@@ -160,7 +167,7 @@ func TestSleepingReaderSessionEnds(t *testing.T) {
 	}()
 	var pid int32
 	for pid == 0 {
-		err := conn.QueryRow(ctx, `SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND mode = 'ExclusiveLock' AND granted`).Scan(&pid)
+		err := conn.QueryRow(ctx, `SELECT pid FROM pg_locks WHERE `+sleepLockHeld).Scan(&pid)
 		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 			t.Fatal(err)
 		}
