@@ -184,6 +184,12 @@ type Options struct {
 	// segments' read handles are bounded per partition apart
 	// (MaxOpenSegmentReaders).
 	MaxOpenFiles int
+	// WriteBackBytes bounds, under SyncBeforeAck, the bytes appended to
+	// active segments and not yet written to them, across the broker
+	// (writeback.go): the journal makes an append durable, and its
+	// segment's copy is written in larger pieces later (default 16 MiB;
+	// negative writes each batch to its segment at once).
+	WriteBackBytes int64
 	// CompactionMapBytes bounds the memory of compaction's key map, about
 	// 27 bytes per distinct key (default 128 MiB, about 5 million keys);
 	// a partition with more keys is compacted in several passes over its
@@ -249,9 +255,13 @@ func (o Options) withDefaults() Options {
 		o.FS = OSFS{}
 	}
 	if o.MaxOpenFiles > 0 {
-		if _, pooled := o.FS.(pooledFS); !pooled {
-			o.FS = newPooledFS(o.FS, o.MaxOpenFiles)
-		}
+		o.FS = newPooledFS(o.FS, o.MaxOpenFiles)
+	}
+	if o.WriteBackBytes == 0 {
+		o.WriteBackBytes = defaultWriteBackBytes
+	}
+	if o.Sync == SyncBeforeAck && o.WriteBackBytes > 0 {
+		o.FS = newWriteBackFS(o.FS, o.WriteBackBytes)
 	}
 	if o.Now == nil {
 		o.Now = time.Now
@@ -432,6 +442,13 @@ func (b *Broker) start(ctx context.Context, h *health) error {
 	if b.opts.ScrubBytesPerSecond > 0 {
 		b.wg.Add(1)
 		go b.scrubLoop()
+	}
+	if wb, ok := b.opts.FS.(writeBackFS); ok {
+		b.wg.Add(1)
+		go func() {
+			defer b.wg.Done()
+			writeBackLoop(b.stop, wb.pool)
+		}()
 	}
 	return nil
 }

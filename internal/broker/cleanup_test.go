@@ -322,6 +322,7 @@ func TestDump(t *testing.T) {
 		{Key: []byte("k"), Value: []byte("v"), Headers: []Header{{Key: "h", Value: []byte("x")}}, Timestamp: time.UnixMilli(0)},
 		{Key: nil, Value: nil, Timestamp: time.UnixMilli(0)},
 	}))
+	writeOut(b)
 	var text, js bytes.Buffer
 	if err := Dump(context.Background(), &text, DumpOptions{DataDir: dir, Partition: -1}); err != nil {
 		t.Fatal(err)

@@ -216,9 +216,16 @@
 // runs at a time and covers every append written before it started, to any
 // partition: concurrent appenders share fsyncs, and a producer writing to
 // eight partitions pays one fsync, not eight. Segments are fsynced in a
-// checkpoint each time the journal file passes 64 MiB, after which the
-// journal files it covers are deleted; a segment is also fsynced when it
-// rolls and on close. A clean Close removes the journal. On open the
+// checkpoint each time the journal file passes 64 MiB, or 32 KiB for each
+// partition the file covers when that is more (up to 1 GiB, so that with
+// thousands of partitions a checkpoint's three fsyncs per partition are
+// paid for more than a few KiB of each), after which the journal files it
+// covers are deleted; a segment is also fsynced when it rolls and on
+// close. The segment's copy of a batch is held in memory first and written
+// in larger pieces (write-back, writeback.go, with its fault model;
+// Options.WriteBackBytes, 16 MiB across the broker by default): the
+// journal already made the batch durable, and one write per batch and
+// partition was most of an append's cost with thousands of partitions. A clean Close removes the journal. On open the
 // journal is replayed: a batch whose offsets the partition holds is
 // skipped, one that continues the log is appended, and the restored
 // partitions are fsynced before the replayed files are deleted.

@@ -63,7 +63,8 @@ type dumpRecord struct {
 
 // Dump prints the records stored under DataDir. It only reads: it takes no
 // lock, never truncates, and stops each partition at the last complete,
-// CRC-valid batch, so it is safe while a broker is appending.
+// CRC-valid batch, so it is safe while a broker is appending (whose last
+// second of batches may still be in its memory, writeback.go).
 func Dump(ctx context.Context, w io.Writer, opts DumpOptions) error {
 	if err := opts.Validate(); err != nil {
 		return err

@@ -429,7 +429,9 @@ func TestFlippedByteInActiveSegmentAfterCleanStop(t *testing.T) {
 func TestFlippedByteInActiveSegmentAfterKill(t *testing.T) {
 	t.Parallel()
 	dir := crashDir(t, 1<<20)
-	acks := runCrashChild(t, dir, 300)
+	// The child writes each batch out at once, for the damage to land in
+	// bytes the segment holds.
+	acks := runCrashChild(t, dir, 300, "RELAY_BROKER_CRASH_WRITEBACK=1")
 	path := segmentName(partitionDir(dir, "crash", 0), 0, logSuffix)
 	batches := segmentBatches(t, path)
 	if len(batches) < 20 {
@@ -585,7 +587,8 @@ func TestVanishedPartitionDirectory(t *testing.T) {
 	}
 }
 
-// Short writes and a full disk fail the append they hit and nothing else;
+// Short writes and a full disk in the journal fail the append they hit
+// and nothing else;
 // an EIO on read fails the fetch with a storage error and reports nothing
 // lost. None of them is sticky, and a crash afterwards loses nothing.
 func TestWriteAndReadFaults(t *testing.T) {
@@ -615,9 +618,9 @@ func TestWriteAndReadFaults(t *testing.T) {
 		}
 	}
 	appendOK()
-	ffs.inject(faultRule{op: opShort, suffix: logSuffix, times: 1, err: syscall.ENOSPC})
-	appendFails(syscall.ENOSPC)
-	appendOK()
+	// A segment's write fails no append: write-back (writeback.go) keeps
+	// the bytes; TestWriteBackWriteFaults. The journal's write fails the
+	// append it carries.
 	ffs.inject(faultRule{op: opShort, suffix: journalSuffix, times: 1, err: syscall.ENOSPC})
 	appendFails(syscall.ENOSPC)
 	appendOK()
@@ -627,6 +630,7 @@ func TestWriteAndReadFaults(t *testing.T) {
 	appendFails(syscall.ENOSPC)
 	appendOK()
 
+	writeOut(b) // the records on disk, for the fetch to read them there
 	ffs.inject(faultRule{op: opRead, suffix: logSuffix, times: -1})
 	_, err := b.Fetch(context.Background(), "w", 0, 0, 1<<20)
 	if !errors.Is(err, ErrStorage) || !errors.Is(err, syscall.EIO) || KafkaErrorCode(err) != kerr.KafkaStorageError.Code {
@@ -791,6 +795,7 @@ func TestReportedDamageRepairedFromJournalAfterKill(t *testing.T) {
 			want = append(want, fmt.Sprintf("%d-v%d", i, j))
 		}
 	}
+	writeOut(b)
 	path := segmentName(partitionDir(dir, "k", 0), 0, logSuffix)
 	flipByte(t, path, segmentBatches(t, path)[5].pos+70)
 	if rep, err := b.Scrub(context.Background()); err != nil || rep.Lost != 1 {
@@ -814,4 +819,43 @@ func TestReportedDamageRepairedFromJournalAfterKill(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantLost(t, openTest(t, killed, nil), "k", 0)
+}
+
+// The background check reads a segment in chunks (scrubChunkBytes): damage
+// in a batch that straddles a chunk's end, and in one that a chunk holds
+// whole, is found with its exact offsets, and every other batch is checked
+// once.
+func TestScrubFindsDamageAcrossChunks(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	b := openWithTopic(t, dir, func(o *Options) { o.ScrubBytesPerSecond = -1 }, "s", TopicConfig{})
+	for i := range 1500 {
+		mustAppend(t, b, "s", 0, EncodeBatch(3, 0, int32(i*3), recs(strings.Repeat("x", 200)+fmt.Sprint(i), 3)))
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	path := segmentName(partitionDir(dir, "s", 0), 0, logSuffix)
+	batches := segmentBatches(t, path)
+	var straddling, inside batchAt
+	for _, ba := range batches {
+		end := ba.pos + int64(ba.size)
+		if ba.pos < scrubChunkBytes && end > scrubChunkBytes && straddling.size == 0 {
+			straddling = ba
+		}
+		if ba.pos > 2*scrubChunkBytes+1000 && inside.size == 0 {
+			inside = ba
+		}
+	}
+	if straddling.size == 0 || inside.size == 0 {
+		t.Fatalf("segment of %d batches too short for the test", len(batches))
+	}
+	flipByte(t, path, straddling.pos+int64(straddling.size)-3)
+	flipByte(t, path, inside.pos+70)
+	r := openTest(t, dir, func(o *Options) { o.ScrubBytesPerSecond = -1 })
+	rep, err := r.Scrub(context.Background())
+	if err != nil || rep.Lost != 2 || rep.Batches != int64(len(batches)-2) {
+		t.Fatalf("scrub of %d batches: %+v %v", len(batches), rep, err)
+	}
+	wantLost(t, r, "s", 0, [2]int64{straddling.first, straddling.last}, [2]int64{inside.first, inside.last})
 }

@@ -115,11 +115,14 @@ func TestFailedEvictionFsyncIsReported(t *testing.T) {
 	fsys := newInjectFS()
 	b := openWithTopic(t, dir, func(o *Options) { o.FS, o.MaxOpenFiles, o.ReopenInterval = fsys, 2, -1 }, "t", TopicConfig{Partitions: 3})
 	mustAppend(t, b, "t", 0, EncodeBatch(-1, 0, 0, recs("a", 3)))
+	writeOut(b) // the batch in the file, not fsynced
 	rule := fsys.inject(faultRule{op: opSync, suffix: ".log", times: 1, err: syscall.EIO})
 	// Partitions 1 and 2 make partition 0's file the least recently used
 	// past the bound of 2: it is fsynced (failing) and closed.
 	mustAppend(t, b, "t", 1, EncodeBatch(-1, 0, 0, recs("b", 3)))
+	writeOut(b)
 	mustAppend(t, b, "t", 2, EncodeBatch(-1, 0, 0, recs("c", 3)))
+	writeOut(b)
 	if rule.firedCount(fsys) != 1 {
 		t.Fatalf("the eviction's fsync was not attempted (fired %d)", rule.firedCount(fsys))
 	}

@@ -56,6 +56,12 @@ func (h *health) sync(f File, op string) error {
 		return err
 	}
 	if err := f.Sync(); err != nil {
+		// A failed write of buffered bytes (writeback.go) dropped
+		// nothing from the page cache: it fails the caller, not the
+		// broker.
+		if wb := (*writeBackError)(nil); errors.As(err, &wb) {
+			return storageErr(op, err)
+		}
 		return h.fail(op, err)
 	}
 	return nil

@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 func removeSnapshots(t testing.TB, dir string) {
@@ -19,5 +20,14 @@ func removeSnapshots(t testing.TB, dir string) {
 				t.Fatal(err)
 			}
 		}
+	}
+}
+
+// writeOut writes the segment bytes b buffers (writeback.go) to their
+// files, without an fsync, for tests that read or damage the files of a
+// running broker.
+func writeOut(b *Broker) {
+	if wb, ok := b.opts.FS.(writeBackFS); ok {
+		wb.pool.writeOlder(time.Now().Add(time.Hour))
 	}
 }

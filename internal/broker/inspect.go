@@ -35,7 +35,9 @@ type InspectedOffset struct {
 // Inspect reads the data directory dir like Dump does: it takes no lock and
 // writes nothing, so it is safe while a broker has the directory open. The
 // end offset of a partition is the end of its last complete batch on disk,
-// which can be ahead of what a running broker has fsynced.
+// which can be ahead of what a running broker has fsynced, and behind what
+// it acknowledged by the batches it still holds in memory (about a second
+// of them at most, writeback.go).
 func Inspect(ctx context.Context, dir string) (Inspection, error) {
 	var ins Inspection
 	data, err := os.ReadFile(filepath.Join(dir, metaFile))

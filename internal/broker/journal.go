@@ -22,7 +22,8 @@ import (
 // every partition durable at once, where each partition's segment would need
 // an fsync of its own (a write spread over eight partitions cost eight). The
 // segments are fsynced in the background, in a checkpoint each time the
-// journal file passes journalFileBytes, after which the journal files the
+// journal file passes rotateAt (64 MiB, or 32 KiB per partition it covers
+// up to 1 GiB), after which the journal files the
 // checkpoint covers are deleted. A clean Close fsyncs every segment and
 // deletes the journal.
 //
@@ -48,8 +49,17 @@ const (
 	journalHeader    = 16
 	journalRecHeader = 8
 	// journalFileBytes is the size at which the journal starts a new file
-	// and checkpoints the segments the old ones cover.
+	// and checkpoints the segments the old ones cover, when the file
+	// covers few partitions.
 	journalFileBytes = 64 << 20
+	// journalBytesPerPartition raises that size to this much per
+	// partition the file covers, up to journalMaxFileBytes: a checkpoint
+	// costs three fsyncs per partition (segment, recovery point,
+	// directory), so with 8,000 partitions written a checkpoint every
+	// 64 MiB cost 24,000 fsyncs for 8 KiB of each partition's data, and
+	// the appends waited behind them.
+	journalBytesPerPartition = 32 << 10
+	journalMaxFileBytes      = 1 << 30
 	// checkpointParallelism is how many segments a checkpoint fsyncs at
 	// a time.
 	checkpointParallelism = 16
@@ -507,7 +517,7 @@ func (j *journal) sync() error {
 	j.mu.Lock()
 	if err == nil {
 		j.synced = upTo
-		if j.size >= journalFileBytes {
+		if j.size >= rotateAt(len(j.dirty)) {
 			// The old file is fsynced once more, under mu, so that the
 			// records written since upTo are durable before the new
 			// file starts.
@@ -535,6 +545,12 @@ func (j *journal) sync() error {
 		e.p.markDurable(e)
 	}
 	return nil
+}
+
+// rotateAt is the size at which a journal file covering parts partitions
+// is rotated and checkpointed.
+func rotateAt(parts int) int64 {
+	return min(max(journalFileBytes, int64(parts)*journalBytesPerPartition), journalMaxFileBytes)
 }
 
 // checkpointLoop fsyncs the segments that rotated-out journal files cover,

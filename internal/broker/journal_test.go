@@ -200,7 +200,10 @@ func TestTornWriteKeepsEarlierBatches(t *testing.T) {
 			t.Parallel()
 			dir := t.TempDir()
 			ffs := &faultFS{suffixes: []string{c.suffix}}
-			b := openWithTopic(t, dir, func(o *Options) { o.FS = ffs }, "t", TopicConfig{Partitions: 2})
+			// Without write-back (writeback.go) an append writes its
+			// segment at once, so the fault hits the append; with it a
+			// failed write keeps the bytes (TestWriteBackWriteFaults).
+			b := openWithTopic(t, dir, func(o *Options) { o.FS, o.WriteBackBytes = ffs, -1 }, "t", TopicConfig{Partitions: 2})
 			ctx := context.Background()
 			// Producer 1 writes partition 0, producer 2 partition 1.
 			seq := [2]int32{}
@@ -245,5 +248,42 @@ func TestTornWriteKeepsEarlierBatches(t *testing.T) {
 			check(b)
 			check(openTest(t, powerLoss(t, dir), nil))
 		})
+	}
+}
+
+// With many partitions in a journal file, the checkpoint waits for 32 KiB
+// of each (rotateAt): 70 MiB spread over 2,500 partitions stay in one
+// file (64 MiB would have rotated it), 10 MiB more pass 2,500 x 32 KiB and
+// rotate it, and the checkpoint deletes it.
+func TestJournalRotatesLaterWithManyPartitions(t *testing.T) {
+	t.Parallel()
+	const parts = 2500
+	dir := t.TempDir()
+	b := openWithTopic(t, dir, func(o *Options) { o.ScrubBytesPerSecond = -1 }, "m", TopicConfig{Partitions: parts})
+	jdir := filepath.Join(dir, journalDir)
+	fill := func(bytes int) {
+		t.Helper()
+		rec := []Record{{Key: []byte("k"), Value: make([]byte, bytes)}}
+		for p := range int32(parts) {
+			mustAppend(t, b, "m", p, EncodeBatch(-1, -1, -1, rec))
+		}
+	}
+	fill(28 << 10)
+	if nums, err := listJournals(OSFS{}, jdir); err != nil || len(nums) != 1 || nums[0] != 1 {
+		t.Fatalf("journal files after 70 MiB over %d partitions: %v %v", parts, nums, err)
+	}
+	fill(4 << 10)
+	for deadline := 200; ; deadline-- {
+		nums, err := listJournals(OSFS{}, jdir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(nums) == 1 && nums[0] > 1 {
+			break
+		}
+		if deadline == 0 {
+			t.Fatalf("journal files %v: the full file was not checkpointed", nums)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

@@ -171,10 +171,31 @@ func (p *partition) scrub(ctx context.Context, th *throttle, rep *ScrubReport) e
 	return nil
 }
 
+// scrubChunkBytes is how much of a segment the background check reads at
+// once.
+const scrubChunkBytes = 256 << 10
+
 // scrubSegment checks the batches of s in [0, limit); false when stopped.
 func (p *partition) scrubSegment(ctx context.Context, th *throttle, s *segment, limit, end int64, rep *ScrubReport) bool {
-	var hdr [BatchHeaderSize]byte
-	var buf []byte
+	// The segment is read in chunks of scrubChunkBytes, not two reads a
+	// batch: with small batches the reads cost more than the checks.
+	var chunk []byte
+	chunkPos := int64(-1)
+	read := func(pos int64, n int) ([]byte, error) {
+		if chunkPos >= 0 && pos >= chunkPos && pos+int64(n) <= chunkPos+int64(len(chunk)) {
+			return chunk[pos-chunkPos : pos-chunkPos+int64(n)], nil
+		}
+		size := int(min(max(int64(n), scrubChunkBytes), limit-pos))
+		if cap(chunk) < size {
+			chunk = make([]byte, size)
+		}
+		chunk, chunkPos = chunk[:size], -1
+		if _, err := s.log.ReadAt(chunk, pos); err != nil {
+			return nil, err
+		}
+		chunkPos = pos
+		return chunk[:n], nil
+	}
 	pos, first := int64(0), s.base
 	for pos < limit {
 		p.mu.Lock()
@@ -198,18 +219,15 @@ func (p *partition) scrubSegment(ctx context.Context, th *throttle, s *segment, 
 		var h BatchHeader
 		if limit-pos < BatchHeaderSize {
 			bad = ErrCorruptBatch
-		} else if _, err := s.log.ReadAt(hdr[:], pos); err != nil {
+		} else if hdr, err := read(pos, BatchHeaderSize); err != nil {
 			p.readFailed(s, pos, err)
 			return true
-		} else if h, bad = ParseBatchHeader(hdr[:]); bad == nil && int64(h.Size()) > limit-pos {
+		} else if h, bad = ParseBatchHeader(hdr); bad == nil && int64(h.Size()) > limit-pos {
 			bad = ErrCorruptBatch
 		}
 		if bad == nil {
-			if cap(buf) < h.Size() {
-				buf = make([]byte, h.Size())
-			}
-			b := buf[:h.Size()]
-			if _, err := s.log.ReadAt(b, pos); err != nil {
+			b, err := read(pos, h.Size())
+			if err != nil {
 				p.readFailed(s, pos, err)
 				return true
 			}

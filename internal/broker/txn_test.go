@@ -524,6 +524,7 @@ func TestTxnDump(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	writeOut(b)
 	var text, js strings.Builder
 	if err := Dump(ctx, &text, DumpOptions{DataDir: dir, Partition: -1}); err != nil {
 		t.Fatal(err)

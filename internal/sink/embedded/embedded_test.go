@@ -551,7 +551,9 @@ func TestDamagedUnacknowledgedRecords(t *testing.T) {
 	s := startedSink(t, dir)
 	saved := publishOK(t, s, messages(0, 6)).State
 	publishOK(t, s, messages(6, 12)) // never acknowledged
-	s.Close(ctx)
+	// Stopped, so that the segments hold every batch (a running broker
+	// holds its newest ones in memory for a while).
+	s.Shutdown(ctx)
 
 	// The last batch of partition 0 is the unacknowledged one: damage a
 	// byte of its records.
