@@ -96,22 +96,32 @@ SELECT 'hot', CASE WHEN g <= 700 THEN 'the-hot-key' ELSE 'k' || g END, 'v' FROM 
 			Skew      float64 `json:"skew"`
 		} `json:"partitions"`
 	}
-	relayTopics(t, ctx, testbin.Relay(t), dataDir, &topics)
-	found := false
-	for _, tp := range topics {
-		if tp.Name != "hot" {
-			continue
-		}
-		found = true
-		for _, pj := range tp.Partitions {
-			want := float64(count[pj.Partition]) * partitions / float64(total)
-			if math.Abs(pj.Skew-want) > 1e-9 {
-				t.Errorf("partition %d: skew %v, want %v", pj.Partition, pj.Skew, want)
+	// relay topics reads the files, which a running relay's broker
+	// writes within about a second of the append (write-back).
+	var wrong []string
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		topics = nil
+		relayTopics(t, ctx, testbin.Relay(t), dataDir, &topics)
+		wrong = []string{"relay topics lists no topic hot"}
+		for _, tp := range topics {
+			if tp.Name != "hot" {
+				continue
+			}
+			wrong = nil
+			for _, pj := range tp.Partitions {
+				want := float64(count[pj.Partition]) * partitions / float64(total)
+				if math.Abs(pj.Skew-want) > 1e-9 {
+					wrong = append(wrong, fmt.Sprintf("partition %d: skew %v, want %v", pj.Partition, pj.Skew, want))
+				}
 			}
 		}
+		if len(wrong) == 0 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
-	if !found {
-		t.Fatalf("relay topics lists no topic hot: %+v", topics)
+	if len(wrong) > 0 {
+		t.Fatalf("%s (%+v)", strings.Join(wrong, "; "), topics)
 	}
 	table, err := testbin.Run(ctx, testbin.Relay(t), nil, "topics", "--data-dir", dataDir)
 	if err != nil || !strings.Contains(table.Stdout, "SKEW") {
