@@ -159,17 +159,22 @@ func TestJournalCheckpoint(t *testing.T) {
 	for i := 0; i < (journalFileBytes/(512<<10))+8; i++ {
 		mustAppend(t, b, "c", int32(i%2), EncodeBatch(-1, -1, -1, big))
 	}
-	jdir := filepath.Join(dir, journalDir)
-	deadline := 200
-	for ; deadline > 0; deadline-- {
+	waitCheckpointed(t, filepath.Join(dir, journalDir))
+}
+
+// waitCheckpointed waits up to 2 s for the first journal file in jdir to
+// be rotated out and deleted by the checkpoint.
+func waitCheckpointed(t *testing.T, jdir string) {
+	t.Helper()
+	for deadline := 200; ; deadline-- {
 		nums, err := listJournals(OSFS{}, jdir)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if len(nums) == 1 && nums[0] > 1 {
-			break
+			return
 		}
-		if deadline == 1 {
+		if deadline == 0 {
 			t.Fatalf("journal files %v: the full file was not checkpointed", nums)
 		}
 		time.Sleep(10 * time.Millisecond)
@@ -273,17 +278,5 @@ func TestJournalRotatesLaterWithManyPartitions(t *testing.T) {
 		t.Fatalf("journal files after 70 MiB over %d partitions: %v %v", parts, nums, err)
 	}
 	fill(4 << 10)
-	for deadline := 200; ; deadline-- {
-		nums, err := listJournals(OSFS{}, jdir)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(nums) == 1 && nums[0] > 1 {
-			break
-		}
-		if deadline == 0 {
-			t.Fatalf("journal files %v: the full file was not checkpointed", nums)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitCheckpointed(t, jdir)
 }
