@@ -121,7 +121,7 @@ func openPartition(set *partitionSettings, dir, topic string, id int32, mustExis
 	// One directory read tells both whether the partition exists and what
 	// it holds: with thousands of partitions, a second read per partition
 	// was a visible share of the broker's open.
-	bases, snaps, err := listSegmentBases(fsys, dir, true)
+	bases, snaps, present, err := listPartitionDir(fsys, dir, true)
 	switch {
 	case errors.Is(err, os.ErrNotExist):
 		if mustExist {
@@ -145,8 +145,10 @@ func openPartition(set *partitionSettings, dir, topic string, id int32, mustExis
 	}
 	active := &segment{dir: dir, base: bases[len(bases)-1], maxTS: -1}
 	p.segs = append(p.segs, active)
-	if err := p.loadLostLocked(); err != nil {
-		return nil, err
+	if present[lostFile] {
+		if err := p.loadLostLocked(); err != nil {
+			return nil, err
+		}
 	}
 	for i, s := range p.segs[:len(p.segs)-1] {
 		if err := p.openInactive(s, p.segs[i+1].base); err != nil {
@@ -165,9 +167,11 @@ func openPartition(set *partitionSettings, dir, topic string, id int32, mustExis
 		p.settleDamageLocked()
 	}
 	p.rebuildProducersLocked(snaps)
-	if p.startFloor, err = readLogStart(fsys, dir); err != nil {
-		p.closeAll()
-		return nil, err
+	if present[logStartFile] {
+		if p.startFloor, err = readLogStart(fsys, dir); err != nil {
+			p.closeAll()
+			return nil, err
+		}
 	}
 	if vanished {
 		p.recordLostLocked(LostRange{First: 0, Last: -1, Segment: -1,

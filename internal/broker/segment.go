@@ -314,13 +314,26 @@ func (s *segment) removeFiles(fsys FS) error {
 // listSegmentBases returns the base offsets of the .log files in dir,
 // ascending, removing leftovers of interrupted index or compaction writes.
 func listSegmentBases(fsys FS, dir string, cleanup bool) ([]int64, []int64, error) {
+	bases, snaps, _, err := listPartitionDir(fsys, dir, cleanup)
+	return bases, snaps, err
+}
+
+// listPartitionDir is listSegmentBases that also returns the set of the
+// directory's other file names, so that an open reads lost.json and
+// log-start only when they are there: two failed opens per partition were
+// a visible share of opening thousands of them.
+func listPartitionDir(fsys FS, dir string, cleanup bool) ([]int64, []int64, map[string]bool, error) {
 	entries, err := fsys.ReadDir(dir)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	var bases, snaps, recs []int64
+	others := map[string]bool{}
 	for _, e := range entries {
 		name := e.Name()
+		if name == lostFile || name == logStartFile {
+			others[name] = true
+		}
 		if n, err := strconv.ParseInt(strings.TrimSuffix(name, recoverySuffix), 10, 64); err == nil && strings.HasSuffix(name, recoverySuffix) {
 			recs = append(recs, n)
 		}
@@ -354,7 +367,7 @@ func listSegmentBases(fsys FS, dir string, cleanup bool) ([]int64, []int64, erro
 			}
 		}
 	}
-	return bases, snaps, nil
+	return bases, snaps, others, nil
 }
 
 // fileSize returns the size of an open file.
