@@ -205,22 +205,30 @@ func (lp *loadProducer) batch() []byte {
 	return EncodeBatch(lp.pid.ID, lp.pid.Epoch, lp.seq, recs(fmt.Sprintf("p%d-s%d", lp.part, lp.seq), 3))
 }
 
+// append appends lp's next batch to topic and, once acknowledged,
+// remembers its records and moves lp's sequence on.
+func (lp *loadProducer) append(b *Broker, topic string) error {
+	if _, err := b.Append(context.Background(), topic, lp.part, lp.batch()); err != nil {
+		return err
+	}
+	for j := 0; j < 3; j++ {
+		lp.acked = append(lp.acked, fmt.Sprintf("p%d-s%d-v%d", lp.part, lp.seq, j))
+	}
+	lp.seq += 3
+	return nil
+}
+
 func (lp *loadProducer) run(b *Broker, topic string, warm *sync.WaitGroup, limit int) {
 	warmed := false
 	for i := 0; limit < 0 || i < limit; i++ {
 		failedBefore := b.Health() != nil
-		_, err := b.Append(context.Background(), topic, lp.part, lp.batch())
-		if err != nil {
+		if err := lp.append(b, topic); err != nil {
 			lp.err = err
 			break
 		}
 		if failedBefore {
 			lp.ackedAfterFailure++
 		}
-		for j := 0; j < 3; j++ {
-			lp.acked = append(lp.acked, fmt.Sprintf("p%d-s%d-v%d", lp.part, lp.seq, j))
-		}
-		lp.seq += 3
 		if len(lp.acked) >= 60 && !warmed {
 			warmed = true
 			warm.Done()
@@ -599,13 +607,9 @@ func TestWriteAndReadFaults(t *testing.T) {
 	lp := &loadProducer{part: 0, pid: ProducerID{ID: 4}}
 	appendOK := func() {
 		t.Helper()
-		if _, err := b.Append(context.Background(), "w", 0, lp.batch()); err != nil {
+		if err := lp.append(b, "w"); err != nil {
 			t.Fatalf("append: %v", err)
 		}
-		for j := 0; j < 3; j++ {
-			lp.acked = append(lp.acked, fmt.Sprintf("p0-s%d-v%d", lp.seq, j))
-		}
-		lp.seq += 3
 	}
 	appendFails := func(want error) {
 		t.Helper()

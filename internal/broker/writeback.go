@@ -241,8 +241,8 @@ func putBuffer(b []byte) {
 }
 
 // Write appends b to the buffer, writing the buffer out when it reaches
-// writeBackFileBytes. It fails only when that write fails and the bytes
-// cannot be kept.
+// writeBackFileBytes. It never fails: a failed write keeps the bytes, and
+// the file's next Sync reports it.
 func (f *writeBackFile) Write(b []byte) (int, error) {
 	f.mu.Lock()
 	if need := len(f.buf) + len(b); need > cap(f.buf) {

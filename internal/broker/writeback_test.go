@@ -1,9 +1,7 @@
 package broker
 
 import (
-	"context"
 	"errors"
-	"fmt"
 	"os"
 	"syscall"
 	"testing"
@@ -25,13 +23,9 @@ func TestWriteBackWriteFaults(t *testing.T) {
 		t.Helper()
 		for range n {
 			for _, lp := range producers {
-				if _, err := b.Append(context.Background(), "w", lp.part, lp.batch()); err != nil {
+				if err := lp.append(b, "w"); err != nil {
 					t.Fatalf("append: %v", err)
 				}
-				for j := range 3 {
-					lp.acked = append(lp.acked, recValue(lp, j))
-				}
-				lp.seq += 3
 			}
 		}
 	}
@@ -102,9 +96,4 @@ func TestWriteBackKilledWithBufferedBatches(t *testing.T) {
 		t.Fatal("every acknowledged batch was in the segments: nothing was only in memory at the kill")
 	}
 	checkCrashAcks(t, openTest(t, dir, nil), acks)
-}
-
-// recValue is the value of record j of lp's next batch.
-func recValue(lp *loadProducer, j int) string {
-	return fmt.Sprintf("p%d-s%d-v%d", lp.part, lp.seq, j)
 }
