@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"io"
 	"log/slog"
 	"maps"
 	"os"
@@ -14,13 +15,17 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 )
 
 // The journal is the broker's write-ahead log under SyncBeforeAck. Every
 // appended batch is written to its partition's segment and, in the same
 // order, to the journal; one fsync of the journal then makes the batches of
 // every partition durable at once, where each partition's segment would need
-// an fsync of its own (a write spread over eight partitions cost eight). The
+// an fsync of its own (a write spread over eight partitions cost eight).
+// The records are gathered in memory and written with one write(2) just
+// before the fsync that acknowledges them (or when 1 MiB is waiting): a
+// relay batch spread over 8,000 partitions made 8,000 writes otherwise. The
 // segments are fsynced in the background, in a checkpoint each time the
 // journal file passes rotateAt (64 MiB, or 32 KiB per partition it covers
 // up to 1 GiB), after which the journal files the
@@ -37,10 +42,20 @@ import (
 // records: uint32 length and uint32 CRC-32C of the rest, then the topic
 // name (uint16 length, bytes), the partition (int32) and the batch as
 // stored, base offset included. A file ends at its first short or damaged
-// record. After a write that failed and could not be truncated away the
-// journal starts a new file whose header bounds the old one at what was
-// last made durable, so the torn record is not replayed. A failed fsync is
-// not handled here: it fails the broker (health.go) until it is reopened.
+// record.
+//
+// Faults. A failed or short write of the gathered records (a full disk) is
+// cut off the file again, and every record not yet fsynced is given up:
+// the partitions they belong to roll back to what is durable (their
+// appends, none of them acknowledged, fail with the write's error, and
+// producers retry them), and before anything more is written the journal
+// starts a new file whose header bounds the old one at what was last made
+// durable, so neither a torn record nor one rolled back is replayed. Until
+// the rollback has run, appends fail. A process killed with records only in
+// memory loses appends that were not acknowledged, as a kill before the
+// write did. A failed fsync is not handled here: it fails the broker
+// (health.go) until it is reopened. Tests: TestTornWriteKeepsEarlierBatches,
+// TestWriteAndReadFaults, TestDiskFaults, TestJournalWriteFaultUnderLoad.
 
 const (
 	journalDir       = "journal"
@@ -63,6 +78,9 @@ const (
 	// checkpointParallelism is how many segments a checkpoint fsyncs at
 	// a time.
 	checkpointParallelism = 16
+	// journalBufferBytes is how much of the records an append writes
+	// before the next fsync asks for them.
+	journalBufferBytes = 1 << 20
 )
 
 // journalEntry is a batch written since the last journal fsync; the fsync
@@ -83,16 +101,21 @@ type journal struct {
 	// syncMu serialises fsyncs so concurrent waiters share one.
 	syncMu sync.Mutex
 
-	mu      sync.Mutex
-	f       File
-	num     int64 // number of the current file
-	size    int64 // bytes in the current file
-	synced  int64 // bytes of the current file known durable
-	pending []journalEntry
-	// broken is set after a failed write, truncate or fsync: the next
-	// append starts a new file bounding this one at synced.
+	mu  sync.Mutex
+	f   File
+	num int64 // number of the current file
+	// size counts the current file's bytes with those in buf; written
+	// those in the file, synced those known durable.
+	size, written, synced int64
+	pending               []journalEntry
+	// buf holds the records added since the last write, in order.
+	buf []byte
+	// broken is the error of a failed write: the records since synced
+	// are given up (pending rolls back in sync) and the next append, once
+	// pending is empty, starts a new file bounding this one at synced.
 	broken error
-	buf    []byte
+	// rollingBack is set while a sync started by add rolls pending back.
+	rollingBack atomic.Bool
 	// dirty are the partitions written since the last rotation; old lists
 	// the files (and their partitions) awaiting a checkpoint.
 	dirty map[*partition]struct{}
@@ -415,7 +438,8 @@ func (j *journal) startFile(num, prevValid int64) error {
 		_ = f.Close()
 		return err
 	}
-	j.f, j.num, j.size, j.synced, j.broken = f, num, journalHeader, journalHeader, nil
+	j.f, j.num, j.size, j.written, j.synced, j.broken = f, num, journalHeader, journalHeader, journalHeader, nil
+	j.buf = j.buf[:0]
 	return nil
 }
 
@@ -432,9 +456,9 @@ func (j *journal) rotateLocked(bound int64) error {
 	return nil
 }
 
-// add writes a batch p just appended (its offsets ending at end, its
-// segment at endPos). Called with p.mu held, so each partition's records
-// are in its log order.
+// add records a batch p just appended (its offsets ending at end, its
+// segment at endPos); the next sync writes it. Called with p.mu held, so
+// each partition's records are in its log order.
 func (j *journal) add(p *partition, batch []byte, end, endPos int64) error {
 	j.mu.Lock()
 	defer j.mu.Unlock()
@@ -442,43 +466,77 @@ func (j *journal) add(p *partition, batch []byte, end, endPos int64) error {
 		return err
 	}
 	if j.broken != nil {
-		// The current file may hold records that were never made durable
-		// (and, after a failed truncate, a torn one): the next file's
-		// header bounds it at what is durable. Records still waiting for
-		// an fsync are made durable first, or stay waiting, for a sync to
-		// roll back.
-		bound := j.synced
 		if len(j.pending) > 0 {
-			if err := j.health.sync(j.f, "fsync journal"); err != nil {
-				return err
-			}
-			bound = j.size
+			// Records given up by the failed write still wait for their
+			// rollback; a batch behind them would take offsets they hold.
+			j.rollBackLater()
+			return storageErr("write journal", j.broken)
 		}
-		if err := j.rotateLocked(bound); err != nil {
+		if err := j.rotateLocked(j.synced); err != nil {
 			return err
 		}
 	}
 	n := 2 + len(p.topic) + 4 + len(batch)
-	buf := j.buf[:0]
+	if len(j.buf) > 0 && len(j.buf)+journalRecHeader+n > journalBufferBytes {
+		if err := j.writeLocked(); err != nil {
+			j.rollBackLater()
+			return err
+		}
+	}
+	start := len(j.buf)
+	buf := j.buf
 	buf = binary.BigEndian.AppendUint32(buf, uint32(n))
 	buf = binary.BigEndian.AppendUint32(buf, 0)
 	buf = binary.BigEndian.AppendUint16(buf, uint16(len(p.topic)))
 	buf = append(buf, p.topic...)
 	buf = binary.BigEndian.AppendUint32(buf, uint32(p.id))
 	buf = append(buf, batch...)
-	binary.BigEndian.PutUint32(buf[4:], crc32.Checksum(buf[journalRecHeader:], castagnoli))
-	if cap(buf) <= 4<<20 {
-		j.buf = buf
-	}
-	if _, err := j.f.Write(buf); err != nil {
-		if terr := j.f.Truncate(j.size); terr != nil {
-			j.broken = terr
-		}
-		return storageErr("write journal", err)
-	}
-	j.size += int64(len(buf))
+	binary.BigEndian.PutUint32(buf[start+4:], crc32.Checksum(buf[start+journalRecHeader:], castagnoli))
+	j.buf = buf
+	j.size += int64(len(buf) - start)
 	j.pending = append(j.pending, journalEntry{p: p, end: end, endPos: endPos, gen: p.gen})
 	j.dirty[p] = struct{}{}
+	return nil
+}
+
+// rollBackLater rolls back the records a failed write gave up, in a sync
+// of its own: their appenders may never wait for them, and the rollback
+// takes the partitions' locks, which an append holds while it calls add.
+func (j *journal) rollBackLater() {
+	if j.rollingBack.CompareAndSwap(false, true) {
+		go func() {
+			defer j.rollingBack.Store(false)
+			_ = j.sync()
+		}()
+	}
+}
+
+// writeLocked writes the gathered records to the file. On failure it cuts
+// the file back to its last whole record (if even that fails, the bound the
+// next file puts on this one cuts it) and gives up every record since the
+// last fsync: they are not all in the file, and the next sync rolls their
+// partitions back.
+func (j *journal) writeLocked() error {
+	if len(j.buf) == 0 {
+		return nil
+	}
+	n, err := j.f.Write(j.buf)
+	if err == nil && n < len(j.buf) {
+		err = io.ErrShortWrite
+	}
+	if err != nil {
+		_ = j.f.Truncate(j.written)
+		j.broken = err
+		j.size = j.written
+		j.buf = j.buf[:0]
+		return storageErr("write journal", err)
+	}
+	j.written += int64(n)
+	if cap(j.buf) > 4*journalBufferBytes {
+		j.buf = nil
+	} else {
+		j.buf = j.buf[:0]
+	}
 	return nil
 }
 
@@ -493,20 +551,24 @@ func (j *journal) sync() error {
 		return err
 	}
 	j.mu.Lock()
+	if j.broken == nil && j.size == j.synced && len(j.pending) == 0 {
+		j.mu.Unlock()
+		return nil
+	}
+	if j.broken == nil {
+		_ = j.writeLocked()
+	}
 	if j.broken != nil {
-		// Records written before the failure cannot be made durable in
-		// this file: their partitions roll back.
+		// Records since the last fsync were given up by a failed
+		// write: their partitions roll back.
 		err, entries := j.broken, j.pending
 		j.pending = nil
 		j.mu.Unlock()
+		werr := storageErr("write journal", err)
 		for _, e := range entries {
-			e.p.rollBack(e.gen)
+			e.p.rollBack(e.gen, werr)
 		}
-		return storageErr("journal", err)
-	}
-	if j.size == j.synced && len(j.pending) == 0 {
-		j.mu.Unlock()
-		return nil
+		return werr
 	}
 	f, upTo, entries := j.f, j.size, j.pending
 	j.pending = nil
@@ -517,7 +579,10 @@ func (j *journal) sync() error {
 	j.mu.Lock()
 	if err == nil {
 		j.synced = upTo
-		if j.size >= rotateAt(len(j.dirty)) {
+		// A write that failed since upTo (an append's, at 1 MiB) gave
+		// up the records after it: the next sync rolls them back, and
+		// the next append rotates the file.
+		if j.broken == nil && j.size >= rotateAt(len(j.dirty)) && j.writeLocked() == nil {
 			// The old file is fsynced once more, under mu, so that the
 			// records written since upTo are durable before the new
 			// file starts.
@@ -614,6 +679,10 @@ func (j *journal) close(clean bool) error {
 	j.wg.Wait()
 	j.mu.Lock()
 	defer j.mu.Unlock()
+	if !clean && j.broken == nil {
+		// Records not acknowledged yet; the next open may replay them.
+		_ = j.writeLocked()
+	}
 	err := j.f.Close()
 	if !clean {
 		return err

@@ -9,8 +9,12 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
 )
 
 // powerLoss copies a live broker's data directory into a new one as a
@@ -181,79 +185,192 @@ func waitCheckpointed(t *testing.T, jdir string) {
 	}
 }
 
-// A write that fails and cannot be cut back leaves a torn record, in the
-// journal or at the segment's end. The batches written before it and not
-// yet fsynced must survive, the failed one must not, and appends go on
-// after them (after a torn journal, in a new journal file). For the
-// segment, cutting back to the last fsync instead dropped the batches
-// since while their journal records stayed: the next batch took their
-// offsets and was acknowledged, and after a power loss the replay put a
-// dropped batch back in its place.
+// A segment write that fails and cannot be cut back leaves a torn batch at
+// the segment's end. The batches written before it and not yet fsynced
+// must survive, the failed one must not, and appends go on after them.
+// Cutting back to the last fsync instead dropped the batches since while
+// their journal records stayed: the next batch took their offsets and was
+// acknowledged, and after a power loss the replay put a dropped batch back
+// in its place. (Without write-back, writeback.go, an append writes its
+// segment at once, so the fault hits the append; with it a failed write
+// keeps the bytes, TestWriteBackWriteFaults. The journal's write comes
+// later, in the sync: TestJournalWriteFaultGivesUpUnsyncedBatches.)
 func TestTornWriteKeepsEarlierBatches(t *testing.T) {
 	t.Parallel()
-	for _, c := range []struct {
-		name, suffix string
-		// cPart is the partition of batch c, written before the fault;
-		// want is what partitions 0 and 1 hold in the end.
-		cPart int32
-		want  [2]string
-	}{
-		{"journal", journalSuffix, 1, [2]string{"a-v0,a-v1,e-v0,e-v1", "c-v0,c-v1"}},
-		{"segment", logSuffix, 0, [2]string{"a-v0,a-v1,c-v0,c-v1,e-v0,e-v1", ""}},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			t.Parallel()
-			dir := t.TempDir()
-			ffs := &faultFS{suffixes: []string{c.suffix}}
-			// Without write-back (writeback.go) an append writes its
-			// segment at once, so the fault hits the append; with it a
-			// failed write keeps the bytes (TestWriteBackWriteFaults).
-			b := openWithTopic(t, dir, func(o *Options) { o.FS, o.WriteBackBytes = ffs, -1 }, "t", TopicConfig{Partitions: 2})
-			ctx := context.Background()
-			// Producer 1 writes partition 0, producer 2 partition 1.
-			seq := [2]int32{}
-			batch := func(part int32, name string) []byte {
-				return EncodeBatch(int64(part)+1, 0, seq[part], recs(name, 2))
-			}
-			mustAppend(t, b, "t", 0, batch(0, "a"))
-			seq[0] += 2
-			_, waitC, err := b.AppendAsync(ctx, "t", c.cPart, batch(c.cPart, "c"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			seq[c.cPart] += 2
-			ffs.failWrite.Store(true)
-			ffs.failTruncate.Store(true)
-			if _, _, err := b.AppendAsync(ctx, "t", 0, batch(0, "d")); err == nil {
-				t.Fatal("append accepted despite a failed write")
-			}
-			ffs.failWrite.Store(false)
-			ffs.failTruncate.Store(false)
-			res, waitE, err := b.AppendAsync(ctx, "t", 0, batch(0, "e"))
-			if err != nil {
-				t.Fatalf("append after the fault: %v", err)
-			}
-			if err := waitE(); err != nil {
-				t.Fatalf("batch written after the fault: %v", err)
-			}
-			if err := waitC(); err != nil {
-				t.Fatalf("batch written before the fault: %v", err)
-			}
-			if want := seq[0]; res.BaseOffset != int64(want) {
-				t.Fatalf("the batch after the fault has offset %d, want %d", res.BaseOffset, want)
-			}
-			check := func(b *Broker) {
-				t.Helper()
-				for p := range int32(2) {
-					if got := strings.Join(values(t, b, "t", p), ","); got != c.want[p] {
-						t.Fatalf("partition %d holds %s, want %s", p, got, c.want[p])
+	dir := t.TempDir()
+	ffs := &faultFS{suffixes: []string{logSuffix}}
+	b := openWithTopic(t, dir, func(o *Options) { o.FS, o.WriteBackBytes = ffs, -1 }, "t", TopicConfig{Partitions: 2})
+	ctx := context.Background()
+	p := &twoProducers{t: t, b: b}
+	p.mustAppend(0, "a")
+	waitC := p.appendAsync(0, "c")
+	ffs.failWrite.Store(true)
+	ffs.failTruncate.Store(true)
+	if _, _, err := b.AppendAsync(ctx, "t", 0, p.batch(0, "d")); err == nil {
+		t.Fatal("append accepted despite a failed write")
+	}
+	ffs.failWrite.Store(false)
+	ffs.failTruncate.Store(false)
+	res, waitE, err := b.AppendAsync(ctx, "t", 0, p.batch(0, "e"))
+	if err != nil {
+		t.Fatalf("append after the fault: %v", err)
+	}
+	if err := waitE(); err != nil {
+		t.Fatalf("batch written after the fault: %v", err)
+	}
+	if err := waitC(); err != nil {
+		t.Fatalf("batch written before the fault: %v", err)
+	}
+	if res.BaseOffset != 4 {
+		t.Fatalf("the batch after the fault has offset %d, want 4", res.BaseOffset)
+	}
+	want := [2]string{"a-v0,a-v1,c-v0,c-v1,e-v0,e-v1", ""}
+	p.check(b, want)
+	p.check(openTest(t, powerLoss(t, dir), nil), want)
+}
+
+// twoProducers appends two-record batches named a, b, ... for producer 1
+// on partition 0 and producer 2 on partition 1 of topic t.
+type twoProducers struct {
+	t   *testing.T
+	b   *Broker
+	seq [2]int32
+}
+
+func (p *twoProducers) batch(part int32, name string) []byte {
+	return EncodeBatch(int64(part)+1, 0, p.seq[part], recs(name, 2))
+}
+
+func (p *twoProducers) mustAppend(part int32, name string) {
+	p.t.Helper()
+	mustAppend(p.t, p.b, "t", part, p.batch(part, name))
+	p.seq[part] += 2
+}
+
+// appendAsync appends without waiting and moves the sequence on.
+func (p *twoProducers) appendAsync(part int32, name string) func() error {
+	p.t.Helper()
+	_, wait, err := p.b.AppendAsync(context.Background(), "t", part, p.batch(part, name))
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	p.seq[part] += 2
+	return wait
+}
+
+func (p *twoProducers) check(b *Broker, want [2]string) {
+	p.t.Helper()
+	for part := range int32(2) {
+		if got := strings.Join(values(p.t, b, "t", part), ","); got != want[part] {
+			p.t.Fatalf("partition %d holds %s, want %s", part, got, want[part])
+		}
+	}
+}
+
+// The journal gathers records and writes them in the sync that waits for
+// them. A write that fails there, torn and not cut back, gives up every
+// record since the last fsync: batches of both partitions, none of them
+// acknowledged, fail with the write's error and roll back, and the broker
+// stays healthy. Producer 1 retries d, which takes the same offsets;
+// producer 2 gives c up, and producer 3's x takes its offsets. After a
+// power loss neither the torn record nor the given-up c comes back in x's
+// place (the next journal file bounds the old one at its last fsync).
+func TestJournalWriteFaultGivesUpUnsyncedBatches(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	ffs := &faultFS{suffixes: []string{journalSuffix}}
+	b := openWithTopic(t, dir, func(o *Options) { o.FS = ffs }, "t", TopicConfig{Partitions: 2})
+	p := &twoProducers{t: t, b: b}
+	p.mustAppend(0, "a")
+	ffs.failWrite.Store(true)
+	ffs.failTruncate.Store(true)
+	waitC := p.appendAsync(1, "c")
+	waitD := p.appendAsync(0, "d")
+	for name, wait := range map[string]func() error{"c": waitC, "d": waitD} {
+		if err := wait(); !errors.Is(err, ErrStorage) || !errors.Is(err, syscall.ENOSPC) || KafkaErrorCode(err) != kerr.KafkaStorageError.Code {
+			t.Fatalf("batch %s over a failed journal write: %v", name, err)
+		}
+	}
+	if err := b.Health(); err != nil {
+		t.Fatalf("a failed journal write made the broker fail: %v", err)
+	}
+	ffs.failWrite.Store(false)
+	ffs.failTruncate.Store(false)
+	p.seq[0] = 2 // d again, with its sequence
+	appendAt := func(part int32, name string, batch []byte, off int64) {
+		t.Helper()
+		res, err := b.Append(context.Background(), "t", part, batch)
+		if err != nil {
+			t.Fatalf("batch %s after the fault: %v", name, err)
+		}
+		if res.BaseOffset != off {
+			t.Fatalf("batch %s after the fault has offset %d, want %d", name, res.BaseOffset, off)
+		}
+	}
+	appendAt(0, "d", p.batch(0, "d"), 2)
+	p.seq[0] += 2
+	appendAt(1, "x", EncodeBatch(3, 0, 0, recs("x", 2)), 0)
+	appendAt(0, "e", p.batch(0, "e"), 4)
+	want := [2]string{"a-v0,a-v1,d-v0,d-v1,e-v0,e-v1", "x-v0,x-v1"}
+	p.check(b, want)
+	p.check(openTest(t, powerLoss(t, dir), nil), want)
+}
+
+// Four producers append while the journal's writes fail now and then
+// (ENOSPC, whole or torn): every failed append is retried with the same
+// sequence until taken, as a Kafka producer does. The broker stays
+// healthy, and it and a crash copy taken at the end hold every
+// acknowledged record once.
+func TestJournalWriteFaultUnderLoad(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	ffs := newInjectFS()
+	b := openWithTopic(t, dir, func(o *Options) { o.FS, o.ReopenInterval = ffs, -1 }, "load", TopicConfig{Partitions: 4})
+	var producers []*loadProducer
+	for part := range int32(4) {
+		producers = append(producers, &loadProducer{part: part, pid: ProducerID{ID: int64(part) + 10}})
+	}
+	rules := []*faultRule{
+		ffs.inject(faultRule{op: opWrite, suffix: journalSuffix, after: 20, times: 5, err: syscall.ENOSPC}),
+		ffs.inject(faultRule{op: opShort, suffix: journalSuffix, after: 40, times: 5, err: syscall.ENOSPC}),
+	}
+	var failed atomic.Int64
+	var wg sync.WaitGroup
+	for _, lp := range producers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for len(lp.acked) < 150 {
+				if err := lp.append(b, "load"); err != nil {
+					if !errors.Is(err, ErrStorage) || !errors.Is(err, syscall.ENOSPC) {
+						lp.err = err
+						return
 					}
+					failed.Add(1)
 				}
 			}
-			check(b)
-			check(openTest(t, powerLoss(t, dir), nil))
-		})
+		}()
 	}
+	wg.Wait()
+	for _, lp := range producers {
+		if lp.err != nil {
+			t.Fatalf("partition %d: %v", lp.part, lp.err)
+		}
+	}
+	for i, r := range rules {
+		if r.firedCount(ffs) == 0 {
+			t.Fatalf("fault %d never fired", i)
+		}
+	}
+	if failed.Load() == 0 {
+		t.Fatal("no append failed")
+	}
+	if err := b.Health(); err != nil {
+		t.Fatalf("health: %v", err)
+	}
+	checkAcked(t, b, "load", producers)
+	checkAcked(t, openTest(t, ffs.crashCopy(t, dir), nil), "load", producers)
+	t.Logf("%d appends failed and were retried", failed.Load())
 }
 
 // With many partitions in a journal file, the checkpoint waits for 32 KiB

@@ -61,11 +61,11 @@ type partition struct {
 	// crash could take back.
 	hw, hwPos           int64
 	durable, durablePos int64
-	// gen counts rollbacks after failed fsyncs; resetPoints[g] is the durable
-	// offset at which generation g ended, so an appender from generation g
-	// knows whether its data survived.
+	// gen counts rollbacks to the durable state; resetPoints[g] is where
+	// and why generation g ended, so an appender from generation g knows
+	// whether its data survived, and if not, why.
 	gen         int
-	resetPoints []int64
+	resetPoints []resetPoint
 	producers   producerTable
 	// txns are the partition's open and aborted transactions, rebuilt
 	// with producers.
@@ -532,7 +532,7 @@ func (p *partition) write(batch []byte, h BatchHeader) (res AppendResult, target
 		return AppendResult{}, -1, 0, err
 	}
 	if p.broken != nil {
-		if err := p.resetLocked(); err != nil {
+		if err := p.resetLocked(p.broken); err != nil {
 			return AppendResult{}, -1, 0, err
 		}
 	}
@@ -715,10 +715,7 @@ func (p *partition) waitDurable(target int64, gen int) error {
 			return ErrClosed
 		}
 		if gen != p.gen {
-			if target <= p.resetPoints[gen] {
-				return nil
-			}
-			return storageErr("append", errors.New("rolled back after a failed fsync"))
+			return p.resetPoints[gen].outcome(target)
 		}
 		if target <= p.durable {
 			return nil
@@ -749,9 +746,10 @@ func (p *partition) waitJournal(j *journal, target int64, gen int) error {
 			p.mu.Lock()
 			done, err := p.durableLocked(target, gen)
 			p.mu.Unlock()
-			if done {
-				return err
+			if done && err == nil {
+				return nil
 			}
+			// Rolled back or not durable: the sync's error says why.
 			return serr
 		}
 	}
@@ -761,10 +759,7 @@ func (p *partition) waitJournal(j *journal, target int64, gen int) error {
 // is over, and how it ended.
 func (p *partition) durableLocked(target int64, gen int) (bool, error) {
 	if gen != p.gen {
-		if target <= p.resetPoints[gen] {
-			return true, nil
-		}
-		return true, storageErr("append", errors.New("rolled back after a failed fsync"))
+		return true, p.resetPoints[gen].outcome(target)
 	}
 	if target <= p.durable {
 		return true, nil
@@ -795,15 +790,15 @@ func (p *partition) markDurable(e journalEntry) {
 }
 
 // rollBack returns the partition to its durable state after a failed
-// journal fsync, unless that already happened (gen moved on).
-func (p *partition) rollBack(gen int) {
+// journal write, unless that already happened (gen moved on).
+func (p *partition) rollBack(gen int, cause error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed || p.gen != gen {
 		return
 	}
-	if err := p.resetLocked(); err != nil {
-		p.set.logger.Error("rolling back after a failed journal fsync", "topic", p.topic, "partition", p.id, "err", err)
+	if err := p.resetLocked(cause); err != nil {
+		p.set.logger.Error("rolling back after a failed journal write", "topic", p.topic, "partition", p.id, "err", err)
 	}
 }
 
@@ -1035,7 +1030,26 @@ func (p *partition) cutTornLocked() error {
 
 // resetLocked truncates the active segment back to the last durable
 // position and rebuilds index and producer state from disk.
-func (p *partition) resetLocked() error {
+// resetPoint is where a generation ended: at durable, after cause.
+type resetPoint struct {
+	durable int64
+	cause   error
+}
+
+// outcome is the end of a wait for target in the generation that ended
+// here: nil when it was durable by then, else the storage error.
+func (r resetPoint) outcome(target int64) error {
+	if target <= r.durable {
+		return nil
+	}
+	if r.cause == nil {
+		return storageErr("append", errors.New("rolled back to the durable state"))
+	}
+	return storageErr("append rolled back", r.cause)
+}
+
+// resetLocked returns the partition to its durable state after cause.
+func (p *partition) resetLocked(cause error) error {
 	s := p.segs[len(p.segs)-1]
 	if err := s.log.Truncate(p.durablePos); err != nil {
 		p.broken = err
@@ -1048,7 +1062,7 @@ func (p *partition) resetLocked() error {
 		return err
 	}
 	p.torn = nil
-	p.resetPoints = append(p.resetPoints, p.durable)
+	p.resetPoints = append(p.resetPoints, resetPoint{durable: p.durable, cause: cause})
 	p.gen++
 	cands, err := p.recoverActiveLocked()
 	if err != nil {
