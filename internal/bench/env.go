@@ -208,6 +208,7 @@ func (e *env) startRelayWith(ctx context.Context, extra ...string) (*relayProc, 
 	deadline := time.Now().Add(time.Minute)
 	for {
 		if ready(addr) {
+			e.cfg.Logger.Info("the relay is ready", "after", time.Since(p.started).Round(time.Millisecond))
 			return p, nil
 		}
 		select {
