@@ -225,7 +225,11 @@
 // in larger pieces (write-back, writeback.go, with its fault model;
 // Options.WriteBackBytes, 16 MiB across the broker by default): the
 // journal already made the batch durable, and one write per batch and
-// partition was most of an append's cost with thousands of partitions. A clean Close removes the journal. On open the
+// partition was most of an append's cost with thousands of partitions.
+// The journal's records are likewise gathered in memory and written with
+// one write in the sync that acknowledges them (journal.go, with its fault
+// model: a failed write gives up every record since the last fsync, whose
+// partitions roll back). A clean Close removes the journal. On open the
 // journal is replayed: a batch whose offsets the partition holds is
 // skipped, one that continues the log is appended, and the restored
 // partitions are fsynced before the replayed files are deleted.
@@ -248,13 +252,17 @@
 // skipped with an ERROR log (its batch then shows as a gap if no segment
 // holds it); one at the end is a torn write, never acknowledged.
 //
-// A failed write is truncated away before the error returns; the append
-// fails, nothing else does. When that truncate fails too, the next append
-// (or Close) cuts the torn bytes first and goes on after the batches
-// before them, which their journal records cover; it never cuts back to
-// the last fsync, which would give those batches' offsets to new ones
-// while their journal records stayed, for a replay to bring back in place
-// of acknowledged batches (TestTornWriteKeepsEarlierBatches).
+// A failed segment write is truncated away before the error returns; the
+// append fails, nothing else does. When that truncate fails too, the next
+// append (or Close) cuts the torn bytes first and goes on after the
+// batches before them, which their journal records cover; it never cuts
+// back to the last fsync, which would give those batches' offsets to new
+// ones while their journal records stayed, for a replay to bring back in
+// place of acknowledged batches (TestTornWriteKeepsEarlierBatches). A
+// failed journal write is the one case that does cut back to the last
+// fsync: it rolls back every partition with records since, and the next
+// journal file's bound keeps those records out of any replay
+// (TestJournalWriteFaultGivesUpUnsyncedBatches).
 //
 // A failed fsync is sticky (health.go): the broker fails every append waiting for it and every later one, Wait and
 // CommitOffsets too, with ErrStorageFailed wrapping the I/O error, and

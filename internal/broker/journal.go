@@ -54,8 +54,9 @@ import (
 // the rollback has run, appends fail. A process killed with records only in
 // memory loses appends that were not acknowledged, as a kill before the
 // write did. A failed fsync is not handled here: it fails the broker
-// (health.go) until it is reopened. Tests: TestTornWriteKeepsEarlierBatches,
-// TestWriteAndReadFaults, TestDiskFaults, TestJournalWriteFaultUnderLoad.
+// (health.go) until it is reopened. Tests:
+// TestJournalWriteFaultGivesUpUnsyncedBatches, TestJournalWriteFaultUnderLoad,
+// TestWriteAndReadFaults, TestDiskFaults.
 
 const (
 	journalDir       = "journal"
