@@ -16,8 +16,11 @@
 //     producer id (the broker refuses it), so its batches in the log are the
 //     relay's and nobody else's.
 //  2. What was acknowledged. When a batch is durable, the sink's state
-//     records, per partition, the log offset just after the relay's last
-//     batch there, with the broker's log id and the producer id, and, as
+//     records, per partition, the log offset just after the batch's last
+//     record there (the record batch holding it may also hold later
+//     batches' records, appended with it, which stay at or after that
+//     offset: TestPipelinedBatchesShareAppends), with the broker's log id
+//     and the producer id, and, as
 //     runs of offsets, the held records: those step 3 found at this
 //     session's start that no durable batch has offered again yet. The
 //     core saves that state in the Postgres transaction that deletes the
@@ -74,6 +77,11 @@
 //     identities it cannot read, are appended again when they come, which
 //     puts them back in the log (TestDamagedUnacknowledgedRecords). Before,
 //     Start failed on the lost range, so the relay could never start.
+//   - An append fails (a full disk failing the journal's write, a fence
+//     lost): the waits of every batch taken so far fail, and appends stop
+//     for the session at the first failure, so that no partition's
+//     sequence has a gap; the core starts a new session, whose step 3
+//     finds what reached the log.
 //   - Sequence counters at their wrap points: nothing compares positions,
 //     so a session may append any number of records (tested across 2^30
 //     and 2^31).
@@ -206,6 +214,14 @@ type Sink struct {
 	// The fields below belong to the goroutine that calls PublishAsync.
 	id broker.ProducerID
 	st state
+	// pmu guards the appends: the records given to PublishAsync and not
+	// yet appended (pending, by partition in order of arrival), seq, enc,
+	// and the first append error of the session (pendErr). PublishAsync
+	// adds to pending; the first wait appends everything pending.
+	pmu       sync.Mutex
+	pending   map[tp]*pendingGroup
+	pendOrder []*pendingGroup
+	pendErr   error
 	// seq is the next sequence per partition in this session.
 	seq map[tp]int32
 	// firstSeq is where a partition's sequence starts in a session (0; the
@@ -426,6 +442,7 @@ func (s *Sink) Start(ctx context.Context, session relay.Session) error {
 	_ = os.Remove(filepath.Join(s.cfg.Broker.Dir, legacyIdentityFile))
 	s.id, s.st, s.seen, s.held = id, st, seen, maps.Clone(seen)
 	s.seq, s.topics = map[tp]int32{}, map[string]broker.TopicConfig{}
+	s.pending, s.pendOrder, s.pendErr = map[tp]*pendingGroup{}, nil, nil
 	s.mu.Lock()
 	s.fence, s.inSession = session.CheckFence, true
 	s.mu.Unlock()
@@ -622,19 +639,31 @@ func (s *Sink) Publish(ctx context.Context, msgs []relay.Message) (relay.Publish
 	return wait()
 }
 
-// appended is one batch written to the log and not yet known durable.
-type appended struct {
-	key  tp
-	wait func() error
-	// end is the offset after the batch.
-	end int64
+// publication is what one PublishAsync appended: the waits of the record
+// batches that hold its messages, and per partition the offset after its
+// last message there.
+type publication struct {
+	waits []func() error
+	ends  map[tp]int64
 }
 
-// PublishAsync writes msgs to the log, one batch (or more, when large) per
-// partition, behind everything written before, and returns without waiting
-// for the fsync; wait waits for it. So the core can encode and write the
-// next batch while this one's fsync runs, and one fsync covers several
-// batches. Messages the log already holds (step 4 of the package doc) are
+// pendingGroup is a partition's messages given to PublishAsync and not yet
+// appended, each with the publication it belongs to.
+type pendingGroup struct {
+	key    tp
+	msgs   []relay.Message
+	owners []*publication
+}
+
+// PublishAsync takes msgs for the log, behind everything taken before, and
+// returns without appending them; wait appends every message taken so far
+// (of this call and of later ones), one record batch (or more, when
+// large) per partition, then waits for the fsync that makes this call's
+// durable. So while the core waits for one batch it hands the next ones
+// over, and their messages share record batches: with thousands of
+// partitions a batch of 1,000 events is about 1,000 record batches of one
+// record, and the appends of several batches merged make fewer and larger
+// ones. Messages the log already holds (step 4 of the package doc) are
 // reported published without being appended.
 func (s *Sink) PublishAsync(ctx context.Context, msgs []relay.Message) (wait func() (relay.PublishResult, error), err error) {
 	s.mu.Lock()
@@ -709,20 +738,33 @@ func (s *Sink) PublishAsync(ctx context.Context, msgs []relay.Message) (wait fun
 	if len(skipped) > 0 {
 		s.cfg.Logger.Info("skipped re-delivered events the log already holds", "events", len(skipped))
 	}
-	var batches []appended
+	pub := &publication{ends: map[tp]int64{}}
+	s.pmu.Lock()
+	if err := s.pendErr; err != nil {
+		s.pmu.Unlock()
+		return nil, err
+	}
 	for _, g := range order {
-		if err := fence(); err != nil {
-			return nil, fmt.Errorf("embedded sink: not appending: %w", err)
+		pg := s.pending[g.key]
+		if pg == nil {
+			pg = &pendingGroup{key: g.key}
+			s.pending[g.key] = pg
+			s.pendOrder = append(s.pendOrder, pg)
 		}
-		if err := s.appendGroup(ctx, b, g, msgs, &batches); err != nil {
-			s.setFailure(err)
-			return nil, err
+		for _, i := range g.indexes {
+			pg.msgs = append(pg.msgs, msgs[i])
+			pg.owners = append(pg.owners, pub)
 		}
 	}
+	s.pmu.Unlock()
 	return func() (relay.PublishResult, error) {
+		if err := s.appendPending(ctx, b, fence); err != nil {
+			s.setFailure(err)
+			return relay.PublishResult{}, err
+		}
 		var errs []error
-		for _, a := range batches {
-			if err := a.wait(); err != nil {
+		for _, wait := range pub.waits {
+			if err := wait(); err != nil {
 				errs = append(errs, err)
 			}
 		}
@@ -735,8 +777,8 @@ func (s *Sink) PublishAsync(ctx context.Context, msgs []relay.Message) (wait fun
 		// The waits run in PublishAsync's order and only here, so s.st
 		// only moves forward; the encoded copy goes with this batch's
 		// acknowledgement.
-		for _, a := range batches {
-			s.st.setAcked(a.key, a.end)
+		for k, end := range pub.ends {
+			s.st.setAcked(k, end)
 		}
 		for _, id := range skipped {
 			delete(s.held, id)
@@ -750,9 +792,36 @@ func (s *Sink) PublishAsync(ctx context.Context, msgs []relay.Message) (wait fun
 	}, nil
 }
 
-// appendGroup writes one partition's messages, splitting batches that
-// exceed the topic's size limit, and adds each batch to batches.
-func (s *Sink) appendGroup(ctx context.Context, b *broker.Broker, g *group, msgs []relay.Message, batches *[]appended) error {
+// appendPending appends every message taken and not appended yet, by
+// partition in order of arrival. The first failure sticks until the next
+// session's Start: a later append would leave a gap in a partition's
+// sequence.
+func (s *Sink) appendPending(ctx context.Context, b *broker.Broker, fence func() error) error {
+	s.pmu.Lock()
+	defer s.pmu.Unlock()
+	if s.pendErr != nil {
+		return s.pendErr
+	}
+	order := s.pendOrder
+	s.pendOrder = nil
+	clear(s.pending)
+	for _, pg := range order {
+		if err := fence(); err != nil {
+			s.pendErr = fmt.Errorf("embedded sink: not appending: %w", err)
+			return s.pendErr
+		}
+		if err := s.appendGroup(ctx, b, pg); err != nil {
+			s.pendErr = err
+			return err
+		}
+	}
+	return nil
+}
+
+// appendGroup writes one partition's pending messages, splitting batches
+// that exceed the topic's size limit, and gives each publication the
+// waits and end offsets of its messages. Called with pmu held.
+func (s *Sink) appendGroup(ctx context.Context, b *broker.Broker, pg *pendingGroup) error {
 	var appendRange func(idx []int) error
 	appendRange = func(idx []int) error {
 		if len(idx) == 0 {
@@ -761,13 +830,13 @@ func (s *Sink) appendGroup(ctx context.Context, b *broker.Broker, g *group, msgs
 		records := make([]broker.Record, len(idx))
 		var nh int
 		for _, i := range idx {
-			nh += len(msgs[i].Headers)
+			nh += len(pg.msgs[i].Headers)
 		}
 		headers := make([]broker.Header, 0, nh)
 		for j, i := range idx {
-			records[j], headers = appendRecord(msgs[i], headers)
+			records[j], headers = appendRecord(pg.msgs[i], headers)
 		}
-		seq, ok := s.seq[g.key]
+		seq, ok := s.seq[pg.key]
 		if !ok {
 			seq = s.firstSeq
 		}
@@ -780,11 +849,19 @@ func (s *Sink) appendGroup(ctx context.Context, b *broker.Broker, g *group, msgs
 		if cap(batch) <= maxEncodeBuffer {
 			s.enc = batch
 		}
-		res, wait, err := b.AppendAsync(ctx, g.key.topic, g.key.partition, batch)
+		res, wait, err := b.AppendAsync(ctx, pg.key.topic, pg.key.partition, batch)
 		switch {
 		case err == nil:
-			s.seq[g.key] = nextSeq(seq, len(idx))
-			*batches = append(*batches, appended{key: g.key, wait: wait, end: res.BaseOffset + int64(len(idx))})
+			s.seq[pg.key] = nextSeq(seq, len(idx))
+			var last *publication
+			for j, i := range idx {
+				pub := pg.owners[i]
+				if pub != last {
+					pub.waits = append(pub.waits, wait)
+					last = pub
+				}
+				pub.ends[pg.key] = res.BaseOffset + int64(j) + 1
+			}
 			return nil
 		case errors.Is(err, broker.ErrMessageTooLarge) && len(idx) > 1:
 			half := len(idx) / 2
@@ -793,10 +870,14 @@ func (s *Sink) appendGroup(ctx context.Context, b *broker.Broker, g *group, msgs
 			}
 			return appendRange(idx[half:])
 		default:
-			return fmt.Errorf("embedded sink: appending to %s/%d: %w", g.key.topic, g.key.partition, err)
+			return fmt.Errorf("embedded sink: appending to %s/%d: %w", pg.key.topic, pg.key.partition, err)
 		}
 	}
-	return appendRange(g.indexes)
+	idx := make([]int, len(pg.msgs))
+	for i := range idx {
+		idx[i] = i
+	}
+	return appendRange(idx)
 }
 
 // nextSeq advances a Kafka sequence by n records; sequences wrap from

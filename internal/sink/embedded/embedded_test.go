@@ -119,6 +119,56 @@ func TestRepublishAfterLostAcknowledgement(t *testing.T) {
 	wantEachOnce(t, readAll(t, dir), 40)
 }
 
+// TestPipelinedBatchesShareAppends hands the sink three batches before
+// waiting for the first, as the core's pipeline does. The first wait
+// appends all three, one record batch per partition, yet the state it
+// returns names only the first batch's records acknowledged: after a
+// restart from that state the other two, offered again in other
+// boundaries, are recognised, and each event is in the log once.
+func TestPipelinedBatchesShareAppends(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	s := startedSink(t, dir)
+	var waits []func() (relay.PublishResult, error)
+	for _, r := range [][2]int{{0, 10}, {10, 15}, {25, 5}} {
+		wait, err := s.PublishAsync(ctx, messages(r[0], r[1]))
+		if err != nil {
+			t.Fatal(err)
+		}
+		waits = append(waits, wait)
+	}
+	res, err := waits[0]()
+	if err != nil {
+		t.Fatal(err)
+	}
+	saved := res.State
+	for _, wait := range waits[1:] {
+		if _, err := wait(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.Shutdown(ctx)
+	batches := map[int32]int{}
+	e2e.EachBatch(t, dir, "orders", func(part int32, _ []byte) { batches[part]++ })
+	for part := range int32(3) {
+		if batches[part] != 1 {
+			t.Fatalf("partition %d holds %d record batches, want the three publishes in one", part, batches[part])
+		}
+	}
+
+	s = newSink(t, dir)
+	if err := s.Start(ctx, relay.Session{State: saved}); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range [][2]int{{10, 7}, {17, 13}, {30, 10}} {
+		if _, err := s.Publish(ctx, messages(r[0], r[1])); err != nil {
+			t.Fatalf("republishing %v: %v", r, err)
+		}
+	}
+	s.Shutdown(ctx)
+	wantEachOnce(t, readAll(t, dir), 40)
+}
+
 // TestHeldEventsSurviveLaterAcknowledgements: events found
 // unacknowledged at a session's start may be offered again only after
 // later batches are durable (a replay chunk republished first, a WAL
