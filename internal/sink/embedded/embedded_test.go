@@ -103,19 +103,26 @@ func TestRepublishAfterLostAcknowledgement(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.Close(ctx)
+	republishFrom(t, dir, saved)
+}
 
-	s = newSink(t, dir)
+// republishFrom starts a sink on dir from the saved state of a publish of
+// events 0-9, whose next 20 events were published and never acknowledged,
+// offers those again in other batch sizes, then 10 new ones: each event
+// must be in the log once.
+func republishFrom(t *testing.T, dir string, saved []byte) {
+	t.Helper()
+	ctx := context.Background()
+	s := newSink(t, dir)
 	if err := s.Start(ctx, relay.Session{State: saved}); err != nil {
 		t.Fatal(err)
 	}
-	// Redelivery in other batch sizes, then new events.
 	for _, r := range [][2]int{{10, 7}, {17, 13}, {30, 10}} {
 		if _, err := s.Publish(ctx, messages(r[0], r[1])); err != nil {
 			t.Fatalf("republishing %v: %v", r, err)
 		}
 	}
 	s.Shutdown(ctx)
-
 	wantEachOnce(t, readAll(t, dir), 40)
 }
 
@@ -156,17 +163,7 @@ func TestPipelinedBatchesShareAppends(t *testing.T) {
 		}
 	}
 
-	s = newSink(t, dir)
-	if err := s.Start(ctx, relay.Session{State: saved}); err != nil {
-		t.Fatal(err)
-	}
-	for _, r := range [][2]int{{10, 7}, {17, 13}, {30, 10}} {
-		if _, err := s.Publish(ctx, messages(r[0], r[1])); err != nil {
-			t.Fatalf("republishing %v: %v", r, err)
-		}
-	}
-	s.Shutdown(ctx)
-	wantEachOnce(t, readAll(t, dir), 40)
+	republishFrom(t, dir, saved)
 }
 
 // TestHeldEventsSurviveLaterAcknowledgements: events found
