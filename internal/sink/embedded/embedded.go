@@ -626,6 +626,7 @@ func collectIdentities(k tp, batches []byte, ids map[int64]bool, seen map[string
 // group is the messages of one partition within a Publish, in order.
 type group struct {
 	key     tp
+	limit   int
 	indexes []int
 }
 
@@ -650,7 +651,10 @@ type publication struct {
 // pendingGroup is a partition's messages given to PublishAsync and not yet
 // appended, each with the publication it belongs to.
 type pendingGroup struct {
-	key    tp
+	key tp
+	// limit is the topic's max.message.bytes: the messages are appended
+	// in record batches below it.
+	limit  int
 	msgs   []relay.Message
 	owners []*publication
 }
@@ -721,7 +725,7 @@ func (s *Sink) PublishAsync(ctx context.Context, msgs []relay.Message) (wait fun
 		k := tp{m.Topic, p}
 		g := groups[k]
 		if g == nil {
-			g = &group{key: k}
+			g = &group{key: k, limit: int(cfg.MaxMessageBytes)}
 			groups[k] = g
 			order = append(order, g)
 		}
@@ -747,7 +751,7 @@ func (s *Sink) PublishAsync(ctx context.Context, msgs []relay.Message) (wait fun
 	for _, g := range order {
 		pg := s.pending[g.key]
 		if pg == nil {
-			pg = &pendingGroup{key: g.key}
+			pg = &pendingGroup{key: g.key, limit: g.limit}
 			s.pending[g.key] = pg
 			s.pendOrder = append(s.pendOrder, pg)
 		}
@@ -873,11 +877,24 @@ func (s *Sink) appendGroup(ctx context.Context, b *broker.Broker, pg *pendingGro
 			return fmt.Errorf("embedded sink: appending to %s/%d: %w", pg.key.topic, pg.key.partition, err)
 		}
 	}
-	idx := make([]int, len(pg.msgs))
-	for i := range idx {
-		idx[i] = i
+	// Several publications' messages together can pass the topic's limit:
+	// they are cut into record batches below it by their upper bounds, so
+	// that a large merge is not encoded, refused and halved level after
+	// level.
+	var chunk []int
+	size := broker.BatchHeaderSize
+	for i, m := range pg.msgs {
+		n := recordBound(m)
+		if len(chunk) > 0 && size+n > pg.limit {
+			if err := appendRange(chunk); err != nil {
+				return err
+			}
+			chunk, size = nil, broker.BatchHeaderSize
+		}
+		chunk = append(chunk, i)
+		size += n
 	}
-	return appendRange(idx)
+	return appendRange(chunk)
 }
 
 // nextSeq advances a Kafka sequence by n records; sequences wrap from
@@ -961,17 +978,23 @@ func (s *Sink) topicConfig(b *broker.Broker, topic string) (broker.TopicConfig, 
 // admissible checks what the broker would refuse for this message alone: a
 // keyless record on a compacted topic, or a record whose batch is over the
 // topic's size limit.
+// recordBound is the most bytes m takes as a record in a batch: every
+// varint at its longest.
+func recordBound(m relay.Message) int {
+	n := 7*10 + len(m.Key) + len(m.Value)
+	for _, h := range m.Headers {
+		n += 20 + len(h.Key) + len(h.Value)
+	}
+	return n
+}
+
 func admissible(m relay.Message, cfg broker.TopicConfig) error {
 	if m.Key == nil && cfg.CleanupPolicy.Compacts() {
 		return broker.ErrKeylessCompacted
 	}
-	// A cheap upper bound first (every varint at its longest); encode only
-	// when the bound is over the limit.
-	bound := broker.BatchHeaderSize + 7*10 + len(m.Key) + len(m.Value)
-	for _, h := range m.Headers {
-		bound += 20 + len(h.Key) + len(h.Value)
-	}
-	if bound <= int(cfg.MaxMessageBytes) {
+	// A cheap upper bound first; encode only when the bound is over the
+	// limit.
+	if broker.BatchHeaderSize+recordBound(m) <= int(cfg.MaxMessageBytes) {
 		return nil
 	}
 	if n := len(broker.EncodeBatch(0, 0, 0, []broker.Record{toRecord(m)})); n > int(cfg.MaxMessageBytes) {

@@ -166,6 +166,45 @@ func TestPipelinedBatchesShareAppends(t *testing.T) {
 	republishFrom(t, dir, saved)
 }
 
+// TestMergedAppendsStayUnderTheTopicLimit: three publishes merged into
+// one partition's appends pass the topic's max.message.bytes together;
+// they are cut into record batches under it, and every event is in the
+// log once.
+func TestMergedAppendsStayUnderTheTopicLimit(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	s := startedSink(t, dir)
+	const limit = 1000
+	if _, err := s.Broker().CreateTopic("orders", broker.TopicConfig{Partitions: 1, MaxMessageBytes: limit}); err != nil {
+		t.Fatal(err)
+	}
+	var waits []func() (relay.PublishResult, error)
+	for _, r := range [][2]int{{0, 10}, {10, 15}, {25, 5}} {
+		wait, err := s.PublishAsync(ctx, messages(r[0], r[1]))
+		if err != nil {
+			t.Fatal(err)
+		}
+		waits = append(waits, wait)
+	}
+	for _, wait := range waits {
+		if _, err := wait(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.Shutdown(ctx)
+	var batches int
+	e2e.EachBatch(t, dir, "orders", func(_ int32, batch []byte) {
+		batches++
+		if len(batch) > limit {
+			t.Fatalf("a record batch of %d bytes, over the topic's %d", len(batch), limit)
+		}
+	})
+	if batches < 2 {
+		t.Fatalf("%d record batches: the merged publishes were not cut", batches)
+	}
+	wantEachOnce(t, readAll(t, dir), 30)
+}
+
 // TestHeldEventsSurviveLaterAcknowledgements: events found
 // unacknowledged at a session's start may be offered again only after
 // later batches are durable (a replay chunk republished first, a WAL
