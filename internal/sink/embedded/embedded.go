@@ -16,11 +16,8 @@
 //     producer id (the broker refuses it), so its batches in the log are the
 //     relay's and nobody else's.
 //  2. What was acknowledged. When a batch is durable, the sink's state
-//     records, per partition, the log offset just after the batch's last
-//     record there (the record batch holding it may also hold later
-//     batches' records, appended with it, which stay at or after that
-//     offset: TestPipelinedBatchesShareAppends), with the broker's log id
-//     and the producer id, and, as
+//     records, per partition, the log offset just after the relay's last
+//     batch there, with the broker's log id and the producer id, and, as
 //     runs of offsets, the held records: those step 3 found at this
 //     session's start that no durable batch has offered again yet. The
 //     core saves that state in the Postgres transaction that deletes the
@@ -77,11 +74,6 @@
 //     identities it cannot read, are appended again when they come, which
 //     puts them back in the log (TestDamagedUnacknowledgedRecords). Before,
 //     Start failed on the lost range, so the relay could never start.
-//   - An append fails (a full disk failing the journal's write, a fence
-//     lost): the waits of every batch taken so far fail, and appends stop
-//     for the session at the first failure, so that no partition's
-//     sequence has a gap; the core starts a new session, whose step 3
-//     finds what reached the log.
 //   - Sequence counters at their wrap points: nothing compares positions,
 //     so a session may append any number of records (tested across 2^30
 //     and 2^31).
@@ -214,14 +206,6 @@ type Sink struct {
 	// The fields below belong to the goroutine that calls PublishAsync.
 	id broker.ProducerID
 	st state
-	// pmu guards the appends: the records given to PublishAsync and not
-	// yet appended (pending, by partition in order of arrival), seq, enc,
-	// and the first append error of the session (pendErr). PublishAsync
-	// adds to pending; the first wait appends everything pending.
-	pmu       sync.Mutex
-	pending   map[tp]*pendingGroup
-	pendOrder []*pendingGroup
-	pendErr   error
 	// seq is the next sequence per partition in this session.
 	seq map[tp]int32
 	// firstSeq is where a partition's sequence starts in a session (0; the
@@ -442,7 +426,6 @@ func (s *Sink) Start(ctx context.Context, session relay.Session) error {
 	_ = os.Remove(filepath.Join(s.cfg.Broker.Dir, legacyIdentityFile))
 	s.id, s.st, s.seen, s.held = id, st, seen, maps.Clone(seen)
 	s.seq, s.topics = map[tp]int32{}, map[string]broker.TopicConfig{}
-	s.pending, s.pendOrder, s.pendErr = map[tp]*pendingGroup{}, nil, nil
 	s.mu.Lock()
 	s.fence, s.inSession = session.CheckFence, true
 	s.mu.Unlock()
@@ -626,7 +609,6 @@ func collectIdentities(k tp, batches []byte, ids map[int64]bool, seen map[string
 // group is the messages of one partition within a Publish, in order.
 type group struct {
 	key     tp
-	limit   int
 	indexes []int
 }
 
@@ -640,34 +622,19 @@ func (s *Sink) Publish(ctx context.Context, msgs []relay.Message) (relay.Publish
 	return wait()
 }
 
-// publication is what one PublishAsync appended: the waits of the record
-// batches that hold its messages, and per partition the offset after its
-// last message there.
-type publication struct {
-	waits []func() error
-	ends  map[tp]int64
+// appended is one batch written to the log and not yet known durable.
+type appended struct {
+	key  tp
+	wait func() error
+	// end is the offset after the batch.
+	end int64
 }
 
-// pendingGroup is a partition's messages given to PublishAsync and not yet
-// appended, each with the publication it belongs to.
-type pendingGroup struct {
-	key tp
-	// limit is the topic's max.message.bytes: the messages are appended
-	// in record batches below it.
-	limit  int
-	msgs   []relay.Message
-	owners []*publication
-}
-
-// PublishAsync takes msgs for the log, behind everything taken before, and
-// returns without appending them; wait appends every message taken so far
-// (of this call and of later ones), one record batch (or more, when
-// large) per partition, then waits for the fsync that makes this call's
-// durable. So while the core waits for one batch it hands the next ones
-// over, and their messages share record batches: with thousands of
-// partitions a batch of 1,000 events is about 1,000 record batches of one
-// record, and the appends of several batches merged make fewer and larger
-// ones. Messages the log already holds (step 4 of the package doc) are
+// PublishAsync writes msgs to the log, one batch (or more, when large) per
+// partition, behind everything written before, and returns without waiting
+// for the fsync; wait waits for it. So the core can encode and write the
+// next batch while this one's fsync runs, and one fsync covers several
+// batches. Messages the log already holds (step 4 of the package doc) are
 // reported published without being appended.
 func (s *Sink) PublishAsync(ctx context.Context, msgs []relay.Message) (wait func() (relay.PublishResult, error), err error) {
 	s.mu.Lock()
@@ -725,7 +692,7 @@ func (s *Sink) PublishAsync(ctx context.Context, msgs []relay.Message) (wait fun
 		k := tp{m.Topic, p}
 		g := groups[k]
 		if g == nil {
-			g = &group{key: k, limit: int(cfg.MaxMessageBytes)}
+			g = &group{key: k}
 			groups[k] = g
 			order = append(order, g)
 		}
@@ -742,33 +709,20 @@ func (s *Sink) PublishAsync(ctx context.Context, msgs []relay.Message) (wait fun
 	if len(skipped) > 0 {
 		s.cfg.Logger.Info("skipped re-delivered events the log already holds", "events", len(skipped))
 	}
-	pub := &publication{ends: map[tp]int64{}}
-	s.pmu.Lock()
-	if err := s.pendErr; err != nil {
-		s.pmu.Unlock()
-		return nil, err
-	}
+	var batches []appended
 	for _, g := range order {
-		pg := s.pending[g.key]
-		if pg == nil {
-			pg = &pendingGroup{key: g.key, limit: g.limit}
-			s.pending[g.key] = pg
-			s.pendOrder = append(s.pendOrder, pg)
+		if err := fence(); err != nil {
+			return nil, fmt.Errorf("embedded sink: not appending: %w", err)
 		}
-		for _, i := range g.indexes {
-			pg.msgs = append(pg.msgs, msgs[i])
-			pg.owners = append(pg.owners, pub)
+		if err := s.appendGroup(ctx, b, g, msgs, &batches); err != nil {
+			s.setFailure(err)
+			return nil, err
 		}
 	}
-	s.pmu.Unlock()
 	return func() (relay.PublishResult, error) {
-		if err := s.appendPending(ctx, b, fence); err != nil {
-			s.setFailure(err)
-			return relay.PublishResult{}, err
-		}
 		var errs []error
-		for _, wait := range pub.waits {
-			if err := wait(); err != nil {
+		for _, a := range batches {
+			if err := a.wait(); err != nil {
 				errs = append(errs, err)
 			}
 		}
@@ -781,8 +735,8 @@ func (s *Sink) PublishAsync(ctx context.Context, msgs []relay.Message) (wait fun
 		// The waits run in PublishAsync's order and only here, so s.st
 		// only moves forward; the encoded copy goes with this batch's
 		// acknowledgement.
-		for k, end := range pub.ends {
-			s.st.setAcked(k, end)
+		for _, a := range batches {
+			s.st.setAcked(a.key, a.end)
 		}
 		for _, id := range skipped {
 			delete(s.held, id)
@@ -796,36 +750,9 @@ func (s *Sink) PublishAsync(ctx context.Context, msgs []relay.Message) (wait fun
 	}, nil
 }
 
-// appendPending appends every message taken and not appended yet, by
-// partition in order of arrival. The first failure sticks until the next
-// session's Start: a later append would leave a gap in a partition's
-// sequence.
-func (s *Sink) appendPending(ctx context.Context, b *broker.Broker, fence func() error) error {
-	s.pmu.Lock()
-	defer s.pmu.Unlock()
-	if s.pendErr != nil {
-		return s.pendErr
-	}
-	order := s.pendOrder
-	s.pendOrder = nil
-	clear(s.pending)
-	for _, pg := range order {
-		if err := fence(); err != nil {
-			s.pendErr = fmt.Errorf("embedded sink: not appending: %w", err)
-			return s.pendErr
-		}
-		if err := s.appendGroup(ctx, b, pg); err != nil {
-			s.pendErr = err
-			return err
-		}
-	}
-	return nil
-}
-
-// appendGroup writes one partition's pending messages, splitting batches
-// that exceed the topic's size limit, and gives each publication the
-// waits and end offsets of its messages. Called with pmu held.
-func (s *Sink) appendGroup(ctx context.Context, b *broker.Broker, pg *pendingGroup) error {
+// appendGroup writes one partition's messages, splitting batches that
+// exceed the topic's size limit, and adds each batch to batches.
+func (s *Sink) appendGroup(ctx context.Context, b *broker.Broker, g *group, msgs []relay.Message, batches *[]appended) error {
 	var appendRange func(idx []int) error
 	appendRange = func(idx []int) error {
 		if len(idx) == 0 {
@@ -834,13 +761,13 @@ func (s *Sink) appendGroup(ctx context.Context, b *broker.Broker, pg *pendingGro
 		records := make([]broker.Record, len(idx))
 		var nh int
 		for _, i := range idx {
-			nh += len(pg.msgs[i].Headers)
+			nh += len(msgs[i].Headers)
 		}
 		headers := make([]broker.Header, 0, nh)
 		for j, i := range idx {
-			records[j], headers = appendRecord(pg.msgs[i], headers)
+			records[j], headers = appendRecord(msgs[i], headers)
 		}
-		seq, ok := s.seq[pg.key]
+		seq, ok := s.seq[g.key]
 		if !ok {
 			seq = s.firstSeq
 		}
@@ -853,19 +780,11 @@ func (s *Sink) appendGroup(ctx context.Context, b *broker.Broker, pg *pendingGro
 		if cap(batch) <= maxEncodeBuffer {
 			s.enc = batch
 		}
-		res, wait, err := b.AppendAsync(ctx, pg.key.topic, pg.key.partition, batch)
+		res, wait, err := b.AppendAsync(ctx, g.key.topic, g.key.partition, batch)
 		switch {
 		case err == nil:
-			s.seq[pg.key] = nextSeq(seq, len(idx))
-			var last *publication
-			for j, i := range idx {
-				pub := pg.owners[i]
-				if pub != last {
-					pub.waits = append(pub.waits, wait)
-					last = pub
-				}
-				pub.ends[pg.key] = res.BaseOffset + int64(j) + 1
-			}
+			s.seq[g.key] = nextSeq(seq, len(idx))
+			*batches = append(*batches, appended{key: g.key, wait: wait, end: res.BaseOffset + int64(len(idx))})
 			return nil
 		case errors.Is(err, broker.ErrMessageTooLarge) && len(idx) > 1:
 			half := len(idx) / 2
@@ -874,27 +793,10 @@ func (s *Sink) appendGroup(ctx context.Context, b *broker.Broker, pg *pendingGro
 			}
 			return appendRange(idx[half:])
 		default:
-			return fmt.Errorf("embedded sink: appending to %s/%d: %w", pg.key.topic, pg.key.partition, err)
+			return fmt.Errorf("embedded sink: appending to %s/%d: %w", g.key.topic, g.key.partition, err)
 		}
 	}
-	// Several publications' messages together can pass the topic's limit:
-	// they are cut into record batches below it by their upper bounds, so
-	// that a large merge is not encoded, refused and halved level after
-	// level.
-	var chunk []int
-	size := broker.BatchHeaderSize
-	for i, m := range pg.msgs {
-		n := recordBound(m)
-		if len(chunk) > 0 && size+n > pg.limit {
-			if err := appendRange(chunk); err != nil {
-				return err
-			}
-			chunk, size = nil, broker.BatchHeaderSize
-		}
-		chunk = append(chunk, i)
-		size += n
-	}
-	return appendRange(chunk)
+	return appendRange(g.indexes)
 }
 
 // nextSeq advances a Kafka sequence by n records; sequences wrap from
@@ -978,23 +880,17 @@ func (s *Sink) topicConfig(b *broker.Broker, topic string) (broker.TopicConfig, 
 // admissible checks what the broker would refuse for this message alone: a
 // keyless record on a compacted topic, or a record whose batch is over the
 // topic's size limit.
-// recordBound is the most bytes m takes as a record in a batch: every
-// varint at its longest.
-func recordBound(m relay.Message) int {
-	n := 7*10 + len(m.Key) + len(m.Value)
-	for _, h := range m.Headers {
-		n += 20 + len(h.Key) + len(h.Value)
-	}
-	return n
-}
-
 func admissible(m relay.Message, cfg broker.TopicConfig) error {
 	if m.Key == nil && cfg.CleanupPolicy.Compacts() {
 		return broker.ErrKeylessCompacted
 	}
-	// A cheap upper bound first; encode only when the bound is over the
-	// limit.
-	if broker.BatchHeaderSize+recordBound(m) <= int(cfg.MaxMessageBytes) {
+	// A cheap upper bound first (every varint at its longest); encode only
+	// when the bound is over the limit.
+	bound := broker.BatchHeaderSize + 7*10 + len(m.Key) + len(m.Value)
+	for _, h := range m.Headers {
+		bound += 20 + len(h.Key) + len(h.Value)
+	}
+	if bound <= int(cfg.MaxMessageBytes) {
 		return nil
 	}
 	if n := len(broker.EncodeBatch(0, 0, 0, []broker.Record{toRecord(m)})); n > int(cfg.MaxMessageBytes) {

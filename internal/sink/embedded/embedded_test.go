@@ -103,106 +103,20 @@ func TestRepublishAfterLostAcknowledgement(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.Close(ctx)
-	republishFrom(t, dir, saved)
-}
 
-// republishFrom starts a sink on dir from the saved state of a publish of
-// events 0-9, whose next 20 events were published and never acknowledged,
-// offers those again in other batch sizes, then 10 new ones: each event
-// must be in the log once.
-func republishFrom(t *testing.T, dir string, saved []byte) {
-	t.Helper()
-	ctx := context.Background()
-	s := newSink(t, dir)
+	s = newSink(t, dir)
 	if err := s.Start(ctx, relay.Session{State: saved}); err != nil {
 		t.Fatal(err)
 	}
+	// Redelivery in other batch sizes, then new events.
 	for _, r := range [][2]int{{10, 7}, {17, 13}, {30, 10}} {
 		if _, err := s.Publish(ctx, messages(r[0], r[1])); err != nil {
 			t.Fatalf("republishing %v: %v", r, err)
 		}
 	}
 	s.Shutdown(ctx)
+
 	wantEachOnce(t, readAll(t, dir), 40)
-}
-
-// TestPipelinedBatchesShareAppends hands the sink three batches before
-// waiting for the first, as the core's pipeline does. The first wait
-// appends all three, one record batch per partition, yet the state it
-// returns names only the first batch's records acknowledged: after a
-// restart from that state the other two, offered again in other
-// boundaries, are recognised, and each event is in the log once.
-func TestPipelinedBatchesShareAppends(t *testing.T) {
-	ctx := context.Background()
-	dir := t.TempDir()
-	s := startedSink(t, dir)
-	var waits []func() (relay.PublishResult, error)
-	for _, r := range [][2]int{{0, 10}, {10, 15}, {25, 5}} {
-		wait, err := s.PublishAsync(ctx, messages(r[0], r[1]))
-		if err != nil {
-			t.Fatal(err)
-		}
-		waits = append(waits, wait)
-	}
-	res, err := waits[0]()
-	if err != nil {
-		t.Fatal(err)
-	}
-	saved := res.State
-	for _, wait := range waits[1:] {
-		if _, err := wait(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	s.Shutdown(ctx)
-	batches := map[int32]int{}
-	e2e.EachBatch(t, dir, "orders", func(part int32, _ []byte) { batches[part]++ })
-	for part := range int32(3) {
-		if batches[part] != 1 {
-			t.Fatalf("partition %d holds %d record batches, want the three publishes in one", part, batches[part])
-		}
-	}
-
-	republishFrom(t, dir, saved)
-}
-
-// TestMergedAppendsStayUnderTheTopicLimit: three publishes merged into
-// one partition's appends pass the topic's max.message.bytes together;
-// they are cut into record batches under it, and every event is in the
-// log once.
-func TestMergedAppendsStayUnderTheTopicLimit(t *testing.T) {
-	ctx := context.Background()
-	dir := t.TempDir()
-	s := startedSink(t, dir)
-	const limit = 1000
-	if _, err := s.Broker().CreateTopic("orders", broker.TopicConfig{Partitions: 1, MaxMessageBytes: limit}); err != nil {
-		t.Fatal(err)
-	}
-	var waits []func() (relay.PublishResult, error)
-	for _, r := range [][2]int{{0, 10}, {10, 15}, {25, 5}} {
-		wait, err := s.PublishAsync(ctx, messages(r[0], r[1]))
-		if err != nil {
-			t.Fatal(err)
-		}
-		waits = append(waits, wait)
-	}
-	for _, wait := range waits {
-		if _, err := wait(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	s.Shutdown(ctx)
-	var batches int
-	e2e.EachBatch(t, dir, "orders", func(_ int32, batch []byte) {
-		batches++
-		if len(batch) > limit {
-			t.Fatalf("a record batch of %d bytes, over the topic's %d", len(batch), limit)
-		}
-	})
-	if batches < 2 {
-		t.Fatalf("%d record batches: the merged publishes were not cut", batches)
-	}
-	wantEachOnce(t, readAll(t, dir), 30)
 }
 
 // TestHeldEventsSurviveLaterAcknowledgements: events found
