@@ -1028,8 +1028,6 @@ func (p *partition) cutTornLocked() error {
 	return nil
 }
 
-// resetLocked truncates the active segment back to the last durable
-// position and rebuilds index and producer state from disk.
 // resetPoint is where a generation ended: at durable, after cause.
 type resetPoint struct {
 	durable int64
@@ -1048,7 +1046,9 @@ func (r resetPoint) outcome(target int64) error {
 	return storageErr("append rolled back", r.cause)
 }
 
-// resetLocked returns the partition to its durable state after cause.
+// resetLocked returns the partition to its durable state after cause: it
+// truncates the active segment back to the last durable position and
+// rebuilds index and producer state from disk.
 func (p *partition) resetLocked(cause error) error {
 	s := p.segs[len(p.segs)-1]
 	if err := s.log.Truncate(p.durablePos); err != nil {
