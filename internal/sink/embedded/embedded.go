@@ -74,6 +74,13 @@
 //     identities it cannot read, are appended again when they come, which
 //     puts them back in the log (TestDamagedUnacknowledgedRecords). Before,
 //     Start failed on the lost range, so the relay could never start.
+//   - A full disk: the broker keeps failed segment writes in memory and
+//     fails the journal's (internal/broker/journal.go), so appends fail
+//     and nothing more is acknowledged. A session starting meanwhile
+//     fails to make the last one's appends durable and waits for the disk
+//     (the core retries it) with the broker and its Kafka listener still
+//     open; only a failed fsync makes it reopen the broker
+//     (TestSessionWaitsForAFullDisk).
 //   - Sequence counters at their wrap points: nothing compares positions,
 //     so a session may append any number of records (tested across 2^30
 //     and 2^31).
@@ -369,6 +376,15 @@ func (s *Sink) Start(ctx context.Context, session relay.Session) error {
 		// high watermark that step 3 reads up to: make them durable, and
 		// visible to it, first. Reopening did that implicitly.
 		if err := b.Sync(); err != nil {
+			if b.Health() == nil {
+				// A write failed (a full disk) and no fsync did: the
+				// bytes are still in memory and the broker is sound.
+				// Reopening would close the Kafka listener and, with the
+				// disk full, could not open it again; the session waits
+				// for the disk instead.
+				s.startLinger()
+				return fmt.Errorf("embedded sink: making the previous session's appends durable: %w", err)
+			}
 			s.cfg.Logger.Warn("making the previous session's appends durable failed; reopening the broker", "err", err)
 			reopen = true
 		}

@@ -7,6 +7,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -116,6 +119,78 @@ func TestRepublishAfterLostAcknowledgement(t *testing.T) {
 	}
 	s.Shutdown(ctx)
 
+	wantEachOnce(t, readAll(t, dir), 40)
+}
+
+// fullDiskFS fails every write to a segment with ENOSPC while full is set.
+type fullDiskFS struct {
+	broker.OSFS
+	full atomic.Bool
+}
+
+type fullDiskFile struct {
+	broker.File
+	fs *fullDiskFS
+}
+
+func (f *fullDiskFS) OpenFile(name string, flag int, perm os.FileMode) (broker.File, error) {
+	file, err := f.OSFS.OpenFile(name, flag, perm)
+	if err != nil || !strings.HasSuffix(name, ".log") {
+		return file, err
+	}
+	return &fullDiskFile{File: file, fs: f}, nil
+}
+
+func (f *fullDiskFile) Write(p []byte) (int, error) {
+	if f.fs.full.Load() {
+		return 0, syscall.ENOSPC
+	}
+	return f.File.Write(p)
+}
+
+// TestSessionWaitsForAFullDisk: a new session starts by making the last
+// one's appends durable (here a batch whose wait was abandoned). When a
+// full disk fails the segments' writes (the
+// bytes stay in memory, no fsync failed), Start fails and keeps the broker
+// open, with its Kafka listener; it used to close and reopen it, and with
+// the disk still full the reopen failed and the listener stayed down.
+// Once there is room, Start succeeds on the same broker and nothing
+// published is lost.
+func TestSessionWaitsForAFullDisk(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	fsys := &fullDiskFS{}
+	s, err := embedded.New(embedded.Config{Broker: broker.Options{Dir: dir, DefaultPartitions: 3, JanitorInterval: -1, FS: fsys}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(ctx, relay.Session{}); err != nil {
+		t.Fatal(err)
+	}
+	res := publishOK(t, s, messages(0, 20))
+	// The session ends with a batch appended, its wait abandoned.
+	if _, err := s.PublishAsync(ctx, messages(20, 10)); err != nil {
+		t.Fatal(err)
+	}
+	b := s.Broker()
+	fsys.full.Store(true)
+	s.Close(ctx)
+	err = s.Start(ctx, relay.Session{State: res.State})
+	if !errors.Is(err, broker.ErrStorage) || !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("a session started on a full disk: %v", err)
+	}
+	if s.Broker() != b || b.Health() != nil {
+		t.Fatalf("the broker was closed or failed over a full disk: %v", b.Health())
+	}
+	fsys.full.Store(false)
+	if err := s.Start(ctx, relay.Session{State: res.State}); err != nil {
+		t.Fatalf("a session started once there was room: %v", err)
+	}
+	if s.Broker() != b {
+		t.Fatal("the broker was reopened")
+	}
+	publishOK(t, s, messages(20, 20))
+	s.Shutdown(ctx)
 	wantEachOnce(t, readAll(t, dir), 40)
 }
 
