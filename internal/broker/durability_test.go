@@ -623,8 +623,9 @@ func TestWriteAndReadFaults(t *testing.T) {
 	}
 	appendOK()
 	// A segment's write fails no append: write-back (writeback.go) keeps
-	// the bytes; TestWriteBackWriteFaults. The journal's write fails the
-	// append it carries.
+	// the bytes; TestWriteBackWriteFaults. The journal's write, in the
+	// sync each append here waits for, fails the unsynced append it
+	// carries (journal.go).
 	ffs.inject(faultRule{op: opShort, suffix: journalSuffix, times: 1, err: syscall.ENOSPC})
 	appendFails(syscall.ENOSPC)
 	appendOK()
