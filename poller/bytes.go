@@ -54,6 +54,10 @@ func (l limits) fits(n int, used, cost int64) bool {
 type rowLimit struct {
 	// rows is the current limit; 0 means max.
 	rows int
+	// full says the last page kept as many rows as its limit: a backlog,
+	// whose next page is read into a slice of the limit's size rather
+	// than one grown (and copied) as the rows arrive.
+	full bool
 }
 
 // next returns the row limit of the next page read.
@@ -67,6 +71,7 @@ func (r *rowLimit) next(max int) int {
 // observe adapts the limit to a page read with limit lim that kept n rows
 // costing used bytes of a budget of page, cut short by the budget or not.
 func (r *rowLimit) observe(lim, n int, used, page int64, cut bool) {
+	r.full = n == lim
 	switch {
 	case cut:
 		r.rows = max(1, n)

@@ -146,8 +146,13 @@ func (p *Poller) fetch(ctx context.Context, b *batch, ids []int64) ([]relay.Even
 // budget ended the page before its row limit did.
 func (p *Poller) read(b *batch, lim int, run func(each func(store.PageRow) bool) error) (_ []relay.Event, _ *string, cut bool, _ error) {
 	// Sized by what arrives, not by max: under a steady load most reads
-	// return a few rows, and a max-sized slice each time fed the GC.
+	// return a few rows, and a max-sized slice each time fed the GC. After
+	// a full page (a backlog) the next is likely full too, and growing the
+	// slice row by row copied each page's events about twice.
 	var events []relay.Event
+	if p.rows.full {
+		events = make([]relay.Event, 0, lim)
+	}
 	var snap *string
 	var used int64
 	// After a cut, the store reads the rest of the page one message at a
