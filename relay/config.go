@@ -25,8 +25,9 @@ type Config struct {
 	// SourceKind names the reader ("poll" or "cdc"); a checkpoint written
 	// by another kind of reader has a position this one cannot use.
 	SourceKind string
-	// BatchSize is the most events read and published at once (default
-	// 1000).
+	// BatchSize is how many events are read and published at once
+	// (default 1000); a backlog spread thin over many topics is read in
+	// pages of up to 8 times as many (pagesize.go).
 	BatchSize int
 	// BatchBytes bounds a batch's bytes of events (default 8 MiB; budget.go).
 	BatchBytes int

@@ -218,12 +218,14 @@ func (r *Relay) readLoop(ctx context.Context, out chan<- batch, after Position, 
 	live := make(chan liveBatch)
 	go func() {
 		defer close(live)
+		page := newPageSizer(r.cfg.BatchSize)
 		for {
-			events, err := r.source.Next(fetchCtx, r.cfg.BatchSize)
+			events, err := r.source.Next(fetchCtx, page.size())
 			now := time.Now()
 			for _, e := range events {
 				r.m.ReadLatency.Observe(now.Sub(e.CreatedAt).Seconds())
 			}
+			page.observe(events)
 			select {
 			case live <- liveBatch{events, err}:
 			case <-fetchCtx.Done():

@@ -22,6 +22,8 @@ type tableSource struct {
 	events []Event
 	// chunk is the most events a Next returns (default 7).
 	chunk int
+	// asked records the max of every Next.
+	asked []int
 
 	mu      sync.Mutex
 	cursor  int
@@ -50,6 +52,9 @@ func (s *tableSource) Start(_ context.Context, from Position) error {
 func (s *tableSource) Next(ctx context.Context, max int) ([]Event, error) {
 	s.inNext.Add(1)
 	defer s.inNext.Add(-1)
+	s.mu.Lock()
+	s.asked = append(s.asked, max)
+	s.mu.Unlock()
 	for {
 		s.mu.Lock()
 		if s.cursor < len(s.events) {

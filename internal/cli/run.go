@@ -85,7 +85,7 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	f.httpTLS.registerHTTP(fs)
 	f.listener.register(fs)
 	fs.BoolVar(&f.httpPprof, "http-pprof", false, "also serve Go's profiles on /debug/pprof/ on --http-addr (they reveal memory contents: keep off on a reachable address)")
-	fs.IntVar(&f.batchSize, "batch-size", 1000, "most events read and published at once")
+	fs.IntVar(&f.batchSize, "batch-size", 1000, "events read and published at once; up to 8x as many while a backlog is spread thin over many topics")
 	fs.IntVar(&f.batchBytes, "batch-bytes", 8<<20, "most bytes of events (key + payload + headers) read and published at once (an event larger than this goes alone); the relay holds about 6 batches between reading and durability")
 	fs.DurationVar(&f.pollInterval, "poll-interval", time.Second, "poll reader: query interval when no notification arrives")
 	fs.IntVar(&f.partitions, "partitions", 8, "partition count of topics created on first use")
