@@ -88,20 +88,7 @@ func TestThinBacklogReadsLargerPages(t *testing.T) {
 			src := &tableSource{events: events, chunk: n}
 			sink := &flakySink{}
 			_, stop, done := runRelay(t, ctx, Config{DatabaseURL: url, BatchSize: batchSize, Lease: time.Second, ReadyTimeout: -1}, src, sink)
-			deadline := time.Now().Add(time.Minute)
-			for {
-				left, err := remainingRows(ctx, conn)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if len(left) == 0 {
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("%d rows left in the outbox", len(left))
-				}
-				time.Sleep(5 * time.Millisecond)
-			}
+			awaitDrained(t, conn, time.Minute, nil)
 			stop()
 			if err := <-done; err != nil {
 				t.Fatalf("Run: %v", err)

@@ -181,25 +181,13 @@ func testPipelineStages(t *testing.T, failAt map[int]bool) {
 		Lease: time.Second, ReadyTimeout: -1, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, src, sink)
 
 	// While the pipeline runs: every row gone from the outbox is durable.
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
-		left, err := remainingRows(ctx, conn)
-		if err != nil {
-			t.Fatal(err)
-		}
+	awaitDrained(t, conn, 2*time.Minute, func(left map[int64]bool) {
 		for id, eventID := range byRow {
 			if !left[id] && !sink.isDurable(eventID) {
 				t.Fatalf("row %d left the outbox before its batch was durable", id)
 			}
 		}
-		if len(left) == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d rows left in the outbox", len(left))
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
+	})
 	stop()
 	if err := <-done; err != nil {
 		t.Fatalf("Run: %v", err)
@@ -288,6 +276,29 @@ func testPipelineStages(t *testing.T, failAt map[int]bool) {
 	}
 	t.Logf("%d batches, %d durable, %d acknowledgements, %d sessions, %d messages for %d events",
 		sink.batches, sink.durableNext, src.acks, sink.sessions, len(got), n)
+}
+
+// awaitDrained polls the outbox until it is empty, failing t after
+// timeout; each, when not nil, sees the ids left at every poll.
+func awaitDrained(t *testing.T, conn *pgx.Conn, timeout time.Duration, each func(left map[int64]bool)) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		left, err := remainingRows(context.Background(), conn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if each != nil {
+			each(left)
+		}
+		if len(left) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d rows left in the outbox", len(left))
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
 }
 
 func remainingRows(ctx context.Context, conn *pgx.Conn) (map[int64]bool, error) {
