@@ -28,20 +28,27 @@ const (
 // pageSizer picks how many events the read loop asks the source for.
 type pageSizer struct {
 	base, max, cur int
+	// bytes is the batch byte bound, which is also the poll reader's
+	// page byte bound.
+	bytes int64
 }
 
-func newPageSizer(batchSize int) *pageSizer {
-	return &pageSizer{base: batchSize, max: max(batchSize, min(pageGrowth*batchSize, maxPage)), cur: batchSize}
+func newPageSizer(batchSize, batchBytes int) *pageSizer {
+	return &pageSizer{base: batchSize, max: max(batchSize, min(pageGrowth*batchSize, maxPage)), cur: batchSize, bytes: int64(batchBytes)}
 }
 
 // size is the next page's limit.
 func (p *pageSizer) size() int { return p.cur }
 
-// observe adjusts the limit after a page: a short page puts it back to
-// BatchSize; a full one doubles it when its events average fewer than
-// thinPage per topic, and halves it when they average thickPage or more.
+// observe adjusts the limit after a page. A page counts as full from half
+// its limit in events or half the byte bound on: the WAL reader returns
+// whole transactions that fit, and the poll reader ends a page at its
+// bytes, so a backlog's pages are not always at the limit. A page short of
+// both puts the limit back to BatchSize (the backlog is drained). A full
+// one doubles it when its events average fewer than thinPage per topic,
+// and halves it when they average thickPage or more.
 func (p *pageSizer) observe(events []Event) {
-	if len(events) < p.cur {
+	if 2*len(events) < p.cur && 2*pageBytes(events) < p.bytes {
 		p.cur = p.base
 		return
 	}
@@ -49,10 +56,18 @@ func (p *pageSizer) observe(events []Event) {
 	for _, e := range events {
 		topics[e.Topic] = struct{}{}
 	}
-	switch per := len(events) / len(topics); {
+	switch per := len(events) / max(len(topics), 1); {
 	case per < thinPage:
 		p.cur = min(2*p.cur, p.max)
 	case per >= thickPage:
 		p.cur = max(p.cur/2, p.base)
 	}
+}
+
+func pageBytes(events []Event) int64 {
+	var n int64
+	for _, e := range events {
+		n += eventBytes(e)
+	}
+	return n
 }

@@ -18,8 +18,17 @@ func pageOf(n, topics int) []Event {
 	return events
 }
 
+// largePageOf is pageOf with payloads of size bytes.
+func largePageOf(n, topics, size int) []Event {
+	events := pageOf(n, topics)
+	for i := range events {
+		events[i].Payload = make([]byte, size)
+	}
+	return events
+}
+
 func TestPageSizer(t *testing.T) {
-	p := newPageSizer(100)
+	p := newPageSizer(100, 1<<20)
 	var sizes []int
 	for range 5 {
 		p.observe(pageOf(p.size(), p.size())) // one event per topic
@@ -36,6 +45,14 @@ func TestPageSizer(t *testing.T) {
 	if p.size() != 400 {
 		t.Errorf("a full page of 32 events per topic left the limit at %d, want 400", p.size())
 	}
+	p.observe(pageOf(201, 201)) // over half the limit: full
+	if p.size() != 800 {
+		t.Errorf("a thin page of 201 events for a limit of 400 moved it to %d, want 800", p.size())
+	}
+	p.observe(largePageOf(50, 50, 12<<10)) // few events, but 600 KiB of 1 MiB: full
+	if p.size() != 800 {
+		t.Errorf("a thin page cut by its bytes moved the limit to %d, want 800 kept", p.size())
+	}
 	p.observe(pageOf(399, 399)) // short, however thin: the backlog is drained
 	if p.size() != 100 {
 		t.Errorf("a short page left the limit at %d, want BatchSize, 100", p.size())
@@ -47,14 +64,14 @@ func TestPageSizer(t *testing.T) {
 		t.Errorf("full pages of one topic moved the limit to %d, want BatchSize, 100", p.size())
 	}
 
-	big := newPageSizer(50_000)
+	big := newPageSizer(50_000, 1<<20)
 	for range 3 {
 		big.observe(pageOf(big.size(), big.size()))
 	}
 	if big.size() != maxPage {
 		t.Errorf("BatchSize 50000 grew to %d, want the cap %d", big.size(), maxPage)
 	}
-	one := newPageSizer(1)
+	one := newPageSizer(1, 1<<20)
 	for range 5 {
 		one.observe(pageOf(one.size(), one.size()))
 	}
@@ -80,7 +97,7 @@ func TestThinBacklogReadsLargerPages(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()
 			url, conn := pgtest.MigratedDatabase(t, "outbox")
-			const n, batchSize = 3000, 50
+			const n, batchSize = 2900, 50 // the last page, 150 events, is short
 			events := insertOrders(t, conn, `SELECT 'orders', 'k' || g, convert_to('e' || g, 'UTF8') FROM generate_series(1, $1) AS g`, n)
 			for i := range events {
 				events[i].Topic = fmt.Sprintf("orders-%d", i%tc.topics)

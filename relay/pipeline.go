@@ -218,7 +218,7 @@ func (r *Relay) readLoop(ctx context.Context, out chan<- batch, after Position, 
 	live := make(chan liveBatch)
 	go func() {
 		defer close(live)
-		page := newPageSizer(r.cfg.BatchSize)
+		page := newPageSizer(r.cfg.BatchSize, r.cfg.BatchBytes)
 		for {
 			events, err := r.source.Next(fetchCtx, page.size())
 			now := time.Now()
