@@ -43,7 +43,8 @@ type Config struct {
 	// how many Postgres transactions (and WAL flushes) the relay costs per
 	// second, at the price of published rows staying in the outbox that
 	// much longer, and a crash re-delivering them (the embedded sink skips
-	// what its log holds). Negative disables it.
+	// what its log holds). While a backlog is read it is 10 times as long
+	// (ack.go). Negative disables it.
 	AckInterval time.Duration
 	// ShutdownTimeout bounds how long a graceful stop may take to finish
 	// the in-flight batch before work is abandoned (default 30s).

@@ -40,17 +40,18 @@ func newPageSizer(batchSize, batchBytes int) *pageSizer {
 // size is the next page's limit.
 func (p *pageSizer) size() int { return p.cur }
 
-// observe adjusts the limit after a page. A page counts as full from half
+// observe adjusts the limit after a page and reports whether the page was
+// full, that is, whether a backlog is being read. A page counts as full from half
 // its limit in events or half the byte bound on: the WAL reader returns
 // whole transactions that fit, and the poll reader ends a page at its
 // bytes, so a backlog's pages are not always at the limit. A page short of
 // both puts the limit back to BatchSize (the backlog is drained). A full
 // one doubles it when its events average fewer than thinPage per topic,
 // and halves it when they average thickPage or more.
-func (p *pageSizer) observe(events []Event) {
+func (p *pageSizer) observe(events []Event) (full bool) {
 	if 2*len(events) < p.cur && 2*pageBytes(events) < p.bytes {
 		p.cur = p.base
-		return
+		return false
 	}
 	topics := make(map[string]struct{}, min(len(events)/thinPage+1, 1024))
 	for _, e := range events {
@@ -62,6 +63,7 @@ func (p *pageSizer) observe(events []Event) {
 	case per >= thickPage:
 		p.cur = max(p.cur/2, p.base)
 	}
+	return true
 }
 
 func pageBytes(events []Event) int64 {

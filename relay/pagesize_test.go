@@ -84,7 +84,8 @@ func TestPageSizer(t *testing.T) {
 // a backlog spread over many topics, and over one topic: the first reads
 // pages growing to pageGrowth x BatchSize, and BatchSize again once the
 // backlog is drained; the second stays at BatchSize. Either way every event
-// is published once, in order, and no batch holds more than the page.
+// is published once, in order, and the relay reports draining (the longer
+// acknowledgement interval) during the backlog and not after it.
 func TestThinBacklogReadsLargerPages(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
@@ -104,11 +105,32 @@ func TestThinBacklogReadsLargerPages(t *testing.T) {
 			}
 			src := &tableSource{events: events, chunk: n}
 			sink := &flakySink{}
-			_, stop, done := runRelay(t, ctx, Config{DatabaseURL: url, BatchSize: batchSize, Lease: time.Second, ReadyTimeout: -1}, src, sink)
-			awaitDrained(t, conn, time.Minute, nil)
+			r, stop, done := runRelay(t, ctx, Config{DatabaseURL: url, BatchSize: batchSize, Lease: time.Second, ReadyTimeout: -1}, src, sink)
+			sawDraining := false
+			awaitDrained(t, conn, time.Minute, func(map[int64]bool) { sawDraining = sawDraining || r.draining() })
+			// Drained, the reader says so at its next, short page, or
+			// drainingWindow after its last full one (one topic: the
+			// backlog ends at a page's end).
+			for deadline := time.Now().Add(10 * time.Second); r.draining() && time.Now().Before(deadline); {
+				time.Sleep(time.Millisecond)
+			}
+			if !sawDraining || r.draining() {
+				t.Errorf("draining seen during the backlog: %v; after it: %v; want true, then false", sawDraining, r.draining())
+			}
+			if got := r.ackInterval(); got != r.cfg.AckInterval {
+				t.Errorf("live acknowledgement interval %v, want AckInterval, %v", got, r.cfg.AckInterval)
+			}
 			stop()
 			if err := <-done; err != nil {
 				t.Fatalf("Run: %v", err)
+			}
+			r.fullPage.Store(monoNow())
+			if got := r.ackInterval(); got != drainingAckFactor*r.cfg.AckInterval {
+				t.Errorf("acknowledgement interval just after a full page %v, want %d x %v", got, drainingAckFactor, r.cfg.AckInterval)
+			}
+			r.fullPage.Store(monoNow() - int64(drainingWindow))
+			if got := r.ackInterval(); got != r.cfg.AckInterval {
+				t.Errorf("acknowledgement interval %v after the last full page %v, want AckInterval, %v", got, drainingWindow, r.cfg.AckInterval)
 			}
 			src.mu.Lock()
 			asked := slices.Clone(src.asked)

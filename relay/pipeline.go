@@ -218,6 +218,7 @@ func (r *Relay) readLoop(ctx context.Context, out chan<- batch, after Position, 
 	live := make(chan liveBatch)
 	go func() {
 		defer close(live)
+		defer r.fullPage.Store(0)
 		page := newPageSizer(r.cfg.BatchSize, r.cfg.BatchBytes)
 		for {
 			events, err := r.source.Next(fetchCtx, page.size())
@@ -225,7 +226,11 @@ func (r *Relay) readLoop(ctx context.Context, out chan<- batch, after Position, 
 			for _, e := range events {
 				r.m.ReadLatency.Observe(now.Sub(e.CreatedAt).Seconds())
 			}
-			page.observe(events)
+			if page.observe(events) {
+				r.fullPage.Store(monoNow())
+			} else {
+				r.fullPage.Store(0)
+			}
 			select {
 			case live <- liveBatch{events, err}:
 			case <-fetchCtx.Done():

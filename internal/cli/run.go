@@ -94,7 +94,7 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.maxOpenFiles, "max-open-files", 0, "embedded broker: at most this many segment files held open for appending across all partitions; past it the least recently used idle one is fsynced and closed until next used (0: one per partition)")
 	fs.BoolVar(&f.allowLost, "allow-lost-partitions", false, "embedded broker: open even when a known partition's directory is missing, recreating it empty with the loss on record (without it the relay refuses to start and names the partition)")
 	fs.StringVar(&f.fsync, "fsync", "always", "embedded broker durability: always (fsync before acknowledging) or interval (unsafe: a machine crash can lose acknowledged events)")
-	fs.DurationVar(&f.ackInterval, "ack-interval", 10*time.Millisecond, "shortest time between two acknowledgement transactions (deleting published rows, saving the position); 0 commits each batch's at once")
+	fs.DurationVar(&f.ackInterval, "ack-interval", 10*time.Millisecond, "shortest time between two acknowledgement transactions (deleting published rows, saving the position), 10 times that while a backlog is read; 0 commits each batch's at once")
 	fs.DurationVar(&f.leaderLease, "leader-lease", 3*time.Second, "how long a leader's renewal of its leadership counts: a standby takes over after a lease without renewal, and the leader stops appending and acknowledging a fifth of a lease before that")
 	fs.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 30*time.Second, "on SIGTERM, how long the in-flight batch may take to finish")
 	fs.StringVar(&f.kafkaAddr, "kafka-addr", "127.0.0.1:9092", "embedded broker: Kafka protocol listener address (empty disables)")
