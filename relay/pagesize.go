@@ -9,11 +9,13 @@ package relay
 // about as many one-record batches, and the relay's CPU per event grows
 // several times (with 1,000 topics of 8 partitions, 2.5-3 s for 200,000
 // events against 0.9 s for one topic). The read loop therefore asks the
-// source for larger pages while full pages come back thin, and for
-// BatchSize again once they are not, or once a page comes back short
-// (the backlog is drained and reads are live). Pages stay bounded by the
-// source's page bytes (PageBytes, 8 MiB by default) and batches by
-// BatchBytes, so a larger page holds more small events, not more memory.
+// source for larger pages while full pages come back thin, for smaller
+// ones (down to BatchSize) while they come back thick, and for BatchSize
+// again once a page comes back short (the backlog is drained and reads
+// are live). Pages stay bounded by the source's page bytes (PageBytes,
+// 8 MiB by default) and batches by BatchBytes, so a larger page holds
+// more small events, not more memory. Whether pages come back full also
+// tells the acknowledgement loop that a backlog is being read (ack.go).
 
 const (
 	// pageGrowth is how many times BatchSize a page grows to at most.
@@ -41,13 +43,13 @@ func newPageSizer(batchSize, batchBytes int) *pageSizer {
 func (p *pageSizer) size() int { return p.cur }
 
 // observe adjusts the limit after a page and reports whether the page was
-// full, that is, whether a backlog is being read. A page counts as full from half
-// its limit in events or half the byte bound on: the WAL reader returns
-// whole transactions that fit, and the poll reader ends a page at its
-// bytes, so a backlog's pages are not always at the limit. A page short of
-// both puts the limit back to BatchSize (the backlog is drained). A full
-// one doubles it when its events average fewer than thinPage per topic,
-// and halves it when they average thickPage or more.
+// full, that is, whether a backlog is being read. A page counts as full
+// from half its limit in events or half the byte bound on: the WAL reader
+// returns whole transactions that fit, and the poll reader ends a page at
+// its bytes, so a backlog's pages are not always at the limit. A page
+// short of both puts the limit back to BatchSize (the backlog is
+// drained). A full one doubles it when its events average fewer than
+// thinPage per topic, and halves it when they average thickPage or more.
 func (p *pageSizer) observe(events []Event) (full bool) {
 	if 2*len(events) < p.cur && 2*pageBytes(events) < p.bytes {
 		p.cur = p.base
