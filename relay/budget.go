@@ -67,14 +67,19 @@ func splitBytes(events []Event, max int64) [][]Event {
 	return append(runs, events[start:])
 }
 
+// eventsBytes is what events count against the budget together.
+func eventsBytes(events []Event) int64 {
+	var n int64
+	for _, e := range events {
+		n += eventBytes(e)
+	}
+	return n
+}
+
 // sendBatch takes b's bytes from the budget and hands b to the publisher.
 // It returns false when ctx ended first.
 func sendBatch(ctx context.Context, out chan<- batch, b batch, budget *byteBudget) bool {
-	var n int64
-	for _, e := range b.events {
-		n += eventBytes(e)
-	}
-	held, err := budget.acquire(ctx, n)
+	held, err := budget.acquire(ctx, eventsBytes(b.events))
 	if err != nil {
 		return false
 	}

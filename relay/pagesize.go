@@ -51,7 +51,7 @@ func (p *pageSizer) size() int { return p.cur }
 // drained). A full one doubles it when its events average fewer than
 // thinPage per topic, and halves it when they average thickPage or more.
 func (p *pageSizer) observe(events []Event) (full bool) {
-	if 2*len(events) < p.cur && 2*pageBytes(events) < p.bytes {
+	if 2*len(events) < p.cur && 2*eventsBytes(events) < p.bytes {
 		p.cur = p.base
 		return false
 	}
@@ -66,12 +66,4 @@ func (p *pageSizer) observe(events []Event) (full bool) {
 		p.cur = max(p.cur/2, p.base)
 	}
 	return true
-}
-
-func pageBytes(events []Event) int64 {
-	var n int64
-	for _, e := range events {
-		n += eventBytes(e)
-	}
-	return n
 }
