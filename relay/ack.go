@@ -57,18 +57,11 @@ const drainingAckFactor = 10
 // reader wait between full pages.
 const drainingWindow = time.Second
 
-// monoStart anchors monoNow.
-var monoStart = time.Now()
-
-// monoNow is the time on the monotonic clock, in nanoseconds since
-// monoStart (never 0 in practice: the process started before it).
-func monoNow() int64 { return int64(time.Since(monoStart)) + 1 }
-
 // draining reports whether the reader read a full page within
-// drainingWindow and no short page since.
+// drainingWindow (on the monotonic clock) and no short page since.
 func (r *Relay) draining() bool {
 	at := r.fullPage.Load()
-	return at != 0 && monoNow()-at < int64(drainingWindow)
+	return at != nil && time.Since(*at) < drainingWindow
 }
 
 // ackInterval is the shortest time between two acknowledgement

@@ -124,11 +124,13 @@ func TestThinBacklogReadsLargerPages(t *testing.T) {
 			if err := <-done; err != nil {
 				t.Fatalf("Run: %v", err)
 			}
-			r.fullPage.Store(monoNow())
+			now := time.Now()
+			r.fullPage.Store(&now)
 			if got := r.ackInterval(); got != drainingAckFactor*r.cfg.AckInterval {
 				t.Errorf("acknowledgement interval just after a full page %v, want %d x %v", got, drainingAckFactor, r.cfg.AckInterval)
 			}
-			r.fullPage.Store(monoNow() - int64(drainingWindow))
+			before := now.Add(-drainingWindow)
+			r.fullPage.Store(&before)
 			if got := r.ackInterval(); got != r.cfg.AckInterval {
 				t.Errorf("acknowledgement interval %v after the last full page %v, want AckInterval, %v", got, drainingWindow, r.cfg.AckInterval)
 			}

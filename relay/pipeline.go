@@ -218,7 +218,7 @@ func (r *Relay) readLoop(ctx context.Context, out chan<- batch, after Position, 
 	live := make(chan liveBatch)
 	go func() {
 		defer close(live)
-		defer r.fullPage.Store(0)
+		defer r.fullPage.Store(nil)
 		page := newPageSizer(r.cfg.BatchSize, r.cfg.BatchBytes)
 		for {
 			events, err := r.source.Next(fetchCtx, page.size())
@@ -227,9 +227,9 @@ func (r *Relay) readLoop(ctx context.Context, out chan<- batch, after Position, 
 				r.m.ReadLatency.Observe(now.Sub(e.CreatedAt).Seconds())
 			}
 			if page.observe(events) {
-				r.fullPage.Store(monoNow())
+				r.fullPage.Store(&now)
 			} else {
-				r.fullPage.Store(0)
+				r.fullPage.Store(nil)
 			}
 			select {
 			case live <- liveBatch{events, err}:

@@ -57,10 +57,10 @@ type Relay struct {
 	ledEpoch int64
 	// published counts acknowledged live events, for the drain rate.
 	published atomic.Int64
-	// fullPage is when the reader last read a full page (monoNow), or 0
-	// after a short one: while it is recent a backlog is being read, and
+	// fullPage is when the reader last read a full page, or nil after a
+	// short one: while it is recent a backlog is being read, and
 	// acknowledgements merge over a longer interval (ackInterval).
-	fullPage atomic.Int64
+	fullPage atomic.Pointer[time.Time]
 	// waiting holds the topics the destination refuses for now.
 	waiting waiting
 }
