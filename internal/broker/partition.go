@@ -156,7 +156,10 @@ func openPartition(set *partitionSettings, dir, topic string, id int32, mustExis
 			return nil, err
 		}
 	}
-	cands, err := p.recoverActiveLocked()
+	// The listing says whether the active segment has a recovery point:
+	// most partitions of a topic of many are empty, and looking for a
+	// file that is not there costs a path walk each.
+	cands, err := p.recoverActiveLocked(present[segmentName("", active.base, recoverySuffix)])
 	if err != nil {
 		p.closeAll()
 		return nil, err
@@ -249,8 +252,9 @@ func (p *partition) verifyRangeLocked(s *segment, f File, pos, limit, first, end
 // the batches after it are kept. A damaged or torn tail is cut (the bytes
 // kept in a side file); when it was a whole batch whose CRC fails, it is a
 // candidate too. Only the active segment can have a torn tail: a segment is
-// fsynced before the next one is created.
-func (p *partition) recoverActiveLocked() ([]LostRange, error) {
+// fsynced before the next one is created. listed false says the
+// partition's directory, listed under the lock, holds no recovery point.
+func (p *partition) recoverActiveLocked(listed bool) ([]LostRange, error) {
 	fsys := p.set.fs
 	s := p.segs[len(p.segs)-1]
 	if s.log == nil {
@@ -274,7 +278,7 @@ func (p *partition) recoverActiveLocked() ([]LostRange, error) {
 	s.hasLast, s.rpGen = false, s.rpGen+1
 	p.attachDamageLocked()
 	expect, start := s.base, int64(0)
-	if st, idx, tidx, clean, err := loadRecoveryPoint(fsys, s, s.log, size); err == nil {
+	if st, idx, tidx, clean, err := loadRecoveryPoint(fsys, s, s.log, size, listed); err == nil {
 		// Trust what an fsync covered and the point's check passed; scan
 		// the rest (see Recovery in doc.go).
 		s.idx, s.tidx, s.maxTS, s.created, s.bytesSinceIdx = idx, tidx, st.maxTS, st.created, st.sinceIdx
@@ -918,7 +922,7 @@ func (p *partition) rewindTo(offset int64) error {
 			return err
 		}
 	}
-	cands, err := p.recoverActiveLocked()
+	cands, err := p.recoverActiveLocked(true)
 	if err != nil {
 		return err
 	}
@@ -1064,7 +1068,7 @@ func (p *partition) resetLocked(cause error) error {
 	p.torn = nil
 	p.resetPoints = append(p.resetPoints, resetPoint{durable: p.durable, cause: cause})
 	p.gen++
-	cands, err := p.recoverActiveLocked()
+	cands, err := p.recoverActiveLocked(true)
 	if err != nil {
 		p.broken = err
 		return err

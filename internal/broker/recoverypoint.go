@@ -137,8 +137,12 @@ var errNoRecoveryPoint = errors.New("no recovery point")
 // loadRecoveryPoint reads s's recovery file and checks its last sound
 // frame against the log file f of size bytes (see the comment at the top).
 // clean is false when the file holds more than its sound frames, so the
-// next write rewrites it.
-func loadRecoveryPoint(fsys FS, s *segment, f File, size int64) (st recoveryState, idx []offsetEntry, tidx []timeEntry, clean bool, err error) {
+// next write rewrites it. listed false says the file is known not to
+// exist, and it is not looked for.
+func loadRecoveryPoint(fsys FS, s *segment, f File, size int64, listed bool) (st recoveryState, idx []offsetEntry, tidx []timeEntry, clean bool, err error) {
+	if !listed {
+		return st, nil, nil, false, errNoRecoveryPoint
+	}
 	b, err := readFile(fsys, segmentName(s.dir, s.base, recoverySuffix))
 	if errors.Is(err, os.ErrNotExist) {
 		return st, nil, nil, false, errNoRecoveryPoint

@@ -319,9 +319,10 @@ func listSegmentBases(fsys FS, dir string, cleanup bool) ([]int64, []int64, erro
 }
 
 // listPartitionDir is listSegmentBases that also returns the set of the
-// directory's other file names, so that an open reads lost.json and
-// log-start only when they are there: two failed opens per partition were
-// a visible share of opening thousands of them.
+// directory's other file names (recovery points among them), so that an
+// open reads lost.json, log-start and the active segment's recovery point
+// only when they are there: failed opens per partition were a visible
+// share of opening thousands of them.
 func listPartitionDir(fsys FS, dir string, cleanup bool) ([]int64, []int64, map[string]bool, error) {
 	entries, err := fsys.ReadDir(dir)
 	if err != nil {
@@ -336,6 +337,7 @@ func listPartitionDir(fsys FS, dir string, cleanup bool) ([]int64, []int64, map[
 		}
 		if n, err := strconv.ParseInt(strings.TrimSuffix(name, recoverySuffix), 10, 64); err == nil && strings.HasSuffix(name, recoverySuffix) {
 			recs = append(recs, n)
+			others[name] = true
 		}
 		if cleanup && (strings.HasSuffix(name, cleanedSuffix) || strings.HasSuffix(name, ".tmp")) {
 			_ = fsys.Remove(filepath.Join(dir, name))

@@ -91,7 +91,7 @@ func (w writeBackFS) OpenFile(name string, flag int, perm os.FileMode) (File, er
 		_ = f.Close()
 		return nil, err
 	}
-	return &writeBackFile{File: f, pool: w.pool, written: info.Size()}, nil
+	return &writeBackFile{File: f, pool: w.pool, info: info, written: info.Size()}, nil
 }
 
 // writeBackPool bounds the bytes buffered across the broker's files.
@@ -145,6 +145,8 @@ func (p *writeBackPool) writeOut(due func(oldest *writeBackFile) bool) {
 type writeBackFile struct {
 	File
 	pool *writeBackPool
+	// info is the file as opened (see Stat).
+	info os.FileInfo
 
 	mu      sync.Mutex
 	buf     []byte
@@ -317,15 +319,15 @@ func (f *writeBackFile) Truncate(size int64) error {
 	return nil
 }
 
-// Stat reports the size with the buffered bytes.
+// Stat reports the file as it was opened, its size counting the buffered
+// bytes, without a system call: the broker reads only a segment file's
+// size, which it keeps, and its identity (os.SameFile), which an open
+// descriptor does not change. An active segment's open stats it once, not
+// twice.
 func (f *writeBackFile) Stat() (os.FileInfo, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	info, err := f.File.Stat()
-	if err != nil {
-		return nil, err
-	}
-	return bufferedInfo{FileInfo: info, size: f.written + int64(len(f.buf))}, nil
+	return bufferedInfo{FileInfo: f.info, size: f.written + int64(len(f.buf))}, nil
 }
 
 // Sync writes the buffer, then fsyncs. A failed write returns a
