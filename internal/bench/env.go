@@ -361,10 +361,13 @@ func (e *env) published(ctx context.Context) (int, error) {
 // event's transaction id by its number (the payload's digits).
 func (e *env) fill(ctx context.Context, n, rate int, xids map[int]string) (written int, elapsed time.Duration, err error) {
 	// Event number m = g + $3 goes to topic bench-(m mod topics) (or
-	// "bench"), key key-(m mod keys), and its payload is m padded with x
-	// to PayloadBytes, or to payloadSize(m) with PayloadMix.
+	// "bench"), key key-((m div topics) mod keys), and its payload is m
+	// padded with x to PayloadBytes, or to payloadSize(m) with PayloadMix.
+	// The key divides by the topics first: with m mod keys, topics and
+	// keys of the same count would give each topic one key, and so one
+	// partition.
 	insert := `INSERT INTO outbox.events (topic, key, payload)
-SELECT CASE WHEN $5::int = 1 THEN 'bench' ELSE 'bench-' || ((g + $3) % $5) END, 'key-' || ((g + $3) % $2),
+SELECT CASE WHEN $5::int = 1 THEN 'bench' ELSE 'bench-' || ((g + $3) % $5) END, 'key-' || (((g + $3) / $5) % $2),
     convert_to(lpad((g + $3)::text, CASE WHEN $6::bool
         THEN floor(100 * power(10000, (((g + $3)::bigint * 2654435761) % 1000003) / 1000003.0))::int
         ELSE $4 END, 'x'), 'UTF8')
