@@ -282,11 +282,7 @@ func (p *partition) recoverActiveLocked(listed bool) ([]LostRange, error) {
 		// Trust what an fsync covered and the point's check passed; scan
 		// the rest (see Recovery in doc.go).
 		s.idx, s.tidx, s.maxTS, s.created, s.bytesSinceIdx = idx, tidx, st.maxTS, st.created, st.sinceIdx
-		var hdr [BatchHeaderSize]byte
-		if _, err := s.log.ReadAt(hdr[:], st.lastPos); err == nil {
-			s.last, _ = ParseBatchHeader(hdr[:])
-			s.lastPos, s.hasLast = st.lastPos, true
-		}
+		s.last, s.lastPos, s.hasLast = st.last, st.lastPos, true
 		s.rpIdx, s.rpTidx, s.rpStale, s.rpNext, s.rpSnap = st.nIdx, st.nTidx, !clean, st.next, st.snap
 		expect, start = st.next, st.pos
 	} else {
@@ -452,6 +448,11 @@ func (p *partition) rebuildProducersLocked(snaps []int64) {
 	}
 	var peek [controlPeek]byte
 	for i, s := range p.segs {
+		if from >= p.next {
+			// The state is as of the log's end (a recovery point's, after
+			// a clean close): no batch is left to read.
+			break
+		}
 		if i+1 < len(p.segs) && p.segs[i+1].base <= from {
 			continue
 		}

@@ -50,6 +50,9 @@ type recoveryState struct {
 	nIdx, nTidx       int
 	// snap is the encoded producer state as of next.
 	snap []byte
+	// last is the header of the batch before the point, read by the
+	// check that a loaded point passed (not written).
+	last BatchHeader
 }
 
 // recoveryStateLocked captures the state of p's active segment s at its
@@ -166,7 +169,7 @@ func loadRecoveryPoint(fsys FS, s *segment, f File, size int64, listed bool) (st
 		return st, nil, nil, false, errors.New("no sound frame in the recovery file")
 	}
 	clean = len(b) == 0
-	if err := checkRecoveryPoint(f, size, st, idx, tidx); err != nil {
+	if st.last, err = checkRecoveryPoint(f, size, st, idx, tidx); err != nil {
 		return st, nil, nil, false, err
 	}
 	return st, idx, tidx, clean, nil
@@ -244,31 +247,31 @@ func readIndexTail[E any](r []byte, have []E, size, after int, entry func([]byte
 }
 
 // checkRecoveryPoint checks a recovery point against the log it describes.
-func checkRecoveryPoint(f File, size int64, st recoveryState, idx []offsetEntry, tidx []timeEntry) error {
+func checkRecoveryPoint(f File, size int64, st recoveryState, idx []offsetEntry, tidx []timeEntry) (BatchHeader, error) {
 	if st.pos <= st.lastPos || st.lastPos < 0 || st.pos > size {
-		return fmt.Errorf("recovery point at %d, log of %d bytes", st.pos, size)
+		return BatchHeader{}, fmt.Errorf("recovery point at %d, log of %d bytes", st.pos, size)
 	}
 	for i, e := range idx {
 		if int64(e.pos) > st.lastPos || (i > 0 && (e.pos <= idx[i-1].pos || e.rel < idx[i-1].rel)) {
-			return errors.New("recovery point index entries out of order")
+			return BatchHeader{}, errors.New("recovery point index entries out of order")
 		}
 	}
 	for i, e := range tidx {
 		if i > 0 && (e.ts <= tidx[i-1].ts || e.rel < tidx[i-1].rel) {
-			return errors.New("recovery point time index entries out of order")
+			return BatchHeader{}, errors.New("recovery point time index entries out of order")
 		}
 	}
 	b := make([]byte, st.pos-st.lastPos)
 	if _, err := f.ReadAt(b, st.lastPos); err != nil {
-		return fmt.Errorf("read the batch before the recovery point: %w", err)
+		return BatchHeader{}, fmt.Errorf("read the batch before the recovery point: %w", err)
 	}
 	h, err := VerifyBatch(b)
 	if err != nil {
-		return fmt.Errorf("the batch before the recovery point: %w", err)
+		return BatchHeader{}, fmt.Errorf("the batch before the recovery point: %w", err)
 	}
 	if h.Size() != len(b) || h.BaseOffset != st.lastBase || h.CRC != st.lastCRC || h.LastOffset()+1 != st.next {
-		return fmt.Errorf("the batch before the recovery point (offset %d, crc %08x) is not the one recorded (offset %d, crc %08x)",
+		return BatchHeader{}, fmt.Errorf("the batch before the recovery point (offset %d, crc %08x) is not the one recorded (offset %d, crc %08x)",
 			h.BaseOffset, h.CRC, st.lastBase, st.lastCRC)
 	}
-	return nil
+	return h, nil
 }
