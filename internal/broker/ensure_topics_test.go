@@ -133,15 +133,30 @@ func TestPartitionDirFsyncedBeforeItsDataIsRelied(t *testing.T) {
 	if na, nb := counter.dirSyncsOf(a0), counter.dirSyncsOf(b0); na != 1 || nb != 1 {
 		t.Fatalf("directory fsyncs: a %d (want 1: once is enough), b %d (want 1, at Close)", na, nb)
 	}
-	// Opened again, the entries may have been written by a process that
-	// was killed before fsyncing them: the first checkpoint or Close of a
-	// partition with data fsyncs its directory again.
+	// Opened again and closed with nothing appended: a's recovery point is
+	// at its end, and was written after its directory and segment were
+	// fsynced, so nothing is fsynced again.
 	counter2 := &syncCountFS{FS: OSFS{}}
 	r := openTest(t, dir, func(o *Options) { o.FS = counter2 })
 	if err := r.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if na := counter2.dirSyncsOf(a0); na != 1 {
-		t.Fatalf("after reopening, a's directory fsynced %d times, want 1", na)
+	if na := counter2.dirSyncsOf(a0); na != 0 {
+		t.Fatalf("after an idle reopen, a's directory fsynced %d times, want 0", na)
+	}
+	// Without a recovery point at the end, the entries may have been
+	// written by a process killed before fsyncing them: the first
+	// checkpoint or Close of a partition with data fsyncs its directory
+	// again.
+	if err := os.Remove(segmentName(a0, 0, recoverySuffix)); err != nil {
+		t.Fatal(err)
+	}
+	counter3 := &syncCountFS{FS: OSFS{}}
+	r = openTest(t, dir, func(o *Options) { o.FS = counter3 })
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if na := counter3.dirSyncsOf(a0); na != 1 {
+		t.Fatalf("after reopening without a recovery point, a's directory fsynced %d times, want 1", na)
 	}
 }

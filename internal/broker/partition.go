@@ -1476,8 +1476,11 @@ func (p *partition) closeLocked() error {
 		errs = append(errs, err)
 	}
 	// After a storage failure nothing written since is trusted: no fsync
-	// to believe, no snapshot; the next open recovers from disk.
-	if p.set.health.check() == nil {
+	// to believe, no snapshot; the next open recovers from disk. A
+	// segment whose last recovery frame is at its end (nothing appended
+	// since the frame, as after an open and close with no appends) needs
+	// neither: the frame was written after an fsync that covered it all.
+	if p.set.health.check() == nil && !p.recoveryPointCurrentLocked(active) {
 		// An empty active segment lost in a crash is created again: its
 		// directory entry need not be durable.
 		var err error
@@ -1508,6 +1511,13 @@ func (p *partition) closeLocked() error {
 	p.closeAll()
 	p.notifyLocked()
 	return errors.Join(errs...)
+}
+
+// recoveryPointCurrentLocked says that s's recovery file ends with a sound
+// frame at the partition's end: every byte of s was fsynced before that
+// frame was written, and nothing was appended since.
+func (p *partition) recoveryPointCurrentLocked(s *segment) bool {
+	return p.broken == nil && p.torn == nil && !s.rpStale && s.rpNext >= 0 && s.rpNext == p.next
 }
 
 // closeAll closes the files of every segment nobody reads. A segment a

@@ -14,19 +14,27 @@ import (
 )
 
 // readCountFS counts the bytes read from .log files, to show how much of a
-// segment an open scanned.
+// segment an open scanned; and the fsyncs of .log files and the recovery
+// files opened for writing, to show what a close wrote.
 type readCountFS struct {
 	FS
-	mu   sync.Mutex
-	read int64
+	mu             sync.Mutex
+	read           int64
+	syncs, rpOpens int
 }
 
 func (c *readCountFS) OpenFile(name string, flag int, perm os.FileMode) (File, error) {
 	f, err := c.FS.OpenFile(name, flag, perm)
-	if err != nil || !strings.HasSuffix(name, logSuffix) {
-		return f, err
+	switch {
+	case err != nil:
+	case strings.HasSuffix(name, logSuffix):
+		return &readCountFile{File: f, fs: c}, nil
+	case strings.HasSuffix(name, recoverySuffix) && flag&(os.O_WRONLY|os.O_RDWR) != 0:
+		c.mu.Lock()
+		c.rpOpens++
+		c.mu.Unlock()
 	}
-	return &readCountFile{File: f, fs: c}, nil
+	return f, err
 }
 
 func (c *readCountFS) bytesRead() int64 {
@@ -35,9 +43,24 @@ func (c *readCountFS) bytesRead() int64 {
 	return c.read
 }
 
+// writes returns the fsyncs of .log files and the recovery files opened
+// for writing so far.
+func (c *readCountFS) writes() (syncs, rpOpens int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.syncs, c.rpOpens
+}
+
 type readCountFile struct {
 	File
 	fs *readCountFS
+}
+
+func (f *readCountFile) Sync() error {
+	f.fs.mu.Lock()
+	f.fs.syncs++
+	f.fs.mu.Unlock()
+	return f.File.Sync()
 }
 
 func (f *readCountFile) ReadAt(p []byte, off int64) (int, error) {
@@ -377,6 +400,52 @@ func TestCleanStopOpensFromRecoveryPoint(t *testing.T) {
 	}
 	if n := len(values(t, b, "r", 0)); n != 150 {
 		t.Fatalf("%d records", n)
+	}
+}
+
+// TestIdleCloseSyncsNothing: a close with nothing appended since the
+// recovery point at the segment's end fsyncs nothing and writes no frame;
+// one with an append fsyncs the segment and writes a frame, and the next
+// open starts from it.
+func TestIdleCloseSyncsNothing(t *testing.T) {
+	t.Parallel()
+	dir, _ := writeBatches(t, 20)
+	pdir := partitionDir(dir, "r", 0)
+	closeCounting := func(appends int) (syncs, dirSyncs, rpOpens int) {
+		t.Helper()
+		dirs := &syncCountFS{FS: OSFS{}}
+		counter := &readCountFS{FS: dirs}
+		b, err := Open(context.Background(), Options{Dir: dir, JanitorInterval: -1, ScrubBytesPerSecond: -1, Logger: quietLogger(), FS: counter})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range appends {
+			mustAppend(t, b, "r", 0, EncodeBatch(7, 0, int32(60+i*3), recs(fmt.Sprint("more", i), 3)))
+		}
+		s0, r0 := counter.writes()
+		d0 := dirs.dirSyncsOf(pdir)
+		if err := b.Close(); err != nil {
+			t.Fatal(err)
+		}
+		s1, r1 := counter.writes()
+		return s1 - s0, dirs.dirSyncsOf(pdir) - d0, r1 - r0
+	}
+	for round := range 2 {
+		if syncs, dirSyncs, rpOpens := closeCounting(0); syncs != 0 || dirSyncs != 0 || rpOpens != 0 {
+			t.Fatalf("round %d: an idle close made %d segment fsyncs and %d directory fsyncs and wrote %d recovery frames, want none",
+				round, syncs, dirSyncs, rpOpens)
+		}
+	}
+	if syncs, _, rpOpens := closeCounting(1); syncs == 0 || rpOpens != 1 {
+		t.Fatalf("a close after an append made %d segment fsyncs and wrote %d recovery frames, want an fsync and one frame", syncs, rpOpens)
+	}
+	counter := &readCountFS{FS: OSFS{}}
+	b := openTest(t, dir, func(o *Options) { o.FS, o.ScrubBytesPerSecond = counter, -1 })
+	if read, last := counter.bytesRead(), int64(len(EncodeBatch(7, 0, 60, recs("more0", 3)))); read != last {
+		t.Fatalf("the open read %d bytes, want the last batch's %d", read, last)
+	}
+	if n := len(values(t, b, "r", 0)); n != 63 {
+		t.Fatalf("%d records after the closes, want 63", n)
 	}
 }
 
