@@ -32,8 +32,9 @@
 // that one bench compares two relays.
 //
 // Scale shapes: Topics spreads the events over topics bench-0 ..
-// bench-N-1 (by event number), each topic getting every key, so that its
-// events reach all its partitions; Partitions is the relay's --partitions,
+// bench-N-1 (by event number), the key following the event number divided
+// by the topics, so that a topic's events spread over its keys and
+// partitions; Partitions is the relay's --partitions,
 // Keys goes up to 10,000,000 (keys are computed in the INSERT, so
 // nothing in the bench grows with them), PayloadMix draws payload sizes
 // log-uniformly from 100 B to 1,000,000 B, and Consumers reads a drained
