@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"context"
 	"testing"
 
 	"github.com/outboxrelay/relay/internal/pgtest"
@@ -14,17 +13,16 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 // (with the key taken as the event number modulo the keys, each topic had
 // one key, and 1,000 topics of 8 partitions wrote to 1,000 partitions).
 func TestFillSpreadsKeysOverTopics(t *testing.T) {
-	ctx := context.Background()
 	cfg := Config{DatabaseURL: pgtest.Cluster(t).URL(), Topics: 8, Keys: 8, Events: 640, Writers: 2}.WithDefaults()
-	e, err := newEnv(ctx, cfg)
+	e, err := newEnv(t.Context(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer e.close()
-	if written, _, err := e.fill(ctx, cfg.Events, 0, nil); err != nil || written != cfg.Events {
+	t.Cleanup(e.close)
+	if written, _, err := e.fill(t.Context(), cfg.Events, 0, nil); err != nil || written != cfg.Events {
 		t.Fatalf("wrote %d of %d: %v", written, cfg.Events, err)
 	}
-	rows, err := e.pool.Query(ctx, "SELECT topic, count(*), count(DISTINCT key) FROM outbox.events GROUP BY topic ORDER BY topic")
+	rows, err := e.pool.Query(t.Context(), "SELECT topic, count(*), count(DISTINCT key) FROM outbox.events GROUP BY topic ORDER BY topic")
 	if err != nil {
 		t.Fatal(err)
 	}
