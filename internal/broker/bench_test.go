@@ -180,3 +180,38 @@ func BenchmarkCreateTopics(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkAppendThin appends one-record batches spread over the 8,000
+// partitions of 1,000 topics under SyncBeforeAck, waiting for each page of
+// 8,000 as the relay waits for a batch: a backlog spread thin over many
+// topics, where every record is a record batch of its own.
+func BenchmarkAppendThin(b *testing.B) {
+	const topics, parts, page = 1000, 8, 8000
+	br := openTest(b, b.TempDir(), func(o *Options) { o.DefaultPartitions = parts })
+	names := make([]string, topics)
+	for i := range names {
+		names[i] = fmt.Sprintf("thin-%d", i)
+	}
+	if err := br.EnsureTopics(names); err != nil {
+		b.Fatal(err)
+	}
+	batch := EncodeBatch(-1, -1, -1, []Record{{Key: []byte("key-000001"), Value: bytes.Repeat([]byte{'x'}, 200), Timestamp: time.UnixMilli(1_700_000_000_000)}})
+	waits := make([]func() error, 0, page)
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		_, wait, err := br.AppendAsync(ctx, names[(i/parts)%topics], int32(i%parts), batch)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if waits = append(waits, wait); len(waits) == page || i == b.N-1 {
+			for _, w := range waits {
+				if err := w(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			waits = waits[:0]
+		}
+	}
+}
