@@ -448,12 +448,14 @@ func (p *partition) rebuildProducersLocked(snaps []int64) {
 	}
 	var peek [controlPeek]byte
 	for i, s := range p.segs {
-		if from >= p.next {
-			// The state is as of the log's end (a recovery point's, after
-			// a clean close): no batch is left to read.
-			break
+		// A segment that ends at or below from has nothing to replay: the
+		// next one starts there, or, for the active segment, the state is
+		// as of the log's end (a recovery point's, after a clean close).
+		end := p.next
+		if i+1 < len(p.segs) {
+			end = p.segs[i+1].base
 		}
-		if i+1 < len(p.segs) && p.segs[i+1].base <= from {
+		if end <= from {
 			continue
 		}
 		f := s.log
