@@ -33,19 +33,11 @@ func dialRaw(t testing.TB, addr string) *rawConn {
 	return &rawConn{t: t, c: c}
 }
 
+// testClient formats requests as the client "test".
+var testClient = kmsg.NewRequestFormatter(kmsg.FormatterClientID("test"))
+
 func encodeRequest(corr int32, req kmsg.Request) []byte {
-	buf := []byte{0, 0, 0, 0}
-	buf = binary.BigEndian.AppendUint16(buf, uint16(req.Key()))
-	buf = binary.BigEndian.AppendUint16(buf, uint16(req.GetVersion()))
-	buf = binary.BigEndian.AppendUint32(buf, uint32(corr))
-	buf = binary.BigEndian.AppendUint16(buf, 4)
-	buf = append(buf, "test"...)
-	if req.IsFlexible() {
-		buf = append(buf, 0)
-	}
-	buf = req.AppendTo(buf)
-	binary.BigEndian.PutUint32(buf, uint32(len(buf)-4))
-	return buf
+	return testClient.AppendRequest(nil, req, corr)
 }
 
 // latestOffsetTopic is the topic of a ListOffsets request that asks for
