@@ -19,9 +19,7 @@ import (
 func TestEcosystemAdminClient(t *testing.T) {
 	t.Parallel()
 	python := pythonWith(t, "confluent_kafka.admin")
-	f := setup(t, nil)
-	ctx := testContext(t, 60*time.Second)
-	f.createTopic(t, "orders", 2)
+	f, ctx := setupTopic(t, "orders", 2, 60*time.Second)
 	f.createTopic(t, "doomed", 1)
 	for i := range 14 {
 		part := int32(0)

@@ -56,10 +56,8 @@ func answered(resp *kmsg.FetchResponse) []int32 {
 // franz-go opens a session when offered one.
 func TestFetchSessions(t *testing.T) {
 	t.Parallel()
-	f := setup(t, nil)
-	ctx := testContext(t, 30*time.Second)
 	const topic = "sessions"
-	f.createTopic(t, topic, 3)
+	f, ctx := setupTopic(t, topic, 3, 30*time.Second)
 	prod := newKgo(t, f.addr, kgo.RecordPartitioner(kgo.ManualPartitioner()))
 	defer prod.Close()
 	produceTo := func(p int32) {

@@ -194,10 +194,8 @@ func produceValues(t *testing.T, ctx context.Context, cl *kgo.Client, topic stri
 
 func TestKgoGroupFailoverAndRestart(t *testing.T) {
 	t.Parallel()
-	f := setup(t, nil)
-	ctx := testContext(t, 90*time.Second)
 	const topic, group, parts = "events", "workers", 6
-	f.createTopic(t, topic, parts)
+	f, ctx := setupTopic(t, topic, parts, 90*time.Second)
 	prod := newKgo(t, f.addr)
 	defer prod.Close()
 

@@ -18,9 +18,7 @@ import (
 // membership still names the live member long after its session timeout.
 func TestSecondServerLeavesGroupsAlone(t *testing.T) {
 	t.Parallel()
-	f := setup(t, nil)
-	f.createTopic(t, "orders", 2)
-	ctx := testContext(t, time.Minute)
+	f, ctx := setupTopic(t, "orders", 2, time.Minute)
 	cl, err := kgo.NewClient(kgo.SeedBrokers(f.addr), kgo.ConsumerGroup("durable"), kgo.ConsumeTopics("orders"),
 		kgo.SessionTimeout(time.Second), kgo.HeartbeatInterval(100*time.Millisecond))
 	if err != nil {

@@ -91,6 +91,15 @@ func setupBroker(t testing.TB, opts broker.Options, cfg func(*Config)) *fixture 
 	return &fixture{b: b, srv: srv, addr: ln.Addr().String(), dir: opts.Dir}
 }
 
+// setupTopic is setup(t, nil) with topic created with parts partitions,
+// and the test's context, which ends after timeout.
+func setupTopic(t testing.TB, topic string, parts int32, timeout time.Duration) (*fixture, context.Context) {
+	t.Helper()
+	f := setup(t, nil)
+	f.createTopic(t, topic, parts)
+	return f, testContext(t, timeout)
+}
+
 func (f *fixture) createTopic(t testing.TB, name string, partitions int32) {
 	t.Helper()
 	if _, err := f.b.CreateTopic(name, broker.TopicConfig{Partitions: partitions}); err != nil {

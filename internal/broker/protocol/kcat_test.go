@@ -27,10 +27,8 @@ func runKcat(t *testing.T, ctx context.Context, stdin string, args ...string) st
 
 func TestKcatMetadataProduceConsume(t *testing.T) {
 	t.Parallel()
-	f := setup(t, nil)
-	ctx := testContext(t, 90*time.Second)
 	const topic, parts = "kcat-orders", 4
-	f.createTopic(t, topic, parts)
+	f, ctx := setupTopic(t, topic, parts, 90*time.Second)
 
 	md := runKcat(t, ctx, "", "-b", f.addr, "-L")
 	for _, want := range []string{"1 brokers:", "broker 0 at " + f.addr, fmt.Sprintf("topic \"%s\" with %d partitions", topic, parts)} {
@@ -74,10 +72,8 @@ func TestKcatMetadataProduceConsume(t *testing.T) {
 
 func TestKcatGroupConsume(t *testing.T) {
 	t.Parallel()
-	f := setup(t, nil)
-	ctx := testContext(t, 90*time.Second)
 	const topic, group = "kcat-group", "kcat-consumers"
-	f.createTopic(t, topic, 3)
+	f, ctx := setupTopic(t, topic, 3, 90*time.Second)
 	var in strings.Builder
 	for i := range 30 {
 		fmt.Fprintf(&in, "k%d:v%d\n", i, i)

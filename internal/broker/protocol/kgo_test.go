@@ -34,10 +34,8 @@ func produceKeyed(t testing.TB, ctx context.Context, cl *kgo.Client, topic strin
 
 func TestKgoProduceConsumeAndKeyPartitioning(t *testing.T) {
 	t.Parallel()
-	f := setup(t, nil)
-	ctx := testContext(t, 60*time.Second)
 	const topic, parts, n = "orders", 6, 600
-	f.createTopic(t, topic, parts)
+	f, ctx := setupTopic(t, topic, parts, 60*time.Second)
 
 	prod := newKgo(t, f.addr, kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil)))
 	defer prod.Close()
@@ -81,10 +79,8 @@ func TestKgoProduceConsumeAndKeyPartitioning(t *testing.T) {
 
 func TestKgoIdempotentProducerNoDuplicates(t *testing.T) {
 	t.Parallel()
-	f := setup(t, nil)
-	ctx := testContext(t, 60*time.Second)
 	const topic = "idem"
-	f.createTopic(t, topic, 3)
+	f, ctx := setupTopic(t, topic, 3, 60*time.Second)
 	cl := newKgo(t, f.addr, kgo.DefaultProduceTopic(topic), kgo.ProducerLinger(time.Millisecond))
 	defer cl.Close()
 	var wg sync.WaitGroup

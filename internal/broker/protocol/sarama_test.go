@@ -28,10 +28,8 @@ func saramaConfig() *sarama.Config {
 
 func TestSaramaProduceConsume(t *testing.T) {
 	t.Parallel()
-	f := setup(t, nil)
-	ctx := testContext(t, 60*time.Second)
 	const topic, parts, perPart = "sarama", 3, 50
-	f.createTopic(t, topic, parts)
+	f, ctx := setupTopic(t, topic, parts, 60*time.Second)
 	cfg := saramaConfig()
 
 	prod, err := sarama.NewSyncProducer([]string{f.addr}, cfg)

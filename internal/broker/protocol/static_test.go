@@ -20,10 +20,8 @@ func groupInfo(f *fixture, id string) (state groupState, generation int32, membe
 
 func TestKgoStaticMembership(t *testing.T) {
 	t.Parallel()
-	f := setup(t, nil)
-	ctx := testContext(t, 60*time.Second)
 	const topic, group = "static", "static-group"
-	f.createTopic(t, topic, 4)
+	f, ctx := setupTopic(t, topic, 4, 60*time.Second)
 	seen := &consumed{values: map[string]int{}, first: map[int32]int64{}}
 
 	a := startGroupConsumer(t, f.addr, group, topic, "a", seen, kgo.InstanceID("a"))

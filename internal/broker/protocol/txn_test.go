@@ -52,10 +52,8 @@ func consumeIsolated(t testing.TB, ctx context.Context, addr, topic string, comm
 
 func TestTxnCommitAbortAndIsolationLevels(t *testing.T) {
 	t.Parallel()
-	f := setup(t, nil)
-	ctx := testContext(t, 60*time.Second)
 	const topic = "txn-iso"
-	f.createTopic(t, topic, 3)
+	f, ctx := setupTopic(t, topic, 3, 60*time.Second)
 	cl := newKgo(t, f.addr, kgo.TransactionalID("iso-1"), kgo.DefaultProduceTopic(topic))
 	defer cl.Close()
 	txnProduce(t, ctx, cl, topic, "c1-", 30, true)
@@ -87,10 +85,8 @@ func TestTxnCommitAbortAndIsolationLevels(t *testing.T) {
 // it, read_uncommitted does, and the zombie's later record is nowhere.
 func TestTxnZombieIsFenced(t *testing.T) {
 	t.Parallel()
-	f := setup(t, nil)
-	ctx := testContext(t, 60*time.Second)
 	const topic = "txn-zombie"
-	f.createTopic(t, topic, 1)
+	f, ctx := setupTopic(t, topic, 1, 60*time.Second)
 	zombie := newKgo(t, f.addr, kgo.TransactionalID("z"), kgo.DefaultProduceTopic(topic), kgo.RecordRetries(2))
 	defer zombie.Close()
 	if err := zombie.BeginTransaction(); err != nil {
@@ -206,10 +202,8 @@ func TestTxnTimeoutAbortsAbandonedTransaction(t *testing.T) {
 // answers UNSTABLE_OFFSET_COMMIT; after the commit both move on.
 func TestTxnLastStableOffsetAndUnstableOffsets(t *testing.T) {
 	t.Parallel()
-	f := setup(t, nil)
-	ctx := testContext(t, 60*time.Second)
 	const topic = "txn-lso"
-	f.createTopic(t, topic, 1)
+	f, ctx := setupTopic(t, topic, 1, 60*time.Second)
 	plain := newKgo(t, f.addr, kgo.DefaultProduceTopic(topic))
 	defer plain.Close()
 	produceKeyed(t, ctx, plain, topic, 3)
