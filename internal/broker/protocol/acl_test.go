@@ -20,15 +20,20 @@ import (
 
 // aclFixture: TLS, SASL SCRAM for admin (a super user), alice and bob,
 // and an Authorizer with an ACL file, every topic read-only (the relay's)
-// unless an ACL allows writing it.
-func setupACL(t *testing.T) (*saslFixture, *Authorizer) {
+// unless an ACL allows writing it. cfg may adjust the server's Config.
+func setupACL(t *testing.T, cfg func(*Config)) (*saslFixture, *Authorizer) {
 	t.Helper()
 	aclFile := filepath.Join(t.TempDir(), "acls.json")
 	authz, err := NewAuthorizer(AuthorizerConfig{File: aclFile, SuperUsers: []string{"User:admin"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := setupSASL(t, map[string]string{"admin": "admin-pw", "alice": "alice-pw", "bob": "bob-pw"}, func(c *Config) { c.Authorizer = authz })
+	f := setupSASL(t, map[string]string{"admin": "admin-pw", "alice": "alice-pw", "bob": "bob-pw"}, func(c *Config) {
+		c.Authorizer = authz
+		if cfg != nil {
+			cfg(c)
+		}
+	})
 	return f, authz
 }
 
@@ -60,7 +65,7 @@ func produceErr(ctx context.Context, cl *kgo.Client, topic string) error {
 // her write there and nowhere else.
 func TestACLsProduceToRelayTopicsRefused(t *testing.T) {
 	t.Parallel()
-	f, _ := setupACL(t)
+	f, _ := setupACL(t, nil)
 	ctx := testContext(t, 90*time.Second)
 	const outboxTopic = "orders"
 	f.createTopic(t, outboxTopic, 2)
@@ -102,7 +107,7 @@ func TestACLsProduceToRelayTopicsRefused(t *testing.T) {
 // gets GROUP_AUTHORIZATION_FAILED, and cannot see it in ListGroups.
 func TestACLsGroupDeniesForeignGroup(t *testing.T) {
 	t.Parallel()
-	f, authz := setupACL(t)
+	f, authz := setupACL(t, nil)
 	ctx := testContext(t, 90*time.Second)
 	const topic, group = "payments", "alice-group"
 	f.createTopic(t, topic, 1)
@@ -157,7 +162,7 @@ func TestACLsGroupDeniesForeignGroup(t *testing.T) {
 // CLUSTER_AUTHORIZATION_FAILED.
 func TestACLAPIs(t *testing.T) {
 	t.Parallel()
-	f, authz := setupACL(t)
+	f, authz := setupACL(t, nil)
 	ctx := testContext(t, 60*time.Second)
 	admin := kadm.NewClient(f.kgoAs(t, MechanismSCRAM256, "admin", "admin-pw"))
 	b := kadm.NewACLs().Allow("User:bob").Topics("reports").Groups("reporting").Operations(kadm.OpRead, kadm.OpDescribe)
@@ -260,7 +265,7 @@ func TestAuthorizerRules(t *testing.T) {
 // ACL allows AlterConfigs on it; admin, a super user, alters it.
 func TestACLsTopicConfigs(t *testing.T) {
 	t.Parallel()
-	f, authz := setupACL(t)
+	f, authz := setupACL(t, nil)
 	ctx := testContext(t, 60*time.Second)
 	f.createTopic(t, "orders", 1)
 	alice := kadm.NewClient(f.kgoAs(t, MechanismSCRAM256, "alice", "alice-pw", kgo.RequestRetries(1)))

@@ -3,7 +3,6 @@ package protocol
 import (
 	"errors"
 	"fmt"
-	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -26,15 +25,8 @@ import (
 // name cannot be created again until the broker reopens.
 func TestCreatePartitionsAndDeleteTopics(t *testing.T) {
 	t.Parallel()
-	aclFile := filepath.Join(t.TempDir(), "acls.json")
-	authz, err := NewAuthorizer(AuthorizerConfig{File: aclFile, SuperUsers: []string{"User:admin"}})
-	if err != nil {
-		t.Fatal(err)
-	}
 	var allow atomic.Bool
-	f := setupSASL(t, map[string]string{"admin": "admin-pw", "alice": "alice-pw"}, func(c *Config) {
-		c.Authorizer, c.AllowRepartition = authz, allow.Load
-	})
+	f, _ := setupACL(t, func(c *Config) { c.AllowRepartition = allow.Load })
 	ctx := testContext(t, 60*time.Second)
 	const topic = "orders"
 	f.createTopic(t, topic, 3)
@@ -104,7 +96,7 @@ func TestCreatePartitionsAndDeleteTopics(t *testing.T) {
 // with it (admin, a super user).
 func TestAdminAPIsThroughKadm(t *testing.T) {
 	t.Parallel()
-	f, _ := setupACL(t)
+	f, _ := setupACL(t, nil)
 	ctx := testContext(t, 60*time.Second)
 	const topic = "orders"
 	f.createTopic(t, topic, 1)
