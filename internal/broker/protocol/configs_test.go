@@ -24,10 +24,7 @@ func describeConfigs(t *testing.T, adm *kadm.Client, topic string) map[string]ka
 	if err != nil {
 		t.Fatal(err)
 	}
-	rc, err := rcs.On(topic, nil)
-	if err == nil {
-		err = rc.Err
-	}
+	rc, err := rcs.On(topic, func(rc *kadm.ResourceConfig) error { return rc.Err })
 	if err != nil {
 		t.Fatalf("describing %s: %v", topic, err)
 	}
