@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -42,19 +41,6 @@ func relayBatch(value string) []byte {
 	return broker.EncodeBatch(-1, -1, -1, []broker.Record{{Value: []byte(value), Timestamp: time.Now()}})
 }
 
-// kcatSASL runs kcat as user over TLS with SCRAM-SHA-256 and returns its
-// combined output and error.
-func kcatSASL(t *testing.T, ctx context.Context, f *saslFixture, user, pass, stdin string, args ...string) (string, error) {
-	t.Helper()
-	kctx, cancel := context.WithTimeout(ctx, 20*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(kctx, kcatPath(t), append([]string{"-b", f.addr, "-X", "security.protocol=sasl_ssl", "-X", "ssl.ca.location=" + f.certs.CAFile,
-		"-X", "sasl.mechanisms=SCRAM-SHA-256", "-X", "sasl.username=" + user, "-X", "sasl.password=" + pass}, args...)...)
-	cmd.Stdin = strings.NewReader(stdin)
-	out, err := cmd.CombinedOutput()
-	return string(out), err
-}
-
 func produceErr(ctx context.Context, cl *kgo.Client, topic string) error {
 	return cl.ProduceSync(ctx, &kgo.Record{Topic: topic, Value: []byte("x")}).FirstErr()
 }
@@ -80,7 +66,7 @@ func TestACLsProduceToRelayTopicsRefused(t *testing.T) {
 	if got := consumeAll(t, ctx, alice, 1); string(got[0].Value) != "from-the-relay" {
 		t.Fatalf("alice read %q", got[0].Value)
 	}
-	out, err := kcatSASL(t, ctx, f, "alice", "alice-pw", "x\n", "-P", "-t", outboxTopic)
+	out, err := tryKcat(t, ctx, "x\n", append(f.kcatArgs(MechanismSCRAM256, "alice", "alice-pw"), "-P", "-t", outboxTopic)...)
 	if err == nil || !strings.Contains(out, "Broker: Topic authorization failed") {
 		t.Errorf("kcat producing to the relay's topic: err %v, output:\n%s", err, out)
 	}

@@ -25,6 +25,18 @@ func runKcat(t *testing.T, ctx context.Context, stdin string, args ...string) st
 	return stdout.String()
 }
 
+// tryKcat runs kcat (for at most 20 s) and returns its combined output
+// and error, for runs that may fail.
+func tryKcat(t testing.TB, ctx context.Context, stdin string, args ...string) (string, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, kcatPath(t), args...)
+	cmd.Stdin = strings.NewReader(stdin)
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
 func TestKcatMetadataProduceConsume(t *testing.T) {
 	t.Parallel()
 	const topic, parts = "kcat-orders", 4
