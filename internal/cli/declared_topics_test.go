@@ -52,22 +52,6 @@ func writeFile(t *testing.T, path, content string) {
 	}
 }
 
-// eventually retries check every 100ms until it returns nil or timeout.
-func eventually(t *testing.T, timeout time.Duration, what string, check func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := check()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: %v", what, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
-
 // TestDeclaredTopics runs the real binary with a config file and checks
 // each promise of the declared topics: settings from the file (the
 // command line winning), topic-defaults for a topic the file does not
@@ -420,10 +404,7 @@ func TestDeclaredTopics(t *testing.T) {
 	})
 
 	t.Run("a decrease in the file at start", func(t *testing.T) {
-		p.Signal(syscall.SIGTERM)
-		if code := p.Wait(30 * time.Second); code != 0 {
-			t.Fatalf("SIGTERM: exit %d", code)
-		}
+		stopRelay(t, p, 30*time.Second)
 		writeFile(t, cfgPath, declaredConfig("1", "1", 6))
 		p2 := e2e.Start(t, bin, nil, "run", "--config", cfgPath, "--database-url", url, "--data-dir", dataDir,
 			"--http-addr", httpAddr, "--kafka-addr", kafkaAddr)

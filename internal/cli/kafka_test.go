@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os/exec"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -101,8 +100,5 @@ func TestKcatReadsOutboxEvents(t *testing.T) {
 	if n != keys*perKey {
 		t.Fatalf("kcat read %d records, want %d:\n%s", n, keys*perKey, out)
 	}
-	p.Signal(syscall.SIGTERM)
-	if code := p.Wait(30 * time.Second); code != 0 {
-		t.Fatalf("relay exited %d", code)
-	}
+	stopRelay(t, p, 30*time.Second)
 }

@@ -2,7 +2,6 @@ package cli_test
 
 import (
 	"context"
-	"syscall"
 	"testing"
 	"time"
 
@@ -77,10 +76,7 @@ func TestEmbeddedMissingTopic(t *testing.T) {
 		records = append(records, rec)
 	}
 	n := e2e.Check(t, records, ledger)
-	p.Signal(syscall.SIGTERM)
-	if code := p.Wait(time.Minute); code != 0 {
-		t.Fatalf("relay exited %d after SIGTERM", code)
-	}
+	stopRelay(t, p, time.Minute)
 	logged := e2e.CheckWaitEnded(t, url, p.Output(), len(ledger.Committed))
 	t.Logf("%d events committed, %d read back once each in per-key order; the wait logged %d times", len(ledger.Committed), n, logged)
 }

@@ -1,11 +1,9 @@
 package cli_test
 
 import (
-	"encoding/json"
+	"fmt"
 	"net"
-	"net/http"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -35,10 +33,7 @@ func TestSIGTERMWhileConnecting(t *testing.T) {
 	p := e2e.Start(t, testbin.Relay(t), nil, "run", "--database-url", "postgres://u@"+silent.Addr().String()+"/x",
 		"--http-addr", "", "--kafka-addr", "", "--data-dir", t.TempDir())
 	time.Sleep(time.Second)
-	p.Signal(syscall.SIGTERM)
-	if code := p.Wait(10 * time.Second); code != 0 {
-		t.Fatalf("exit %d after SIGTERM while connecting, want 0:\n%s", code, p.Output())
-	}
+	stopRelay(t, p, 10*time.Second)
 }
 
 // TestRunRejectsBadFlags: bad flag values give one clear line and exit 2.
@@ -76,30 +71,18 @@ func TestKafkaListenerThatCannotBindIsNotReady(t *testing.T) {
 	httpAddr := e2e.FreeAddr(t)
 	p := e2e.Start(t, bin, nil, "run", "--database-url", url, "--data-dir", t.TempDir(), "--http-addr", httpAddr,
 		"--kafka-addr", taken.Addr().String())
-	deadline := time.Now().Add(time.Minute)
-	var body struct {
-		Ready  bool   `json:"ready"`
-		Reason string `json:"reason"`
-	}
-	for {
-		resp, err := http.Get("http://" + httpAddr + "/readyz")
-		if err == nil {
-			json.NewDecoder(resp.Body).Decode(&body)
-			resp.Body.Close()
-			if strings.Contains(body.Reason, "Kafka listener") {
-				break
-			}
-			if body.Ready {
-				t.Fatal("ready with its Kafka address taken")
-			}
+	var reason string
+	eventually(t, time.Minute, "/readyz never named the Kafka listener", func() error {
+		if reason = p.ReadyReason(); strings.Contains(reason, "Kafka listener") {
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("/readyz never named the Kafka listener; last reason %q\n%s", body.Reason, p.Output())
+		if ready, _ := p.Ready(); ready {
+			t.Fatal("ready with its Kafka address taken")
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	if !strings.Contains(body.Reason, taken.Addr().String()) {
-		t.Errorf("the reason does not name the address: %q", body.Reason)
+		return fmt.Errorf("last reason %q", reason)
+	})
+	if !strings.Contains(reason, taken.Addr().String()) {
+		t.Errorf("the reason does not name the address: %q", reason)
 	}
 	taken.Close()
 	e2e.WaitReady(t, p, true, time.Minute)
