@@ -38,35 +38,21 @@ type Set struct {
 func New(t testing.TB, clientName string) *Set {
 	t.Helper()
 	dir := t.TempDir()
-	caKey := newKey(t)
-	caTmpl := &x509.Certificate{
+	ca := issue(t, &x509.Certificate{
 		SerialNumber:          big.NewInt(1),
 		Subject:               pkix.Name{CommonName: "relay test CA"},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(24 * time.Hour),
 		IsCA:                  true,
 		BasicConstraintsValid: true,
 		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
-	}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca, err := x509.ParseCertificate(caDER)
-	if err != nil {
-		t.Fatal(err)
-	}
+	}, nil)
 	s := &Set{Dir: dir, ClientName: clientName, pool: x509.NewCertPool()}
-	s.pool.AddCert(ca)
-	s.CAFile = writePEM(t, dir, "ca.pem", "CERTIFICATE", caDER)
+	s.pool.AddCert(ca.cert)
+	s.CAFile = writePEM(t, dir, "ca.pem", "CERTIFICATE", ca.cert.Raw)
 
-	issue := func(name string, serial int64, usage x509.ExtKeyUsage, server bool) (certFile, keyFile, keyPEM string) {
-		key := newKey(t)
+	leaf := func(name string, serial int64, usage x509.ExtKeyUsage, server bool) (certFile, keyFile, keyPEM string) {
 		tmpl := &x509.Certificate{
 			SerialNumber: big.NewInt(serial),
 			Subject:      pkix.Name{CommonName: name},
-			NotBefore:    time.Now().Add(-time.Hour),
-			NotAfter:     time.Now().Add(24 * time.Hour),
 			KeyUsage:     x509.KeyUsageDigitalSignature,
 			ExtKeyUsage:  []x509.ExtKeyUsage{usage},
 		}
@@ -74,20 +60,17 @@ func New(t testing.TB, clientName string) *Set {
 			tmpl.DNSNames = []string{"localhost"}
 			tmpl.IPAddresses = []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback}
 		}
-		der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
+		c := issue(t, tmpl, &ca)
+		keyDER, err := x509.MarshalPKCS8PrivateKey(c.key)
 		if err != nil {
 			t.Fatal(err)
 		}
-		keyDER, err := x509.MarshalPKCS8PrivateKey(key)
-		if err != nil {
-			t.Fatal(err)
-		}
-		certFile = writePEM(t, dir, name+".pem", "CERTIFICATE", der)
+		certFile = writePEM(t, dir, name+".pem", "CERTIFICATE", c.cert.Raw)
 		keyFile = writePEM(t, dir, name+"-key.pem", "PRIVATE KEY", keyDER)
 		return certFile, keyFile, string(pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}))
 	}
-	s.ServerCert, s.ServerKey, s.KeyPEM = issue("localhost", 2, x509.ExtKeyUsageServerAuth, true)
-	s.ClientCert, s.ClientKey, _ = issue(clientName, 3, x509.ExtKeyUsageClientAuth, false)
+	s.ServerCert, s.ServerKey, s.KeyPEM = leaf("localhost", 2, x509.ExtKeyUsageServerAuth, true)
+	s.ClientCert, s.ClientKey, _ = leaf(clientName, 3, x509.ExtKeyUsageClientAuth, false)
 	return s
 }
 
@@ -119,6 +102,33 @@ func (s *Set) ClientConfig(t testing.TB, withCert bool) *tls.Config {
 		cfg.Certificates = []tls.Certificate{cert}
 	}
 	return cfg
+}
+
+// certificate is a certificate and its private key.
+type certificate struct {
+	cert *x509.Certificate
+	key  *ecdsa.PrivateKey
+}
+
+// issue makes a new key and a certificate for it from tmpl, valid from an
+// hour ago for a day, signed by ca (self-signed when ca is nil).
+func issue(t testing.TB, tmpl *x509.Certificate, ca *certificate) certificate {
+	t.Helper()
+	key := newKey(t)
+	tmpl.NotBefore, tmpl.NotAfter = time.Now().Add(-time.Hour), time.Now().Add(24*time.Hour)
+	parent, signer := tmpl, key
+	if ca != nil {
+		parent, signer = ca.cert, ca.key
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, parent, &key.PublicKey, signer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return certificate{cert: cert, key: key}
 }
 
 func newKey(t testing.TB) *ecdsa.PrivateKey {
