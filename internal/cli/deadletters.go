@@ -26,11 +26,8 @@ func deadLettersCommand() *command {
 // deadLetterFlags are the filters the dead-letter commands share.
 type deadLetterFlags struct {
 	db       dbFlags
-	topic    string
-	key      string
+	events   eventFlags
 	reason   string
-	since    string
-	until    string
 	asJSON   bool
 	resolved bool
 	limit    int
@@ -40,11 +37,8 @@ type deadLetterFlags struct {
 
 func (f *deadLetterFlags) register(fs *flag.FlagSet, action string) {
 	f.db.register(fs)
-	fs.StringVar(&f.topic, "topic", "", "only this topic")
-	fs.StringVar(&f.key, "key", "", "only this key")
+	f.events.register(fs, "dead letters", "that failed")
 	fs.StringVar(&f.reason, "reason", "", "only this reason: invalid_topic, invalid_headers, too_large, sink_rejected, schema_invalid, held")
-	fs.StringVar(&f.since, "since", "", "only those that failed at or after this time (RFC 3339, or a duration ago such as 2h)")
-	fs.StringVar(&f.until, "until", "", "only those that failed before this time (RFC 3339, or a duration ago)")
 	fs.BoolVar(&f.asJSON, "json", false, "print JSON")
 	switch action {
 	case "list":
@@ -59,20 +53,11 @@ func (f *deadLetterFlags) register(fs *flag.FlagSet, action string) {
 }
 
 func (f *deadLetterFlags) filter(fs *flag.FlagSet) (relay.DeadLetterFilter, error) {
-	df := relay.DeadLetterFilter{Topic: f.topic, Reason: f.reason, Resolved: f.resolved}
-	fs.Visit(func(fl *flag.Flag) {
-		if fl.Name == "key" {
-			df.Key = &f.key
-		}
-	})
-	now := time.Now()
-	var err error
-	if df.Since, err = parseTime("--since", f.since, now); err != nil {
-		return df, err
+	ef, err := f.events.filter(fs, time.Now())
+	if err != nil {
+		return relay.DeadLetterFilter{}, err
 	}
-	if df.Until, err = parseTime("--until", f.until, now); err != nil {
-		return df, err
-	}
+	df := relay.DeadLetterFilter{Topic: ef.topic, Key: ef.key, Since: ef.since, Until: ef.until, Reason: f.reason, Resolved: f.resolved}
 	for _, a := range fs.Args() {
 		id, err := strconv.ParseInt(a, 10, 64)
 		if err != nil || id <= 0 {

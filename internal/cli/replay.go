@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"strings"
 	"time"
 
 	"github.com/outboxrelay/relay/internal/pgconfig"
@@ -20,50 +19,25 @@ func replayCommand() *command {
 
 type replayFlags struct {
 	db        dbFlags
-	since     string
-	until     string
+	events    eventFlags
 	fromEvent string
-	topic     string
-	key       string
 	dryRun    bool
 	detach    bool
 	json      bool
 	poll      time.Duration
 }
 
-// parseTime reads an RFC 3339 time, or a duration meaning that long ago.
-func parseTime(flag, v string, now time.Time) (*time.Time, error) {
-	if v == "" {
-		return nil, nil
+func (f *replayFlags) filter(fs *flag.FlagSet, now time.Time) (relay.ReplayFilter, error) {
+	if (f.events.since == "") == (f.fromEvent == "") {
+		return relay.ReplayFilter{}, usagef("give exactly one of --since or --from-event")
 	}
-	if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
-		return &t, nil
+	ef, err := f.events.filter(fs, now)
+	if err != nil {
+		return relay.ReplayFilter{}, err
 	}
-	if d, err := time.ParseDuration(strings.TrimPrefix(v, "-")); err == nil && d >= 0 {
-		t := now.Add(-d)
-		return &t, nil
-	}
-	return nil, usagef("%s %q: want an RFC 3339 time (2026-01-02T15:04:05Z) or a duration ago (15m)", flag, v)
-}
-
-func (f *replayFlags) filter(set map[string]bool, now time.Time) (relay.ReplayFilter, error) {
-	var rf relay.ReplayFilter
-	var err error
-	if (f.since == "") == (f.fromEvent == "") {
-		return rf, usagef("give exactly one of --since or --from-event")
-	}
-	if rf.Since, err = parseTime("--since", f.since, now); err != nil {
-		return rf, err
-	}
-	if rf.Until, err = parseTime("--until", f.until, now); err != nil {
-		return rf, err
-	}
-	rf.FromEvent, rf.Topic = f.fromEvent, f.topic
-	if set["key"] {
-		rf.Key = &f.key
-	}
-	if f.topic != "" {
-		if err := relay.ValidTopic(f.topic); err != nil {
+	rf := relay.ReplayFilter{Since: ef.since, Until: ef.until, FromEvent: f.fromEvent, Topic: ef.topic, Key: ef.key}
+	if rf.Topic != "" {
+		if err := relay.ValidTopic(rf.Topic); err != nil {
 			return rf, usagef("--topic: %v", err)
 		}
 	}
@@ -77,11 +51,8 @@ func replay(ctx context.Context, stdio IO, args []string) error {
 	var f replayFlags
 	fs := flagSet("relay replay", stdio)
 	f.db.register(fs)
-	fs.StringVar(&f.since, "since", "", "replay events created at or after this time (RFC 3339, or a duration ago such as 15m)")
-	fs.StringVar(&f.until, "until", "", "only events created before this time (RFC 3339, or a duration ago)")
+	f.events.register(fs, "events", "created")
 	fs.StringVar(&f.fromEvent, "from-event", "", "replay from this event id on, in publication order")
-	fs.StringVar(&f.topic, "topic", "", "only events of this topic")
-	fs.StringVar(&f.key, "key", "", "only events with this key")
 	fs.BoolVar(&f.dryRun, "dry-run", false, "count what would be replayed, change nothing")
 	fs.BoolVar(&f.detach, "detach", false, "record the request and exit without waiting for it")
 	fs.BoolVar(&f.json, "json", false, "print the outcome as JSON")
@@ -89,9 +60,7 @@ func replay(ctx context.Context, stdio IO, args []string) error {
 	if err := parse(fs, args, stdio, false); err != nil {
 		return err
 	}
-	set := map[string]bool{}
-	fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
-	filter, err := f.filter(set, time.Now())
+	filter, err := f.filter(fs, time.Now())
 	if err != nil {
 		return err
 	}
