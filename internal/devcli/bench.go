@@ -3,6 +3,7 @@ package devcli
 import (
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -43,18 +44,17 @@ func runBench(ctx context.Context, stdio cli.IO, args []string) error {
 	fs.BoolVar(&cfg.LongTx, "long-tx", false, "live: hold a writing transaction open in another database of the cluster for the whole run, and report the latencies during it")
 	fs.BoolVar(&cfg.Schema, "schema-validation", false, "with --backlog: drain backlogs of JSON and of Avro payloads with schema validation off and on (a contract and the wire format), and report on/off per format")
 	baseline := fs.Bool("baseline", true, "with --backlog, also run the baseline on the same data")
-	relayArgs := fs.String("relay-args", "", "extra `relay run` flags, space-separated")
+	var child childRelay
+	child.register(fs)
 	fs.IntVar(&cfg.Runs, "runs", 1, "repeat the measurement this many times in the same environment and report each and the median")
 	fs.DurationVar(&cfg.Window, "window", 0, "live: log the latency p50 / p99 of each such interval alone, with PostgreSQL's checkpoints, autovacuums and WAL bytes per event in it (0: off)")
 	asJSON := fs.Bool("json", false, "print JSON instead of a table (an array with --runs above 1)")
-	relayBinary := fs.String("relay-binary", "", "run this executable's `run` command as the relay (default: this binary), to compare builds with one bench")
 	if err := cli.Parse(fs, args, stdio); err != nil {
 		return err
 	}
 	cfg.Baseline = *baseline
-	cfg.RelayArgs = strings.Fields(*relayArgs)
 	var err error
-	if cfg.RelayBinary, err = relayExecutable(*relayBinary); err != nil {
+	if cfg.RelayBinary, cfg.RelayArgs, err = child.relay(); err != nil {
 		return err
 	}
 	cfg.Logger = slog.New(slog.NewTextHandler(stdio.Stderr, nil))
@@ -74,18 +74,29 @@ func runBench(ctx context.Context, stdio cli.IO, args []string) error {
 	return nil
 }
 
-// relayExecutable is the relay a bench runs as a child: named, the
-// --relay-binary flag, or by default this binary, whose `relay-dev run` is
-// the relay's `relay run`. It fails when this binary's path is unknown.
-func relayExecutable(named string) (string, error) {
+// childRelay holds the flags of the benches that run the relay as a
+// child process: which executable, and extra `relay run` flags.
+type childRelay struct {
+	binary, args string
+}
+
+func (c *childRelay) register(fs *flag.FlagSet) {
+	fs.StringVar(&c.binary, "relay-binary", "", "run this executable's `run` command as the relay (default: this binary), to compare builds with one bench")
+	fs.StringVar(&c.args, "relay-args", "", "extra `relay run` flags, space-separated")
+}
+
+// relay is the executable to run as the relay, --relay-binary or by
+// default this binary (whose `relay-dev run` is the relay's `relay run`),
+// and the extra flags. It fails when this binary's path is unknown.
+func (c *childRelay) relay() (binary string, args []string, err error) {
 	exe, err := os.Executable()
 	switch {
 	case err != nil:
-		return "", err
-	case named != "":
-		return named, nil
+		return "", nil, err
+	case c.binary != "":
+		exe = c.binary
 	}
-	return exe, nil
+	return exe, strings.Fields(c.args), nil
 }
 
 func printBench(w io.Writer, results []bench.Result) {

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
-	"os"
 	"strings"
 
 	"github.com/outboxrelay/relay/internal/bench"
@@ -23,8 +22,8 @@ func runBigTxBench(ctx context.Context, stdio cli.IO, args []string) error {
 	fs.IntVar(&cfg.Keys, "keys", 1000, "distinct keys")
 	fs.StringVar(&cfg.WorkMem, "logical-decoding-work-mem", "", "the bench database's logical_decoding_work_mem, say 64kB (default: the server's)")
 	order := fs.String("streaming", "on,off", "runs in order, each on (pgoutput streaming) or off (--cdc-streaming=false)")
-	relayArgs := fs.String("relay-args", "", "extra `relay run` flags, space-separated")
-	relayBinary := fs.String("relay-binary", "", "run this executable's `run` command as the relay (default: this binary)")
+	var child childRelay
+	child.register(fs)
 	asJSON := fs.Bool("json", false, "print JSON instead of text")
 	if err := cli.Parse(fs, args, stdio); err != nil {
 		return err
@@ -42,14 +41,9 @@ func runBigTxBench(ctx context.Context, stdio cli.IO, args []string) error {
 	if cfg.Events < 1 || cfg.PayloadBytes < 1 || cfg.Keys < 1 {
 		return cli.Usagef("--events, --payload-bytes and --keys must be positive")
 	}
-	cfg.RelayArgs = strings.Fields(*relayArgs)
-	exe, err := os.Executable()
-	if err != nil {
+	var err error
+	if cfg.RelayBinary, cfg.RelayArgs, err = child.relay(); err != nil {
 		return err
-	}
-	cfg.RelayBinary = exe
-	if *relayBinary != "" {
-		cfg.RelayBinary = *relayBinary
 	}
 	cfg.Logger = slog.New(slog.NewTextHandler(stdio.Stderr, nil))
 	results, err := bench.RunBigTx(ctx, cfg)
