@@ -8,7 +8,6 @@ import (
 	"net"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -123,8 +122,7 @@ type kafkaListener struct {
 	allowRepartition func() bool
 	log              *slog.Logger
 
-	mu  sync.Mutex
-	srv *protocol.Server
+	srv whileOpen[protocol.Server]
 }
 
 // attach is the embedded sink's OnOpen hook. A listener that cannot start
@@ -149,14 +147,10 @@ func (k *kafkaListener) attach(b *broker.Broker) (stop func(), err error) {
 			k.log.Error("Kafka listener stopped", "err", err)
 		}
 	}()
-	k.mu.Lock()
-	k.srv = srv
-	k.mu.Unlock()
+	release := k.srv.hold(srv)
 	k.log.Info("serving the Kafka protocol", "addr", ln.Addr().String(), "advertised", k.advertised, "tls", cfg.TLS != nil, "sasl", strings.Join(cfg.SASLMechanisms, ","))
 	return func() {
-		k.mu.Lock()
-		k.srv = nil
-		k.mu.Unlock()
+		release()
 		cancel()
 		<-done
 	}, nil
@@ -165,10 +159,7 @@ func (k *kafkaListener) attach(b *broker.Broker) (stop func(), err error) {
 func (k *kafkaListener) Describe(ch chan<- *prometheus.Desc) {}
 
 func (k *kafkaListener) Collect(ch chan<- prometheus.Metric) {
-	k.mu.Lock()
-	srv := k.srv
-	k.mu.Unlock()
-	if srv != nil {
+	if srv := k.srv.get(); srv != nil {
 		srv.Collector().Collect(ch)
 	}
 }
@@ -186,29 +177,18 @@ func validateListenAddr(flag, addr string) error {
 // brokerStorage exports the embedded broker's storage health and lost data
 // when no Kafka listener (which exports them with its own) runs.
 type brokerStorage struct {
-	mu sync.Mutex
-	b  *broker.Broker
+	b whileOpen[broker.Broker]
 }
 
 // attach is the embedded sink's OnOpen hook.
 func (s *brokerStorage) attach(b *broker.Broker) (stop func(), err error) {
-	s.mu.Lock()
-	s.b = b
-	s.mu.Unlock()
-	return func() {
-		s.mu.Lock()
-		s.b = nil
-		s.mu.Unlock()
-	}, nil
+	return s.b.hold(b), nil
 }
 
 func (s *brokerStorage) Describe(chan<- *prometheus.Desc) {}
 
 func (s *brokerStorage) Collect(ch chan<- prometheus.Metric) {
-	s.mu.Lock()
-	b := s.b
-	s.mu.Unlock()
-	if b != nil {
+	if b := s.b.get(); b != nil {
 		protocol.StorageCollector(b).Collect(ch)
 	}
 }

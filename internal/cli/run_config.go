@@ -69,7 +69,7 @@ type topicAdmin struct {
 	applyMu sync.Mutex // one Apply at a time
 	mu      sync.Mutex
 	f       *runFlags // the settings in force
-	b       *broker.Broker
+	b       whileOpen[broker.Broker]
 }
 
 func (f *runFlags) topicAdmin(log *slog.Logger) *topicAdmin {
@@ -78,8 +78,9 @@ func (f *runFlags) topicAdmin(log *slog.Logger) *topicAdmin {
 
 func (a *topicAdmin) current() (*runFlags, *broker.Broker) {
 	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.f, a.b
+	f := a.f
+	a.mu.Unlock()
+	return f, a.b.get()
 }
 
 // allowRepartition is --allow-repartition as last read.
@@ -111,13 +112,9 @@ func (a *topicAdmin) wrap(next func(*broker.Broker) (func(), error)) func(*broke
 				return nil, err
 			}
 		}
-		a.mu.Lock()
-		a.b = b
-		a.mu.Unlock()
+		release := a.b.hold(b)
 		return func() {
-			a.mu.Lock()
-			a.b = nil
-			a.mu.Unlock()
+			release()
 			if stopNext != nil {
 				stopNext()
 			}
