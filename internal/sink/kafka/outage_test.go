@@ -32,6 +32,33 @@ type core struct {
 	zombies []*kafka.Sink
 }
 
+// newCore returns a core that publishes outbox through sinks on cl,
+// transactional with txnID when it is set and adjusted by adjust when that
+// is not nil, drawing its batch sizes from rng.
+func newCore(t *testing.T, cl *kafkatest.Cluster, outbox []relay.Message, rng *rand.Rand, txnID string, adjust func(*kafka.Config)) *core {
+	return &core{t: t, outbox: outbox, rng: rng, newFn: func() *kafka.Sink {
+		return newSink(t, cl.Addrs(), func(cfg *kafka.Config) {
+			cfg.TransactionalID = txnID
+			if adjust != nil {
+				adjust(cfg)
+			}
+		})
+	}}
+}
+
+// checkOrders reads the topic orders back from cl and checks that it
+// holds the outbox (check), with no duplicate in the transactional mode;
+// it returns the number of duplicates.
+func (c *core) checkOrders(cl *kafkatest.Cluster, txn bool) int {
+	c.t.Helper()
+	dups := check(c.t, kafkatest.Read(c.t, cl.Addrs(), "orders", txn), c.outbox)
+	c.t.Logf("%d crashes, %d publish errors, %d duplicates", c.crashes, c.errors, dups)
+	if txn && dups > 0 {
+		c.t.Fatalf("%d duplicates in the transactional mode", dups)
+	}
+	return dups
+}
+
 type inflight struct {
 	through int
 	state   []byte
@@ -145,17 +172,11 @@ func check(t *testing.T, records []relaytest.Record, outbox []relay.Message) int
 func TestOutage(t *testing.T) {
 	eachMode(t, func(t *testing.T, txn bool) {
 		cl := kafkatest.Start(t)
-		c := &core{t: t, outbox: relaytest.Messages("orders", 0, 3000, 23), rng: rand.New(rand.NewPCG(3, 4))}
-		c.newFn = func() *kafka.Sink {
-			return newSink(t, cl.Addrs(), func(cfg *kafka.Config) {
-				cfg.PublishTimeout = 2 * time.Second
-				cfg.DialTimeout = time.Second
-				cfg.Logger = quiet
-				if txn {
-					cfg.TransactionalID = "outage"
-				}
-			})
-		}
+		c := newCore(t, cl, relaytest.Messages("orders", 0, 3000, 23), rand.New(rand.NewPCG(3, 4)), transactionalID(txn, "outage"), func(cfg *kafka.Config) {
+			cfg.PublishTimeout = 2 * time.Second
+			cfg.DialTimeout = time.Second
+			cfg.Logger = quiet
+		})
 		var notReady atomic.Int32
 		c.run(0, func(batch int) {
 			if batch != 20 {
@@ -178,11 +199,7 @@ func TestOutage(t *testing.T) {
 		if c.errors == 0 {
 			t.Fatal("no Publish failed during the outage")
 		}
-		dups := check(t, kafkatest.Read(t, cl.Addrs(), "orders", txn), c.outbox)
-		t.Logf("%d publish errors, %d duplicates", c.errors, dups)
-		if txn && dups > 0 {
-			t.Fatalf("%d duplicates in the transactional mode", dups)
-		}
+		c.checkOrders(cl, txn)
 	})
 }
 
@@ -192,21 +209,9 @@ func TestOutage(t *testing.T) {
 func TestCrashes(t *testing.T) {
 	eachMode(t, func(t *testing.T, txn bool) {
 		cl := kafkatest.Start(t)
-		c := &core{t: t, outbox: relaytest.Messages("orders", 0, 2000, 17), rng: rand.New(rand.NewPCG(5, 6))}
-		c.newFn = func() *kafka.Sink {
-			return newSink(t, cl.Addrs(), func(cfg *kafka.Config) {
-				if txn {
-					cfg.TransactionalID = "crashes"
-				}
-			})
-		}
+		c := newCore(t, cl, relaytest.Messages("orders", 0, 2000, 17), rand.New(rand.NewPCG(5, 6)), transactionalID(txn, "crashes"), nil)
 		c.run(7, nil)
-		dups := check(t, kafkatest.Read(t, cl.Addrs(), "orders", txn), c.outbox)
-		t.Logf("%d crashes, %d publish errors, %d duplicates", c.crashes, c.errors, dups)
-		if txn && dups > 0 {
-			t.Fatalf("%d duplicates in the transactional mode", dups)
-		}
-		if !txn && dups == 0 {
+		if dups := c.checkOrders(cl, txn); !txn && dups == 0 {
 			t.Fatal("no duplicates: the crashes lost no acknowledgement, the test proves nothing")
 		}
 	})
