@@ -38,103 +38,103 @@ func benchSink(b *testing.B, linger time.Duration) (*kafka.Sink, func()) {
 	}
 }
 
+// variant is one way of publishing that a publish benchmark compares.
+type variant struct {
+	name      string
+	linger    time.Duration
+	pipelined bool
+}
+
+// eachVariant runs bench as a sub-benchmark of each variant, on a sink of
+// its own (benchSink).
+func eachVariant(b *testing.B, variants []variant, bench func(b *testing.B, s *kafka.Sink, v variant)) {
+	for _, v := range variants {
+		b.Run(v.name, func(b *testing.B) {
+			s, stop := benchSink(b, v.linger)
+			defer stop()
+			bench(b, s, v)
+		})
+	}
+}
+
+// waiter waits, in order, for each publish put in queue, with up to three
+// queued behind the one it waits for (the core keeps four in flight); done
+// reports the first error, or nil once queue is closed and every publish
+// in it succeeded.
+func waiter() (queue chan<- func() (relay.PublishResult, error), done <-chan error) {
+	q := make(chan func() (relay.PublishResult, error), 3)
+	d := make(chan error, 1)
+	go func() {
+		for wait := range q {
+			if _, err := wait(); err != nil {
+				d <- err
+				return
+			}
+		}
+		d <- nil
+	}()
+	return q, d
+}
+
 // BenchmarkPublishLatency publishes batches of 10 events every 2 ms (5,000
 // events/s) into an in-memory kfake cluster, up to four batches in flight
 // as the core keeps them, and reports the p50 and p99 of the time from a
 // batch's hand-over to its acknowledgement; "sequential" is Publish, one
 // batch at a time. Compare the variants within one run.
 func BenchmarkPublishLatency(b *testing.B) {
-	for _, v := range []struct {
-		name      string
-		linger    time.Duration
-		pipelined bool
-	}{
+	eachVariant(b, []variant{
 		{"sequential-linger5ms", 5 * time.Millisecond, false},
 		{"pipelined-linger5ms", 5 * time.Millisecond, true},
 		{"pipelined-linger0", 0, true},
-	} {
-		b.Run(v.name, func(b *testing.B) {
-			ctx := context.Background()
-			s, stop := benchSink(b, v.linger)
-			defer stop()
-			type sent struct {
-				at   time.Time
-				wait func() (relay.PublishResult, error)
+	}, func(b *testing.B, s *kafka.Sink, v variant) {
+		ctx := context.Background()
+		var lat []time.Duration // appended to by the waiter only
+		queue, done := waiter()
+		tick := time.NewTicker(2 * time.Millisecond)
+		defer tick.Stop()
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			<-tick.C
+			at := time.Now()
+			wait := benchPublish(ctx, b, s, v.pipelined, i, 10)
+			queue <- func() (relay.PublishResult, error) {
+				res, err := wait()
+				lat = append(lat, time.Since(at))
+				return res, err
 			}
-			queue := make(chan sent, 3)
-			var lat []time.Duration
-			done := make(chan error, 1)
-			go func() {
-				for f := range queue {
-					if _, err := f.wait(); err != nil {
-						done <- err
-						return
-					}
-					lat = append(lat, time.Since(f.at))
-				}
-				done <- nil
-			}()
-			tick := time.NewTicker(2 * time.Millisecond)
-			defer tick.Stop()
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				<-tick.C
-				at := time.Now()
-				wait := benchPublish(ctx, b, s, v.pipelined, i, 10)
-				queue <- sent{at, wait}
-			}
-			close(queue)
-			if err := <-done; err != nil {
-				b.Fatal(err)
-			}
-			slices.Sort(lat)
-			b.ReportMetric(float64(lat[len(lat)/2])/1e6, "p50-ms")
-			b.ReportMetric(float64(lat[len(lat)*99/100])/1e6, "p99-ms")
-		})
-	}
+		}
+		close(queue)
+		if err := <-done; err != nil {
+			b.Fatal(err)
+		}
+		slices.Sort(lat)
+		b.ReportMetric(float64(lat[len(lat)/2])/1e6, "p50-ms")
+		b.ReportMetric(float64(lat[len(lat)*99/100])/1e6, "p99-ms")
+	})
 }
 
 // BenchmarkPublishThroughput publishes batches of 1,000 events as fast as
 // the sink takes them, up to four in flight, into an in-memory kfake
 // cluster; events/s compares the variants within one run.
 func BenchmarkPublishThroughput(b *testing.B) {
-	for _, v := range []struct {
-		name      string
-		linger    time.Duration
-		pipelined bool
-	}{
+	eachVariant(b, []variant{
 		{"sequential-linger5ms", 5 * time.Millisecond, false},
 		{"pipelined-linger0", 0, true},
 		{"pipelined-linger1ms", time.Millisecond, true},
-	} {
-		b.Run(v.name, func(b *testing.B) {
-			ctx := context.Background()
-			s, stop := benchSink(b, v.linger)
-			defer stop()
-			queue := make(chan func() (relay.PublishResult, error), 3)
-			done := make(chan error, 1)
-			go func() {
-				for wait := range queue {
-					if _, err := wait(); err != nil {
-						done <- err
-						return
-					}
-				}
-				done <- nil
-			}()
-			b.ResetTimer()
-			start := time.Now()
-			for i := 0; i < b.N; i++ {
-				wait := benchPublish(ctx, b, s, v.pipelined, i, 1000)
-				queue <- wait
-			}
-			close(queue)
-			if err := <-done; err != nil {
-				b.Fatal(err)
-			}
-			b.ReportMetric(float64(b.N*1000)/time.Since(start).Seconds(), "events/s")
-		})
-	}
+	}, func(b *testing.B, s *kafka.Sink, v variant) {
+		ctx := context.Background()
+		queue, done := waiter()
+		b.ResetTimer()
+		start := time.Now()
+		for i := 0; i < b.N; i++ {
+			queue <- benchPublish(ctx, b, s, v.pipelined, i, 1000)
+		}
+		close(queue)
+		if err := <-done; err != nil {
+			b.Fatal(err)
+		}
+		b.ReportMetric(float64(b.N*1000)/time.Since(start).Seconds(), "events/s")
+	})
 }
 
 // benchPublish hands the sink batch i of n 200-byte events, pipelined or
