@@ -84,6 +84,22 @@ func minus(h, prev *dto.Histogram) *dto.Histogram {
 	return d
 }
 
+// windowEnd is what a Window compares at its start and its end: the
+// relay's latency histogram and Postgres's counters.
+type windowEnd struct {
+	latency *dto.Histogram
+	pg      pgCounters
+}
+
+func (e *env) readWindowEnd(ctx context.Context, p *relayProc) (windowEnd, error) {
+	h, err := p.histogram()
+	if err != nil {
+		return windowEnd{}, err
+	}
+	c, err := e.pgCounters(ctx)
+	return windowEnd{latency: h, pg: c}, err
+}
+
 // watchWindows logs a Window every Config.Window until ctx ends, and
 // returns them all.
 func (e *env) watchWindows(ctx context.Context, p *relayProc, start time.Time) <-chan []Window {
@@ -91,11 +107,7 @@ func (e *env) watchWindows(ctx context.Context, p *relayProc, start time.Time) <
 	go func() {
 		var ws []Window
 		defer func() { out <- ws }()
-		prevH, err := p.histogram()
-		if err != nil {
-			return
-		}
-		prevC, err := e.pgCounters(ctx)
+		prev, err := e.readWindowEnd(ctx, p)
 		if err != nil {
 			return
 		}
@@ -107,25 +119,21 @@ func (e *env) watchWindows(ctx context.Context, p *relayProc, start time.Time) <
 				return
 			case <-t.C:
 			}
-			h, err := p.histogram()
+			cur, err := e.readWindowEnd(ctx, p)
 			if err != nil {
 				return
 			}
-			c, err := e.pgCounters(ctx)
-			if err != nil {
-				return
-			}
-			d := minus(h, prevH)
+			d := minus(cur.latency, prev.latency)
 			rss, _ := procstat.RSS(p.cmd.Process.Pid)
 			w := Window{End: time.Since(start), Events: d.GetSampleCount(), P50: Quantile(d, 0.5), P99: Quantile(d, 0.99),
-				WALByte: c.lsn - prevC.lsn, Checkpoints: c.checkpoints - prevC.checkpoints,
-				Autovacuums: c.autovacuums - prevC.autovacuums, DeadRows: c.dead, RSSBytes: rss}
+				WALByte: cur.pg.lsn - prev.pg.lsn, Checkpoints: cur.pg.checkpoints - prev.pg.checkpoints,
+				Autovacuums: cur.pg.autovacuums - prev.pg.autovacuums, DeadRows: cur.pg.dead, RSSBytes: rss}
 			ws = append(ws, w)
 			e.cfg.Logger.Info("window", "end", w.End.Round(time.Second), "events", w.Events,
 				"p50", w.P50.Round(10*time.Microsecond), "p99", w.P99.Round(10*time.Microsecond),
 				"wal_bytes_per_event", safeDiv(w.WALByte, int64(w.Events)), "checkpoints", w.Checkpoints,
 				"autovacuums", w.Autovacuums, "dead_rows", w.DeadRows, "relay_rss_mib", rss>>20)
-			prevH, prevC = h, c
+			prev = cur
 		}
 	}()
 	return out
