@@ -34,22 +34,40 @@ func messages(from, n int) []relay.Message {
 	return out
 }
 
+// sinkConfig is the tests' sink configuration on dir: 3 partitions a
+// topic, no janitor.
+func sinkConfig(dir string) embedded.Config {
+	return embedded.Config{Broker: broker.Options{Dir: dir, DefaultPartitions: 3, JanitorInterval: -1}}
+}
+
 func newSink(t *testing.T, dir string) *embedded.Sink {
 	t.Helper()
-	s, err := embedded.New(embedded.Config{Broker: broker.Options{Dir: dir, DefaultPartitions: 3, JanitorInterval: -1}})
+	return openSink(t, sinkConfig(dir))
+}
+
+func openSink(t *testing.T, cfg embedded.Config) *embedded.Sink {
+	t.Helper()
+	s, err := embedded.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return s
 }
 
-// startedSink is newSink started with a fresh session.
-func startedSink(t *testing.T, dir string) *embedded.Sink {
+// start starts a session of s from the saved state (nil: a fresh one).
+func start(t *testing.T, s *embedded.Sink, state []byte) {
 	t.Helper()
-	s := newSink(t, dir)
-	if err := s.Start(context.Background(), relay.Session{}); err != nil {
+	if err := s.Start(context.Background(), relay.Session{State: state}); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// startedSink is newSink started with a session from the saved state
+// (nil: a fresh one).
+func startedSink(t *testing.T, dir string, state []byte) *embedded.Sink {
+	t.Helper()
+	s := newSink(t, dir)
+	start(t, s, state)
 	return s
 }
 
@@ -62,15 +80,24 @@ func readAll(t *testing.T, dir string) map[string]int {
 	return counts
 }
 
+// lostAcknowledgement starts a sink on a new directory, publishes events
+// 0 to acked-1 and returns the state saved with them, then publishes the
+// next lost events, whose acknowledgement is lost: the saved state stays
+// before them.
+func lostAcknowledgement(t *testing.T, acked, lost int) (s *embedded.Sink, dir string, saved []byte) {
+	t.Helper()
+	dir = t.TempDir()
+	s = startedSink(t, dir, nil)
+	saved = publishOK(t, s, messages(0, acked)).State
+	publishOK(t, s, messages(acked, lost))
+	return s, dir, saved
+}
+
 // restarted closes s and starts a new sink on dir from the saved state.
 func restarted(t *testing.T, s *embedded.Sink, dir string, state []byte) *embedded.Sink {
 	t.Helper()
 	s.Close(context.Background())
-	s = newSink(t, dir)
-	if err := s.Start(context.Background(), relay.Session{State: state}); err != nil {
-		t.Fatal(err)
-	}
-	return s
+	return startedSink(t, dir, state)
 }
 
 // wantEachOnce checks that events event-0 to event-(n-1) are each in counts
@@ -84,42 +111,64 @@ func wantEachOnce(t *testing.T, counts map[string]int, n int) {
 	}
 }
 
+// fetchBatches returns the batches of topic's partition p from offset off
+// on, as one fetch returns them.
+func fetchBatches(t *testing.T, b *broker.Broker, topic string, p int32, off int64) [][]byte {
+	t.Helper()
+	res, err := b.Fetch(context.Background(), topic, p, off, 1<<20)
+	if err != nil {
+		t.Fatalf("fetch %s/%d@%d: %v", topic, p, off, err)
+	}
+	var out [][]byte
+	for raw, err := range broker.Batches(res.Batches) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, raw)
+	}
+	return out
+}
+
+// logEnds returns the end offsets of the partitions of orders.
+func logEnds(t *testing.T, b *broker.Broker) []int64 {
+	t.Helper()
+	ends := make([]int64, 3)
+	for p := range ends {
+		_, end, err := b.Offsets("orders", int32(p))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ends[p] = end
+	}
+	return ends
+}
+
+// shutdownAndCheck shuts s down and checks that the log on dir holds
+// events event-0 to event-(n-1) once each.
+func shutdownAndCheck(t *testing.T, s *embedded.Sink, dir string, n int) {
+	t.Helper()
+	s.Shutdown(context.Background())
+	wantEachOnce(t, readAll(t, dir), n)
+}
+
 // TestRepublishAfterLostAcknowledgement publishes batches whose
 // acknowledgement is then lost (the saved state stays at an earlier
 // point), restarts the sink from that state and publishes the same
 // messages again, with different batch boundaries: each event must be in
 // the log once.
 func TestRepublishAfterLostAcknowledgement(t *testing.T) {
-	ctx := context.Background()
 	dir := t.TempDir()
-	s := startedSink(t, dir)
-	res, err := s.Publish(ctx, messages(0, 10))
-	if err != nil {
-		t.Fatal(err)
-	}
-	saved := res.State
+	s := startedSink(t, dir, nil)
+	saved := publishOK(t, s, messages(0, 10)).State
 	// Published, never acknowledged.
-	if _, err := s.Publish(ctx, messages(10, 15)); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.Publish(ctx, messages(25, 5)); err != nil {
-		t.Fatal(err)
-	}
-	s.Close(ctx)
-
-	s = newSink(t, dir)
-	if err := s.Start(ctx, relay.Session{State: saved}); err != nil {
-		t.Fatal(err)
-	}
+	publishOK(t, s, messages(10, 15))
+	publishOK(t, s, messages(25, 5))
+	s = restarted(t, s, dir, saved)
 	// Redelivery in other batch sizes, then new events.
 	for _, r := range [][2]int{{10, 7}, {17, 13}, {30, 10}} {
-		if _, err := s.Publish(ctx, messages(r[0], r[1])); err != nil {
-			t.Fatalf("republishing %v: %v", r, err)
-		}
+		publishOK(t, s, messages(r[0], r[1]))
 	}
-	s.Shutdown(ctx)
-
-	wantEachOnce(t, readAll(t, dir), 40)
+	shutdownAndCheck(t, s, dir, 40)
 }
 
 // fullDiskFS fails every write to a segment with ENOSPC while full is set.
@@ -160,13 +209,10 @@ func TestSessionWaitsForAFullDisk(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	fsys := &fullDiskFS{}
-	s, err := embedded.New(embedded.Config{Broker: broker.Options{Dir: dir, DefaultPartitions: 3, JanitorInterval: -1, FS: fsys}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Start(ctx, relay.Session{}); err != nil {
-		t.Fatal(err)
-	}
+	cfg := sinkConfig(dir)
+	cfg.Broker.FS = fsys
+	s := openSink(t, cfg)
+	start(t, s, nil)
 	res := publishOK(t, s, messages(0, 20))
 	// The session ends with a batch appended, its wait abandoned.
 	if _, err := s.PublishAsync(ctx, messages(20, 10)); err != nil {
@@ -175,7 +221,7 @@ func TestSessionWaitsForAFullDisk(t *testing.T) {
 	b := s.Broker()
 	fsys.full.Store(true)
 	s.Close(ctx)
-	err = s.Start(ctx, relay.Session{State: res.State})
+	err := s.Start(ctx, relay.Session{State: res.State})
 	if !errors.Is(err, broker.ErrStorage) || !errors.Is(err, syscall.ENOSPC) {
 		t.Fatalf("a session started on a full disk: %v", err)
 	}
@@ -190,8 +236,7 @@ func TestSessionWaitsForAFullDisk(t *testing.T) {
 		t.Fatal("the broker was reopened")
 	}
 	publishOK(t, s, messages(20, 20))
-	s.Shutdown(ctx)
-	wantEachOnce(t, readAll(t, dir), 40)
+	shutdownAndCheck(t, s, dir, 40)
 }
 
 // TestHeldEventsSurviveLaterAcknowledgements: events found
@@ -204,50 +249,30 @@ func TestSessionWaitsForAFullDisk(t *testing.T) {
 // again by epoch 2 that way. Here two sessions in a row die before the
 // held events come again.
 func TestHeldEventsSurviveLaterAcknowledgements(t *testing.T) {
-	ctx := context.Background()
-	dir := t.TempDir()
-	s := startedSink(t, dir)
-	publish := func(from, n int) []byte {
-		t.Helper()
-		res, err := s.Publish(ctx, messages(from, n))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return res.State
-	}
-	saved := publish(0, 5)
-	publish(5, 5) // published, never acknowledged
+	s, dir, saved := lostAcknowledgement(t, 5, 5)
 	s = restarted(t, s, dir, saved)
 	// New events on every partition first; their acknowledgement commits
 	// with this state, then the relay dies before the held events 5-9
 	// come again. Twice: the held events are carried from state to state.
-	saved = publish(10, 20)
+	saved = publishOK(t, s, messages(10, 20)).State
 	if st := decodeState(t, saved); len(st.Held) == 0 {
 		t.Errorf("the state saved while events 5-9 are held names none: %s", saved)
 	}
 	s = restarted(t, s, dir, saved)
-	s = restarted(t, s, dir, publish(30, 5))
-	res, err := s.Publish(ctx, messages(5, 5))
-	if err != nil {
-		t.Fatal(err)
-	}
+	s = restarted(t, s, dir, publishOK(t, s, messages(30, 5)).State)
+	res := publishOK(t, s, messages(5, 5))
 	// Once the held events came again and are durable, the state names
 	// none, and its offsets are the log's ends.
 	st := decodeState(t, res.State)
 	if len(st.Held) != 0 {
 		t.Errorf("the state still names held events after they came again: %s", res.State)
 	}
-	for p := int32(0); p < 3; p++ {
-		_, end, err := s.Broker().Offsets("orders", p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got := st.Acked["orders"][p]; got != end {
+	for p, end := range logEnds(t, s.Broker()) {
+		if got := st.Acked["orders"][int32(p)]; got != end {
 			t.Errorf("partition %d: saved offset %d after every held event came again, want the log end %d", p, got, end)
 		}
 	}
-	s.Shutdown(ctx)
-	wantEachOnce(t, readAll(t, dir), 35)
+	shutdownAndCheck(t, s, dir, 35)
 }
 
 // savedState is the part of the sink's saved state the tests look at.
@@ -317,20 +342,14 @@ func pick(all []relay.Message, idx ...int) []relay.Message {
 // WAL reader that re-read the table after losing its slot). The sink skips
 // exactly the events the log holds, by event id, and appends every new one.
 func TestRedeliveryInAnotherOrderAndSet(t *testing.T) {
-	ctx := context.Background()
 	dir := t.TempDir()
 	all := messages(0, 40)
-	s := startedSink(t, dir)
+	s := startedSink(t, dir, nil)
 	saved := publishOK(t, s, all[:10]).State
 	// Published, never acknowledged.
 	publishOK(t, s, all[10:20])
 	publishOK(t, s, all[20:30])
-	s.Close(ctx)
-
-	s = newSink(t, dir)
-	if err := s.Start(ctx, relay.Session{State: saved}); err != nil {
-		t.Fatal(err)
-	}
+	s = restarted(t, s, dir, saved)
 	// 12 and 13 vanished from the outbox; the rest come back reversed,
 	// with new events in between.
 	var again []int
@@ -345,9 +364,7 @@ func TestRedeliveryInAnotherOrderAndSet(t *testing.T) {
 	publishOK(t, s, pick(all, again[:9]...))
 	publishOK(t, s, pick(all, again[9:]...))
 	publishOK(t, s, all[34:])
-	s.Shutdown(ctx)
-
-	wantEachOnce(t, readAll(t, dir), 40)
+	shutdownAndCheck(t, s, dir, 40)
 }
 
 // TestReplayIsNotItsOriginal: a republished event carries its original
@@ -363,16 +380,13 @@ func TestReplayIsNotItsOriginal(t *testing.T) {
 		replayed[i].Headers = append(replayed[i].Headers, relay.Header{Key: relay.HeaderReplay, Value: []byte("7")})
 		replayed[i].Value = fmt.Appendf(nil, "replay-%d", i)
 	}
-	s := startedSink(t, dir)
+	s := startedSink(t, dir, nil)
 	saved := publishOK(t, s, messages(100, 1)).State
 	publishOK(t, s, orig)
 	s.Close(ctx)
 
 	for round := 0; round < 2; round++ {
-		s = newSink(t, dir)
-		if err := s.Start(ctx, relay.Session{State: saved}); err != nil {
-			t.Fatal(err)
-		}
+		s = startedSink(t, dir, saved)
 		publishOK(t, s, append(append([]relay.Message(nil), orig...), replayed...))
 		s.Shutdown(ctx)
 	}
@@ -389,21 +403,14 @@ func TestReplayIsNotItsOriginal(t *testing.T) {
 // acknowledgement in the middle: nothing is skipped or doubled.
 func TestSequenceWrapPoints(t *testing.T) {
 	ctx := context.Background()
-	for _, start := range []int32{1<<30 - 7, 1<<31 - 7} {
-		t.Run(fmt.Sprint(start), func(t *testing.T) {
+	for _, first := range []int32{1<<30 - 7, 1<<31 - 7} {
+		t.Run(fmt.Sprint(first), func(t *testing.T) {
 			dir := t.TempDir()
-			open := func() *embedded.Sink {
-				s, err := embedded.New(embedded.Config{Broker: broker.Options{Dir: dir, DefaultPartitions: 1, JanitorInterval: -1}})
-				if err != nil {
-					t.Fatal(err)
-				}
-				return s
-			}
-			s := open()
-			embedded.SetFirstSequence(s, start)
-			if err := s.Start(ctx, relay.Session{}); err != nil {
-				t.Fatal(err)
-			}
+			cfg := sinkConfig(dir)
+			cfg.Broker.DefaultPartitions = 1
+			s := openSink(t, cfg)
+			embedded.SetFirstSequence(s, first)
+			start(t, s, nil)
 			all := messages(0, 60)
 			var saved []byte
 			for i := 0; i < 40; i += 4 {
@@ -415,15 +422,12 @@ func TestSequenceWrapPoints(t *testing.T) {
 			s.Close(ctx)
 			// A new session (sequences from 0 under a new epoch) gets
 			// events 12..39 again, in other batches, then 40..59.
-			s = open()
-			if err := s.Start(ctx, relay.Session{State: saved}); err != nil {
-				t.Fatal(err)
-			}
+			s = openSink(t, cfg)
+			start(t, s, saved)
 			for i := 12; i < 60; i += 6 {
 				publishOK(t, s, all[i:i+6])
 			}
-			s.Shutdown(ctx)
-			wantEachOnce(t, readAll(t, dir), 60)
+			shutdownAndCheck(t, s, dir, 60)
 		})
 	}
 }
@@ -434,20 +438,13 @@ func TestSequenceWrapPoints(t *testing.T) {
 func TestClientsCannotProduceAsTheRelay(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	s := startedSink(t, dir)
+	s := startedSink(t, dir, nil)
 	defer s.Shutdown(ctx)
 	publishOK(t, s, messages(0, 9))
 	b := s.Broker()
 	var relayID broker.ProducerID
 	for p := int32(0); p < 3; p++ {
-		res, err := b.Fetch(ctx, "orders", p, 0, 1<<20)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for raw, err := range broker.Batches(res.Batches) {
-			if err != nil {
-				t.Fatal(err)
-			}
+		for _, raw := range fetchBatches(t, b, "orders", p, 0) {
 			h, _ := broker.ParseBatchHeader(raw)
 			relayID = broker.ProducerID{ID: h.ProducerID, Epoch: h.ProducerEpoch}
 		}
@@ -485,25 +482,13 @@ func TestClientsCannotProduceAsTheRelay(t *testing.T) {
 // after the topic exists, so every event is in the log once.
 func TestMissingTopicWaits(t *testing.T) {
 	ctx := context.Background()
-	dir := t.TempDir()
-	s := startedSink(t, dir)
-	res, err := s.Publish(ctx, messages(0, 5))
-	if err != nil {
-		t.Fatal(err)
-	}
-	saved := res.State
-	if _, err := s.Publish(ctx, messages(5, 5)); err != nil { // never acknowledged
-		t.Fatal(err)
-	}
+	s, dir, saved := lostAcknowledgement(t, 5, 5)
 	s.Close(ctx)
 
-	s, err = embedded.New(embedded.Config{Broker: broker.Options{Dir: dir, DefaultPartitions: 3, JanitorInterval: -1}, WaitForTopics: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Start(ctx, relay.Session{State: saved}); err != nil {
-		t.Fatal(err)
-	}
+	cfg := sinkConfig(dir)
+	cfg.WaitForTopics = true
+	s = openSink(t, cfg)
+	start(t, s, saved)
 	defer s.Shutdown(ctx)
 	batch := messages(5, 10) // 5..9 already in the log, 10..14 not
 	for i := range 5 {
@@ -526,12 +511,11 @@ func TestMissingTopicWaits(t *testing.T) {
 	if _, err := s.Broker().CreateTopic("payments", broker.TopicConfig{Partitions: 2}); err != nil {
 		t.Fatal(err)
 	}
-	res, err = s.Publish(ctx, batch)
+	res, err := s.Publish(ctx, batch)
 	if err != nil || len(res.Failed) > 0 {
 		t.Fatalf("Publish once the topic exists: %v, failed %v", err, res.Failed)
 	}
-	s.Shutdown(ctx)
-	wantEachOnce(t, readAll(t, dir), 15)
+	shutdownAndCheck(t, s, dir, 15)
 	if n := len(e2e.ReadLog(t, dir, "payments")); n != 5 {
 		t.Errorf("payments holds %d records, want 5", n)
 	}
@@ -544,7 +528,7 @@ func TestMissingTopicWaits(t *testing.T) {
 func TestBrokerKeptOpenBetweenSessions(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	a := startedSink(t, dir)
+	a := startedSink(t, dir, nil)
 	publishOK(t, a, messages(0, 10))
 	b := a.Broker()
 	a.Close(ctx)
@@ -560,9 +544,7 @@ func TestBrokerKeptOpenBetweenSessions(t *testing.T) {
 	if _, err := a.Publish(ctx, messages(10, 1)); err == nil {
 		t.Error("Publish between sessions succeeded")
 	}
-	if err := a.Start(ctx, relay.Session{}); err != nil {
-		t.Fatal(err)
-	}
+	start(t, a, nil)
 	if a.Broker() != b {
 		t.Fatal("the next session opened the broker again instead of reusing it")
 	}
@@ -571,9 +553,7 @@ func TestBrokerKeptOpenBetweenSessions(t *testing.T) {
 
 	other := newSink(t, dir)
 	started := time.Now()
-	if err := other.Start(ctx, relay.Session{}); err != nil {
-		t.Fatal(err)
-	}
+	start(t, other, nil)
 	t.Logf("a second sink took the directory in %v", time.Since(started))
 	if a.Broker() != nil {
 		t.Fatal("the first sink still holds the broker after the second started")
@@ -599,19 +579,16 @@ func TestBrokerKeptOpenBetweenSessions(t *testing.T) {
 func TestReusedBrokerSeesAbandonedAppends(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
-	s := startedSink(t, dir)
+	s := startedSink(t, dir, nil)
 	all := messages(0, 30)
 	publishOK(t, s, all[:10])
 	if _, err := s.PublishAsync(ctx, all[10:20]); err != nil {
 		t.Fatal(err)
 	}
 	s.Close(ctx)
-	if err := s.Start(ctx, relay.Session{}); err != nil {
-		t.Fatal(err)
-	}
+	start(t, s, nil)
 	publishOK(t, s, all[10:])
-	s.Shutdown(ctx)
-	wantEachOnce(t, readAll(t, dir), 30)
+	shutdownAndCheck(t, s, dir, 30)
 }
 
 // TestDamagedUnacknowledgedRecords: a batch of the unacknowledged tail is
@@ -622,10 +599,7 @@ func TestReusedBrokerSeesAbandonedAppends(t *testing.T) {
 // and not appended twice.
 func TestDamagedUnacknowledgedRecords(t *testing.T) {
 	ctx := context.Background()
-	dir := t.TempDir()
-	s := startedSink(t, dir)
-	saved := publishOK(t, s, messages(0, 6)).State
-	publishOK(t, s, messages(6, 12)) // never acknowledged
+	s, dir, saved := lostAcknowledgement(t, 6, 12)
 	// Stopped, so that the segments hold every batch (a running broker
 	// holds its newest ones in memory for a while).
 	s.Shutdown(ctx)
@@ -675,14 +649,7 @@ func TestDamagedUnacknowledgedRecords(t *testing.T) {
 				off = r.Last + 1
 				continue
 			}
-			res, err := b.Fetch(ctx, "orders", pi.Partition, off, 1<<20)
-			if err != nil {
-				t.Fatalf("fetch orders/%d@%d: %v", pi.Partition, off, err)
-			}
-			for raw, err := range broker.Batches(res.Batches) {
-				if err != nil {
-					t.Fatal(err)
-				}
+			for _, raw := range fetchBatches(t, b, "orders", pi.Partition, off) {
 				_, recs, err := broker.DecodeBatch(raw)
 				if err != nil {
 					t.Fatal(err)
@@ -723,10 +690,7 @@ func lostAt(lost []broker.LostRange, off int64) (broker.LostRange, bool) {
 // records, the next session's state names them no more.
 func TestHeldEventsOfTruncatedRows(t *testing.T) {
 	ctx := context.Background()
-	dir := t.TempDir()
-	s := startedSink(t, dir)
-	saved := publishOK(t, s, messages(0, 5)).State
-	publishOK(t, s, messages(5, 5)) // published; then the rows are deleted
+	s, dir, saved := lostAcknowledgement(t, 5, 5) // events 5-9 published; then their rows are deleted
 	s = restarted(t, s, dir, saved)
 	for round := range 3 {
 		saved = publishOK(t, s, messages(10+5*round, 5)).State
@@ -735,20 +699,12 @@ func TestHeldEventsOfTruncatedRows(t *testing.T) {
 		}
 		s = restarted(t, s, dir, saved)
 	}
-	s.Shutdown(ctx)
-	wantEachOnce(t, readAll(t, dir), 25)
+	shutdownAndCheck(t, s, dir, 25)
 
 	// Retention removes every record so far: the held runs go with them.
-	s = newSink(t, dir)
-	if err := s.Start(ctx, relay.Session{State: saved}); err != nil {
-		t.Fatal(err)
-	}
-	for p := int32(0); p < 3; p++ {
-		_, end, err := s.Broker().Offsets("orders", p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := s.Broker().DeleteRecords("orders", p, end); err != nil {
+	s = startedSink(t, dir, saved)
+	for p, end := range logEnds(t, s.Broker()) {
+		if _, err := s.Broker().DeleteRecords("orders", int32(p), end); err != nil {
 			t.Fatal(err)
 		}
 	}
