@@ -63,23 +63,33 @@ func mustAppend(t testing.TB, b *Broker, topic string, part int32, batch []byte)
 	return res
 }
 
-// readAll fetches every record of a partition from offset 0.
-func readAll(t testing.TB, b *Broker, topic string, part int32) []Record {
+// fetchFromStart fetches a partition from its log start until a fetch
+// returns nothing, read_committed when committed is set: read takes each
+// result with the offset it was fetched at and returns the offset of the
+// next fetch.
+func fetchFromStart(t testing.TB, b *Broker, topic string, part int32, committed bool, read func(off int64, res FetchResult) int64) {
 	t.Helper()
-	var out []Record
-	start, _, err := b.Offsets(topic, part)
+	off, _, err := b.Offsets(topic, part)
 	if err != nil {
 		t.Fatal(err)
 	}
-	off := start
 	for {
-		res, err := b.Fetch(context.Background(), topic, part, off, 1<<20)
+		res, err := b.fetchInto(context.Background(), topic, part, off, 1<<20, nil, committed)
 		if err != nil {
 			t.Fatalf("fetch at %d: %v", off, err)
 		}
 		if len(res.Batches) == 0 {
-			return out
+			return
 		}
+		off = read(off, res)
+	}
+}
+
+// readAll fetches every record of a partition from its log start.
+func readAll(t testing.TB, b *Broker, topic string, part int32) []Record {
+	t.Helper()
+	var out []Record
+	fetchFromStart(t, b, topic, part, false, func(off int64, res FetchResult) int64 {
 		for r, err := range ReadRecords(res.Batches) {
 			if err != nil {
 				t.Fatalf("decode: %v", err)
@@ -89,8 +99,9 @@ func readAll(t testing.TB, b *Broker, topic string, part int32) []Record {
 			}
 		}
 		last, _ := lastBatchEnd(res.Batches)
-		off = last
-	}
+		return last
+	})
+	return out
 }
 
 func lastBatchEnd(data []byte) (int64, error) {

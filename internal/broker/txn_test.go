@@ -41,19 +41,9 @@ func mustProduceTxn(t testing.TB, b *Broker, txnID, topic string, part int32, ba
 // returns key=value of each record.
 func readCommitted(t testing.TB, b *Broker, topic string, part int32) []string {
 	t.Helper()
-	start, _, err := b.Offsets(topic, part)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var out []string
-	for off := start; ; {
-		res, err := b.FetchCommittedInto(context.Background(), topic, part, off, 1<<20, nil)
-		if err != nil {
-			t.Fatalf("fetch at %d: %v", off, err)
-		}
-		if len(res.Batches) == 0 {
-			return out
-		}
+	fetchFromStart(t, b, topic, part, true, func(off int64, res FetchResult) int64 {
+		next := off
 		for raw, err := range Batches(res.Batches) {
 			if err != nil {
 				t.Fatal(err)
@@ -62,7 +52,7 @@ func readCommitted(t testing.TB, b *Broker, topic string, part int32) []string {
 			if err != nil {
 				t.Fatal(err)
 			}
-			off = h.LastOffset() + 1
+			next = h.LastOffset() + 1
 			if h.Control() {
 				continue
 			}
@@ -74,12 +64,14 @@ func readCommitted(t testing.TB, b *Broker, topic string, part int32) []string {
 				continue
 			}
 			for _, r := range recs {
-				if r.Offset >= start {
+				if r.Offset >= off {
 					out = append(out, string(r.Key)+"="+string(r.Value))
 				}
 			}
 		}
-	}
+		return next
+	})
+	return out
 }
 
 func lso(t testing.TB, b *Broker, topic string, part int32) int64 {
