@@ -36,6 +36,43 @@ func mustProduceTxn(t testing.TB, b *Broker, txnID, topic string, part int32, ba
 	}
 }
 
+// mustInitTxn gives transactional id x a new producer id, with timeout.
+func mustInitTxn(t testing.TB, b *Broker, timeout time.Duration) ProducerID {
+	t.Helper()
+	id, err := b.InitTransactional(context.Background(), "x", timeout, ProducerID{ID: -1, Epoch: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+// mustAddTxnPartitions adds parts to x's transaction.
+func mustAddTxnPartitions(t testing.TB, b *Broker, id ProducerID, parts []TxnPartition) {
+	t.Helper()
+	if err := b.AddTxnPartitions(context.Background(), "x", id, parts); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// mustTxnOffsets adds group g to x's transaction and commits offsets in it.
+func mustTxnOffsets(t testing.TB, b *Broker, id ProducerID, offsets ...OffsetCommit) {
+	t.Helper()
+	if err := b.AddTxnGroup(context.Background(), "x", id, "g"); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.TxnCommitOffsets(context.Background(), "x", id, "g", offsets); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// mustEndTxn commits or aborts x's transaction.
+func mustEndTxn(t testing.TB, b *Broker, id ProducerID, commit bool) {
+	t.Helper()
+	if err := b.EndTxn(context.Background(), "x", id, commit); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // readCommitted reads a partition as a read_committed consumer does:
 // control batches and the batches of aborted transactions are skipped. It
 // returns key=value of each record.
@@ -110,35 +147,34 @@ func TestTxnCoordinatorRecovery(t *testing.T) {
 	}
 }
 
+// reopenWithoutSnapshots closes b, removes the producer-state snapshots of
+// t/0 and t/1 and opens the broker on dir again.
+func reopenWithoutSnapshots(t *testing.T, b *Broker, dir string, mod func(*Options)) *Broker {
+	t.Helper()
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for p := int32(0); p < 2; p++ {
+		removeSnapshots(t, partitionDir(dir, "t", p))
+	}
+	return openTest(t, dir, mod)
+}
+
 func testTxnCoordinatorRecovery(t *testing.T, mod func(*Options)) {
 	dir := t.TempDir()
 	ctx := context.Background()
 	b := openWithTopic(t, dir, mod, "t", TopicConfig{Partitions: 2})
 	mustAppend(t, b, "t", 0, EncodeBatch(-1, -1, -1, []Record{{Key: []byte("plain"), Value: []byte("0")}}))
-	id, err := b.InitTransactional(ctx, "x", 10*time.Second, ProducerID{ID: -1, Epoch: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
+	id := mustInitTxn(t, b, 10*time.Second)
 	// An aborted transaction first.
-	if err := b.AddTxnPartitions(ctx, "x", id, []TxnPartition{{"t", 0}}); err != nil {
-		t.Fatal(err)
-	}
+	mustAddTxnPartitions(t, b, id, []TxnPartition{{"t", 0}})
 	mustProduceTxn(t, b, "x", "t", 0, txnBatch(t, id, 0, "a", "aborted"))
-	if err := b.EndTxn(ctx, "x", id, false); err != nil {
-		t.Fatal(err)
-	}
+	mustEndTxn(t, b, id, false)
 	// Then one left open across restarts.
-	if err := b.AddTxnPartitions(ctx, "x", id, []TxnPartition{{"t", 0}, {"t", 1}}); err != nil {
-		t.Fatal(err)
-	}
+	mustAddTxnPartitions(t, b, id, []TxnPartition{{"t", 0}, {"t", 1}})
 	mustProduceTxn(t, b, "x", "t", 0, txnBatch(t, id, 1, "b", "committed"))
 	mustProduceTxn(t, b, "x", "t", 1, txnBatch(t, id, 0, "c", "committed"))
-	if err := b.AddTxnGroup(ctx, "x", id, "g"); err != nil {
-		t.Fatal(err)
-	}
-	if err := b.TxnCommitOffsets(ctx, "x", id, "g", []OffsetCommit{{Topic: "t", Partition: 0, Offset: 7}}); err != nil {
-		t.Fatal(err)
-	}
+	mustTxnOffsets(t, b, id, OffsetCommit{Topic: "t", Partition: 0, Offset: 7})
 	check := func(stage string, b *Broker) {
 		t.Helper()
 		if got := lso(t, b, "t", 0); got != 3 {
@@ -167,18 +203,10 @@ func testTxnCoordinatorRecovery(t *testing.T, mod func(*Options)) {
 	}
 	b = openTest(t, dir, mod)
 	check("after a clean restart", b)
-	if err := b.Close(); err != nil {
-		t.Fatal(err)
-	}
-	for p := 0; p < 2; p++ {
-		removeSnapshots(t, filepath.Join(dir, "topics", "t", string(rune('0'+p))))
-	}
-	b = openTest(t, dir, mod)
+	b = reopenWithoutSnapshots(t, b, dir, mod)
 	check("after a restart without snapshots", b)
 
-	if err := b.EndTxn(ctx, "x", id, true); err != nil {
-		t.Fatal(err)
-	}
+	mustEndTxn(t, b, id, true)
 	if err := b.EndTxn(ctx, "x", id, true); err != nil {
 		t.Fatalf("a repeated EndTxn commit: %v", err)
 	}
@@ -204,13 +232,7 @@ func testTxnCoordinatorRecovery(t *testing.T, mod func(*Options)) {
 		}
 	}
 	verify("after the commit", b)
-	if err := b.Close(); err != nil {
-		t.Fatal(err)
-	}
-	for p := 0; p < 2; p++ {
-		removeSnapshots(t, filepath.Join(dir, "topics", "t", string(rune('0'+p))))
-	}
-	b = openTest(t, dir, mod)
+	b = reopenWithoutSnapshots(t, b, dir, mod)
 	verify("after a restart without snapshots", b)
 	next, err := b.InitTransactional(ctx, "x", 10*time.Second, id)
 	if err != nil || next.ID != id.ID || next.Epoch != id.Epoch+1 {
@@ -230,21 +252,11 @@ func TestTxnCrashAfterDecision(t *testing.T) {
 	dir := t.TempDir()
 	ctx := context.Background()
 	b := openWithTopic(t, dir, nil, "t", TopicConfig{Partitions: 2})
-	id, err := b.InitTransactional(ctx, "x", 10*time.Second, ProducerID{ID: -1, Epoch: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := b.AddTxnPartitions(ctx, "x", id, []TxnPartition{{"t", 0}, {"t", 1}}); err != nil {
-		t.Fatal(err)
-	}
+	id := mustInitTxn(t, b, 10*time.Second)
+	mustAddTxnPartitions(t, b, id, []TxnPartition{{"t", 0}, {"t", 1}})
 	mustProduceTxn(t, b, "x", "t", 0, txnBatch(t, id, 0, "k0", "v0"))
 	mustProduceTxn(t, b, "x", "t", 1, txnBatch(t, id, 0, "k1", "v1"))
-	if err := b.AddTxnGroup(ctx, "x", id, "g"); err != nil {
-		t.Fatal(err)
-	}
-	if err := b.TxnCommitOffsets(ctx, "x", id, "g", []OffsetCommit{{Topic: "t", Partition: 1, Offset: 42}}); err != nil {
-		t.Fatal(err)
-	}
+	mustTxnOffsets(t, b, id, OffsetCommit{Topic: "t", Partition: 1, Offset: 42})
 	// finishLocked's first two steps, then the "crash".
 	c := b.txnCoordinator()
 	e := c.entry("x", false)
@@ -319,21 +331,12 @@ func TestTxnCompactionAndRetention(t *testing.T) {
 	}
 	plain("c", "a", "a1")
 	plain("c", "b", "b1")
-	id, err := b.InitTransactional(ctx, "x", time.Minute, ProducerID{ID: -1, Epoch: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := b.AddTxnPartitions(ctx, "x", id, []TxnPartition{{"c", 0}}); err != nil {
-		t.Fatal(err)
-	}
+	id := mustInitTxn(t, b, time.Minute)
+	mustAddTxnPartitions(t, b, id, []TxnPartition{{"c", 0}})
 	mustProduceTxn(t, b, "x", "c", 0, txnBatch(t, id, 0, "a", "a-aborted"))
-	if err := b.EndTxn(ctx, "x", id, false); err != nil {
-		t.Fatal(err)
-	}
+	mustEndTxn(t, b, id, false)
 	filler("c", 20)
-	if err := b.AddTxnPartitions(ctx, "x", id, []TxnPartition{{"c", 0}, {"d", 0}}); err != nil {
-		t.Fatal(err)
-	}
+	mustAddTxnPartitions(t, b, id, []TxnPartition{{"c", 0}, {"d", 0}})
 	mustProduceTxn(t, b, "x", "c", 0, txnBatch(t, id, 1, "b", "b-open"))
 	mustProduceTxn(t, b, "x", "d", 0, txnBatch(t, id, 0, "d", "open"))
 	filler("c", 20)
@@ -361,9 +364,7 @@ func TestTxnCompactionAndRetention(t *testing.T) {
 		t.Fatalf("retention moved the log start to %d past the open transaction at 0", start)
 	}
 
-	if err := b.EndTxn(ctx, "x", id, true); err != nil {
-		t.Fatal(err)
-	}
+	mustEndTxn(t, b, id, true)
 	filler("c", 20)
 	if err := b.Compact(ctx); err != nil {
 		t.Fatal(err)
@@ -411,10 +412,7 @@ func TestTxnRefusals(t *testing.T) {
 	if _, err := b.InitTransactional(ctx, "x", time.Hour, ProducerID{ID: -1, Epoch: -1}); err == nil {
 		t.Fatal("a timeout above the maximum was accepted")
 	}
-	id, err := b.InitTransactional(ctx, "x", time.Second, ProducerID{ID: -1, Epoch: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
+	id := mustInitTxn(t, b, time.Second)
 	if _, err := b.Append(ctx, "t", 0, txnBatch(t, id, 0, "k", "v")); err == nil {
 		t.Fatal("Append took a transactional batch")
 	}
@@ -448,13 +446,8 @@ func TestTxnTimeout(t *testing.T) {
 	clock := &fakeClock{}
 	clock.ms.Store(1_700_000_000_000)
 	b := openWithTopic(t, t.TempDir(), func(o *Options) { o.Now = clock.now; o.TxnCheckInterval = time.Hour }, "t", TopicConfig{})
-	id, err := b.InitTransactional(ctx, "x", time.Second, ProducerID{ID: -1, Epoch: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := b.AddTxnPartitions(ctx, "x", id, []TxnPartition{{"t", 0}}); err != nil {
-		t.Fatal(err)
-	}
+	id := mustInitTxn(t, b, time.Second)
+	mustAddTxnPartitions(t, b, id, []TxnPartition{{"t", 0}})
 	mustProduceTxn(t, b, "x", "t", 0, txnBatch(t, id, 0, "k", "v"))
 	c := b.txnCoordinator()
 	clock.ms.Add(900)
@@ -499,22 +492,15 @@ func TestTxnDump(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	b := openWithTopic(t, dir, nil, "t", TopicConfig{})
-	id, err := b.InitTransactional(ctx, "x", time.Second, ProducerID{ID: -1, Epoch: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
+	id := mustInitTxn(t, b, time.Second)
 	for _, commit := range []bool{true, false} {
-		if err := b.AddTxnPartitions(ctx, "x", id, []TxnPartition{{"t", 0}}); err != nil {
-			t.Fatal(err)
-		}
+		mustAddTxnPartitions(t, b, id, []TxnPartition{{"t", 0}})
 		seq := int32(0)
 		if !commit {
 			seq = 1
 		}
 		mustProduceTxn(t, b, "x", "t", 0, txnBatch(t, id, seq, "k", "v"))
-		if err := b.EndTxn(ctx, "x", id, commit); err != nil {
-			t.Fatal(err)
-		}
+		mustEndTxn(t, b, id, commit)
 	}
 	writeOut(b)
 	var text, js strings.Builder
