@@ -2,15 +2,11 @@ package cdc_test
 
 import (
 	"context"
-	"fmt"
-	"io"
 	"math"
-	"net/http"
 	"os"
 	"os/exec"
 	"sort"
 	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -267,13 +263,8 @@ SELECT 'bench', 'key-' || (g % 1000), convert_to(repeat('x', 200), 'UTF8') FROM 
 		b.Fatal(err)
 	}
 
-	resp, err := http.Get("http://" + e.addr + "/metrics")
-	if err != nil {
-		b.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	h50, h99, count := histogramQuantiles(b, string(body), "relay_publish_latency_seconds", 0.5, 0.99)
+	h50, count := e2e.LatencyQuantile(b, e.addr, 0.5)
+	h99, _ := e2e.LatencyQuantile(b, e.addr, 0.99)
 	sort.Slice(probes, func(i, j int) bool { return probes[i] < probes[j] })
 	q := func(f float64) time.Duration {
 		if len(probes) == 0 {
@@ -283,57 +274,13 @@ SELECT 'bench', 'key-' || (g % 1000), convert_to(repeat('x', 200), 'UTF8') FROM 
 	}
 	rate := float64(written) / took.Seconds()
 	b.ReportMetric(rate, "events/s")
-	b.ReportMetric(h50*1000, "hist-p50-ms")
-	b.ReportMetric(h99*1000, "hist-p99-ms")
+	b.ReportMetric(float64(h50.Microseconds())/1000, "hist-p50-ms")
+	b.ReportMetric(float64(h99.Microseconds())/1000, "hist-p99-ms")
 	b.ReportMetric(float64(q(0.5).Microseconds())/1000, "probe-p50-ms")
 	b.ReportMetric(float64(q(0.99).Microseconds())/1000, "probe-p99-ms")
 	b.ReportMetric(float64(left), "rows-left")
-	b.Logf("%.0f events/s for %v: relay_publish_latency_seconds (created_at to fsync) over %.0f events p50 %.2f ms p99 %.2f ms; probes (commit to row deleted by the acknowledgement) n=%d p50 %v p99 %v max %v, %d probe rows never deleted; %d published rows left in the outbox",
-		rate, took, count, h50*1000, h99*1000, len(probes), q(0.5), q(0.99), q(1), stuck, left)
-}
-
-// histogramQuantiles reads a Prometheus histogram from the text format and
-// interpolates quantiles within buckets, as histogram_quantile does.
-func histogramQuantiles(b *testing.B, body, name string, qs ...float64) (q50, q99 float64, count float64) {
-	type bucket struct{ le, n float64 }
-	var buckets []bucket
-	for _, line := range strings.Split(body, "\n") {
-		if !strings.HasPrefix(line, name+"_bucket{") {
-			continue
-		}
-		i := strings.Index(line, `le="`)
-		j := strings.Index(line[i+4:], `"`)
-		leS := line[i+4 : i+4+j]
-		le := math.Inf(1)
-		if leS != "+Inf" {
-			le, _ = strconv.ParseFloat(leS, 64)
-		}
-		var n float64
-		fmt.Sscan(line[strings.LastIndex(line, " ")+1:], &n)
-		buckets = append(buckets, bucket{le, n})
-	}
-	if len(buckets) == 0 {
-		b.Fatalf("no %s in /metrics", name)
-	}
-	count = buckets[len(buckets)-1].n
-	quant := func(q float64) float64 {
-		rank := q * count
-		prevLe, prevN := 0.0, 0.0
-		for _, bk := range buckets {
-			if bk.n >= rank {
-				if math.IsInf(bk.le, 1) {
-					return prevLe
-				}
-				if bk.n == prevN {
-					return bk.le
-				}
-				return prevLe + (bk.le-prevLe)*(rank-prevN)/(bk.n-prevN)
-			}
-			prevLe, prevN = bk.le, bk.n
-		}
-		return prevLe
-	}
-	return quant(qs[0]), quant(qs[1]), count
+	b.Logf("%.0f events/s for %v: relay_publish_latency_seconds (created_at to fsync) over %d events p50 %v p99 %v; probes (commit to row deleted by the acknowledgement) n=%d p50 %v p99 %v max %v, %d probe rows never deleted; %d published rows left in the outbox",
+		rate, took, count, h50, h99, len(probes), q(0.5), q(0.99), q(1), stuck, left)
 }
 
 // goWithConn runs fn in a goroutine of wg with a connection of its own to

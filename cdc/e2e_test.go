@@ -1,17 +1,13 @@
 package cdc_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"math/rand/v2"
-	"net/http"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -27,55 +23,6 @@ import (
 // committed: every committed event exactly once, each key's events in
 // commit order, nothing rolled back.
 
-// relayEnv is one test's migrated database, data directory and binary.
-type relayEnv struct {
-	t       *testing.T
-	url     string
-	bin     string
-	dataDir string
-	addr    string
-	slot    string
-}
-
-func newRelayEnv(t *testing.T) *relayEnv {
-	t.Helper()
-	url := pgtest.NewDatabase(t)
-	bin := e2e.MigrateURL(t, url)
-	cfg, err := pgx.ParseConfig(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &relayEnv{t: t, url: url, bin: bin, dataDir: e2e.DataDir(t), addr: e2e.FreeAddr(t), slot: "slot_" + cfg.Database}
-}
-
-// start runs `relay run --source cdc` on the test's database.
-func (e *relayEnv) start(extra ...string) *e2e.Proc {
-	e.t.Helper()
-	args := []string{"run", "--source", "cdc", "--database-url", e.url, "--data-dir", e.dataDir, "--http-addr", e.addr,
-		"--slot", e.slot, "--heartbeat-interval", "200ms", "--log-level", "debug", "--kafka-addr", ""}
-	return e2e.Start(e.t, e.bin, nil, append(args, extra...)...)
-}
-
-// underLoad starts the relay, and the crash tests' writers committing
-// events over 1000 keys into the returned ledger; ctx ends after timeout.
-func (e *relayEnv) underLoad(timeout time.Duration, events int) (ctx context.Context, relay *e2e.Proc, ledger *e2e.Ledger, writeDone <-chan error) {
-	e.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	e.t.Cleanup(cancel)
-	ledger = e2e.NewLedger()
-	relay = e.start()
-	return ctx, relay, ledger, e2e.WriteAsync(ctx, e2e.CrashLoad(e.url, events, 1000), ledger)
-}
-
-// stop ends p with SIGTERM and expects a clean exit.
-func (e *relayEnv) stop(p *e2e.Proc) {
-	e.t.Helper()
-	p.Signal(syscall.SIGTERM)
-	if code := p.Wait(time.Minute); code != 0 {
-		e.t.Fatalf("relay exited %d after SIGTERM", code)
-	}
-}
-
 // TestE2ECrashLoopExactlyOnce: 8 writers commit 100,000 events over 1,000
 // keys (one transaction in 25 rolls back) while the relay, reading the
 // WAL, is SIGKILLed at random moments at least 10 times, every third time
@@ -85,17 +32,11 @@ func TestE2ECrashLoopExactlyOnce(t *testing.T) {
 	env := newRelayEnv(t)
 	ctx, relay, ledger, writeDone := env.underLoad(5*time.Minute, 100_000)
 
-	locker := pgtest.Connect(t, env.url)
 	skips := 0
-	relay, kills, held := e2e.KillLoop{
-		Locker: locker, Rand: rand.New(rand.NewPCG(3, 4)), MinKills: 10,
-		Every:     [2]time.Duration{100 * time.Millisecond, 700 * time.Millisecond},
-		Hold:      [2]time.Duration{100 * time.Millisecond, 400 * time.Millisecond},
-		Restart:   func() *e2e.Proc { return env.start() },
-		Killed:    func(p *e2e.Proc) { skips += strings.Count(p.Output(), "skipped re-delivered events") },
-		Published: e2e.LogRecords(env.dataDir),
-		More:      e2e.MoreOf(e2e.CrashLoad(env.url, 0, 1000), 400, ledger),
-	}.Run(t, ctx, relay, writeDone)
+	loop := env.killLoop(rand.NewPCG(3, 4), 10, [2]time.Duration{100 * time.Millisecond, 700 * time.Millisecond})
+	loop.Killed = func(p *e2e.Proc) { skips += strings.Count(p.Output(), "skipped re-delivered events") }
+	loop.More = e2e.MoreOf(e2e.CrashLoad(env.url, 0, 1000), 400, ledger)
+	relay, kills, held := loop.Run(t, ctx, relay, writeDone)
 	e2e.WaitDrained(t, env.url, "outbox", 2*time.Minute)
 	env.stop(relay)
 	skips += strings.Count(relay.Output(), "skipped re-delivered events")
@@ -233,10 +174,7 @@ func postgresRestartMidStream(t *testing.T, perTx int, streaming bool) {
 		t.Fatal(err)
 	}
 	if streaming {
-		if _, err := conn.Exec(context.Background(), fmt.Sprintf("ALTER DATABASE %s SET logical_decoding_work_mem = '64kB'",
-			pgx.Identifier{conn.Config().Database}.Sanitize())); err != nil {
-			t.Fatal(err)
-		}
+		streamEarly(t, conn)
 	}
 	ledger := e2e.NewLedger()
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
@@ -389,34 +327,13 @@ FROM pg_replication_slots WHERE slot_name = $1`, env.slot).Scan(&flush, &current
 		t.Errorf("confirmed_flush_lsn moved only %d times while the other table was busy", advances)
 	}
 	// The gauge reports the small lag.
-	resp, err := http.Get("http://" + env.addr + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	lag := metricValue(t, body, "relay_cdc_slot_lag_bytes")
+	lag := e2e.Metric(t, env.addr, "relay_cdc_slot_lag_bytes")
 	if lag < 0 || lag > 1<<20 {
 		t.Errorf("relay_cdc_slot_lag_bytes = %v after the slot caught up", lag)
 	}
 	env.stop(relay)
 	t.Logf("idle outbox, busy other table: confirmed_flush_lsn advanced %d times while writing, %d bytes in all, up to the last write (%d); slot lag gauge %v bytes",
 		advances, flush-start, target, lag)
-}
-
-func metricValue(t *testing.T, body []byte, name string) float64 {
-	t.Helper()
-	for _, line := range bytes.Split(body, []byte("\n")) {
-		if bytes.HasPrefix(line, []byte(name+" ")) {
-			var v float64
-			if _, err := fmt.Sscan(string(line[len(name)+1:]), &v); err != nil {
-				t.Fatalf("%s: %v", line, err)
-			}
-			return v
-		}
-	}
-	t.Fatalf("no %s in /metrics:\n%s", name, body)
-	return 0
 }
 
 // TestE2ESlotDroppedUnderTheRelay: while writers commit, the slot's

@@ -4,13 +4,16 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/outboxrelay/relay/cdc"
+	"github.com/outboxrelay/relay/internal/e2e"
 	"github.com/outboxrelay/relay/internal/pgtest"
 	"github.com/outboxrelay/relay/internal/testbin"
 	"github.com/outboxrelay/relay/internal/testlog"
@@ -281,5 +284,70 @@ func checkExactlyOnce(t *testing.T, events []relay.Event, n int) {
 	}
 	if len(events) != n {
 		t.Fatalf("%d events, want %d", len(events), n)
+	}
+}
+
+// relayEnv is an end-to-end test's migrated database (named db), data
+// directory and binary.
+type relayEnv struct {
+	t       *testing.T
+	url     string
+	db      string
+	bin     string
+	dataDir string
+	addr    string
+	slot    string
+}
+
+func newRelayEnv(t *testing.T) *relayEnv {
+	t.Helper()
+	url := pgtest.NewDatabase(t)
+	bin := e2e.MigrateURL(t, url)
+	cfg, err := pgx.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &relayEnv{t: t, url: url, db: cfg.Database, bin: bin, dataDir: e2e.DataDir(t), addr: e2e.FreeAddr(t), slot: "slot_" + cfg.Database}
+}
+
+// start runs `relay run --source cdc` on the test's database.
+func (e *relayEnv) start(extra ...string) *e2e.Proc {
+	e.t.Helper()
+	args := []string{"run", "--source", "cdc", "--database-url", e.url, "--data-dir", e.dataDir, "--http-addr", e.addr,
+		"--slot", e.slot, "--heartbeat-interval", "200ms", "--log-level", "debug", "--kafka-addr", ""}
+	return e2e.Start(e.t, e.bin, nil, append(args, extra...)...)
+}
+
+// underLoad starts the relay, and the crash tests' writers committing
+// events over 1000 keys into the returned ledger; ctx ends after timeout.
+func (e *relayEnv) underLoad(timeout time.Duration, events int) (ctx context.Context, relay *e2e.Proc, ledger *e2e.Ledger, writeDone <-chan error) {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	e.t.Cleanup(cancel)
+	ledger = e2e.NewLedger()
+	relay = e.start()
+	return ctx, relay, ledger, e2e.WriteAsync(ctx, e2e.CrashLoad(e.url, events, 1000), ledger)
+}
+
+// stop ends p with SIGTERM and expects a clean exit.
+func (e *relayEnv) stop(p *e2e.Proc) {
+	e.t.Helper()
+	p.Signal(syscall.SIGTERM)
+	if code := p.Wait(time.Minute); code != 0 {
+		e.t.Fatalf("relay exited %d after SIGTERM", code)
+	}
+}
+
+// killLoop is the crash tests' kill loop on the relay: SIGKILLs at least
+// minKills times, each after a pause between every[0] and every[1], every
+// third with the acknowledgements held back for 100 to 400 ms, each
+// followed by a restart.
+func (e *relayEnv) killLoop(src rand.Source, minKills int, every [2]time.Duration) e2e.KillLoop {
+	return e2e.KillLoop{
+		Locker: pgtest.Connect(e.t, e.url), Rand: rand.New(src), MinKills: minKills,
+		Every:     every,
+		Hold:      [2]time.Duration{100 * time.Millisecond, 400 * time.Millisecond},
+		Restart:   func() *e2e.Proc { return e.start() },
+		Published: e2e.LogRecords(e.dataDir),
 	}
 }

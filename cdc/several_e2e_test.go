@@ -7,8 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/outboxrelay/relay/internal/e2e"
 	"github.com/outboxrelay/relay/internal/pgtest"
 )
@@ -59,19 +57,15 @@ func TestE2ETwoDatabasesDefaultSlotNames(t *testing.T) {
 		t.Errorf("relay A did not say it keeps the earlier slot name")
 	}
 	admin := pgtest.Connect(t, a.url)
-	slots := func(url string) string {
-		cfg, err := pgx.ParseConfig(url)
-		if err != nil {
-			t.Fatal(err)
-		}
+	slots := func(e *relayEnv) string {
 		var names string
 		if err := admin.QueryRow(ctx, `SELECT coalesce(string_agg(slot_name, ',' ORDER BY slot_name), '') FROM pg_replication_slots WHERE database = $1`,
-			cfg.Database).Scan(&names); err != nil {
+			e.db).Scan(&names); err != nil {
 			t.Fatal(err)
 		}
 		return names
 	}
-	if got := slots(a.url); got != "relay_outbox" {
+	if got := slots(a); got != "relay_outbox" {
 		t.Errorf("database A has slots %q, want relay_outbox (kept)", got)
 	}
 	var oidB uint32
@@ -79,7 +73,7 @@ func TestE2ETwoDatabasesDefaultSlotNames(t *testing.T) {
 	if err := bConn.QueryRow(ctx, "SELECT oid FROM pg_database WHERE datname = current_database()").Scan(&oidB); err != nil {
 		t.Fatal(err)
 	}
-	if got, want := slots(b.url), "relay_outbox_"+strconv.FormatUint(uint64(oidB), 10); got != want {
+	if got, want := slots(b), "relay_outbox_"+strconv.FormatUint(uint64(oidB), 10); got != want {
 		t.Errorf("database B has slots %q, want %q", got, want)
 	}
 	t.Logf("database A: %d events exactly once in per-key order on the kept slot relay_outbox (one SIGKILL); database B: %d on relay_outbox_%d",

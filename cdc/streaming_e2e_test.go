@@ -2,13 +2,10 @@ package cdc_test
 
 import (
 	"context"
-	"fmt"
 	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/outboxrelay/relay/internal/e2e"
 	"github.com/outboxrelay/relay/internal/pgtest"
@@ -24,10 +21,7 @@ import (
 func TestE2EStreamedCrashLoop(t *testing.T) {
 	env := newRelayEnv(t)
 	admin := pgtest.Connect(t, env.url)
-	if _, err := admin.Exec(context.Background(), fmt.Sprintf("ALTER DATABASE %s SET logical_decoding_work_mem = '64kB'",
-		pgx.Identifier{admin.Config().Database}.Sanitize())); err != nil {
-		t.Fatal(err)
-	}
+	streamEarly(t, admin)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	ledger := e2e.NewLedger()
@@ -36,15 +30,8 @@ func TestE2EStreamedCrashLoop(t *testing.T) {
 	load.PerTx = 400
 	writeDone := e2e.WriteAsync(ctx, load, ledger)
 
-	locker := pgtest.Connect(t, env.url)
-	restarts := 0
-	relay, kills, held := e2e.KillLoop{
-		Locker: locker, Rand: rand.New(rand.NewPCG(23, 2)), MinKills: 8,
-		Every:     [2]time.Duration{200 * time.Millisecond, 1200 * time.Millisecond},
-		Hold:      [2]time.Duration{100 * time.Millisecond, 400 * time.Millisecond},
-		Restart:   func() *e2e.Proc { restarts++; return env.start() },
-		Published: e2e.LogRecords(env.dataDir),
-	}.Run(t, ctx, relay, writeDone)
+	relay, kills, held := env.killLoop(rand.NewPCG(23, 2), 8, [2]time.Duration{200 * time.Millisecond, 1200 * time.Millisecond}).
+		Run(t, ctx, relay, writeDone)
 	e2e.WaitDrained(t, env.url, "outbox", 2*time.Minute)
 	env.stop(relay)
 	if !strings.Contains(relay.Output(), "streaming=true") {

@@ -25,10 +25,21 @@ import (
 func streamingSetup(t *testing.T) *fixture {
 	t.Helper()
 	f := setup(t)
-	f.exec(t, fmt.Sprintf("ALTER DATABASE %s SET logical_decoding_work_mem = '64kB'", pgx.Identifier{f.conn.Config().Database}.Sanitize()))
+	streamEarly(t, f.conn)
 	f.cfg.StreamMemoryBytes = 64 << 10
 	f.cfg.SpillDir = t.TempDir()
 	return f
+}
+
+// streamEarly lowers logical_decoding_work_mem to 64 kB for conn's
+// database: its walsenders (those started from now on) stream any
+// transaction of more than a few hundred events.
+func streamEarly(t testing.TB, conn *pgx.Conn) {
+	t.Helper()
+	sql := fmt.Sprintf("ALTER DATABASE %s SET logical_decoding_work_mem = '64kB'", pgx.Identifier{conn.Config().Database}.Sanitize())
+	if _, err := conn.Exec(context.Background(), sql); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
 }
 
 // slotStats reads the slot's streaming and spilling counters, waiting
