@@ -8,7 +8,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -43,10 +42,7 @@ func TestDebeziumLayout(t *testing.T) {
 	eachReader(t, testDebeziumLayout)
 }
 
-func testDebeziumLayout(t *testing.T, source string) {
-	e := newEnv(t, source)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
+func testDebeziumLayout(t *testing.T, ctx context.Context, e *relayEnv) {
 	admin := pgtest.Connect(t, e.url)
 	if _, err := admin.Exec(ctx, debeziumDDL); err != nil {
 		t.Fatal(err)
@@ -108,7 +104,7 @@ func testDebeziumLayout(t *testing.T, source string) {
 		t.Fatalf("after detach an insert still reached the outbox: %d rows, %v", left, err)
 	}
 	t.Logf("%s: %d events from Debezium's table exactly once in per-key order on outbox.event.<aggregatetype>, through %d SIGKILLs; %d rolled back absent",
-		source, n, kills, len(ledger.RolledBack))
+		e.source, n, kills, len(ledger.RolledBack))
 }
 
 // writeDebezium is writer w of writers: n committed events in transactions

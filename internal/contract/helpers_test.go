@@ -20,11 +20,14 @@ func TestMain(m *testing.M) { pgtest.Main(m, testbin.Cleanup) }
 var readers = []string{"poll", "cdc"}
 
 // eachReader runs test, in parallel with the other tests, as one subtest
-// per reader.
-func eachReader(t *testing.T, test func(t *testing.T, source string)) {
+// per reader, each with an env of its own and its context (see newEnv).
+func eachReader(t *testing.T, test func(t *testing.T, ctx context.Context, e *relayEnv)) {
 	t.Parallel()
 	for _, source := range readers {
-		t.Run(source, func(t *testing.T) { test(t, source) })
+		t.Run(source, func(t *testing.T) {
+			e, ctx := newEnv(t, source)
+			test(t, ctx, e)
+		})
 	}
 }
 
@@ -52,10 +55,14 @@ type relayEnv struct {
 	extra   []string
 }
 
-func newEnv(t *testing.T, source string, extra ...string) *relayEnv {
+// newEnv returns a fresh env whose relay runs source, and the test's
+// context, which ends after 3 minutes.
+func newEnv(t *testing.T, source string, extra ...string) (*relayEnv, context.Context) {
 	t.Helper()
 	url, bin := e2e.Migrated(t)
-	return &relayEnv{t: t, url: url, bin: bin, dataDir: e2e.DataDir(t), addr: e2e.FreeAddr(t), source: source, extra: extra}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	t.Cleanup(cancel)
+	return &relayEnv{t: t, url: url, bin: bin, dataDir: e2e.DataDir(t), addr: e2e.FreeAddr(t), source: source, extra: extra}, ctx
 }
 
 // start runs the relay and waits until it leads (for cdc: its slot

@@ -32,10 +32,7 @@ func TestImmutableRows(t *testing.T) {
 	eachReader(t, testImmutableRows)
 }
 
-func testImmutableRows(t *testing.T, source string) {
-	e := newEnv(t, source)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
+func testImmutableRows(t *testing.T, ctx context.Context, e *relayEnv) {
 	ledger := e2e.NewLedger()
 	p := e.start()
 	writers := e2e.WriteAsync(ctx, e2e.CrashLoad(e.url, 2000, 200), ledger)
@@ -66,7 +63,7 @@ func testImmutableRows(t *testing.T, source string) {
 	kills := e.killLoop(ctx, p, allDone, 2)
 	n := e2e.CheckLog(t, e.dataDir, ledger)
 	t.Logf("%s: %d events exactly once in per-key order, as inserted, through %d SIGKILLs; %d rounds of refused UPDATE, DELETE and TRUNCATE; %d rolled-back events absent",
-		source, n, kills, rounds, len(ledger.RolledBack))
+		e.source, n, kills, rounds, len(ledger.RolledBack))
 }
 
 type execer interface {

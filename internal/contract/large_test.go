@@ -9,7 +9,6 @@ import (
 	"math/rand/v2"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -41,10 +40,7 @@ func TestLargePayloads(t *testing.T) {
 	eachReader(t, testLargePayloads)
 }
 
-func testLargePayloads(t *testing.T, source string) {
-	e := newEnv(t, source)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
+func testLargePayloads(t *testing.T, ctx context.Context, e *relayEnv) {
 	p := e.start()
 	admin := pgtest.Connect(t, e.url)
 	var toast string
@@ -115,7 +111,7 @@ func testLargePayloads(t *testing.T, source string) {
 		}
 	}
 	t.Logf("%s: %d TOASTed events exactly once in per-key order, byte for byte, the largest %d bytes of key and payload, through %d SIGKILLs; %d above the limit dead-lettered",
-		source, n, largest, kills, len(over))
+		e.source, n, largest, kills, len(over))
 }
 
 // writeLarge is writer w: 100 events in transactions of one to three, on

@@ -33,9 +33,7 @@ import (
 // naming the poll reader.
 func TestEmitMessage(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, "cdc")
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
+	e, ctx := newEnv(t, "cdc")
 	admin := pgtest.Connect(t, e.url)
 	emitRefused := func(want string) error {
 		_, err := admin.Exec(ctx, `SELECT outbox.emit_message('orders', 'k', '{}')`)
