@@ -50,6 +50,16 @@ func leader(t *testing.T, url string, length time.Duration) (*Relay, *leaseConn,
 	return r, lc, l
 }
 
+// leaderAndStandby migrates a fresh database and returns a relay on it
+// that holds the lease, with the lease's connection, and another relay on
+// it that has not tried to acquire the lease yet; leases last length.
+func leaderAndStandby(t *testing.T, length time.Duration) (a *Relay, ac *leaseConn, la *lease, b *Relay) {
+	t.Helper()
+	url, _ := pgtest.MigratedDatabase(t, "outbox")
+	a, ac, la = leader(t, url, length)
+	return a, ac, la, leaseRelay(t, url, length)
+}
+
 // ackFenced runs an acknowledgement-shaped transaction under l's fence.
 func ackFenced(ctx context.Context, r *Relay, l *lease) error {
 	return pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error { return r.fence(ctx, tx, l) })
@@ -61,15 +71,13 @@ func ackFenced(ctx context.Context, r *Relay, l *lease) error {
 // epoch, even though its own connections still work.
 func TestLeaseTakeoverFencesTheOldLeader(t *testing.T) {
 	ctx := context.Background()
-	url, _ := pgtest.MigratedDatabase(t, "outbox")
 	const length = 1500 * time.Millisecond
 
-	a, _, la := leader(t, url, length)
+	a, _, la, b := leaderAndStandby(t, length)
 	if err := ackFenced(ctx, a, la); err != nil {
 		t.Fatalf("the leader's acknowledgement: %v", err)
 	}
 
-	b := leaseRelay(t, url, length)
 	bc := leaseConnFor(t, b)
 	acquired := make(chan *lease, 1)
 	started := time.Now()
@@ -131,10 +139,9 @@ func TestLeaseTakeoverFencesTheOldLeader(t *testing.T) {
 // of the old epoch commits.
 func TestTakeoverWaitsForARunningAcknowledgement(t *testing.T) {
 	ctx := context.Background()
-	url, _ := pgtest.MigratedDatabase(t, "outbox")
 	const length = 300 * time.Millisecond
 
-	a, _, la := leader(t, url, length)
+	a, _, la, b := leaderAndStandby(t, length)
 	tx, err := a.pool.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -148,7 +155,6 @@ func TestTakeoverWaitsForARunningAcknowledgement(t *testing.T) {
 	if err := a.fence(ctx, tx, la); err != nil {
 		t.Fatal(err)
 	}
-	b := leaseRelay(t, url, length)
 	acquired := make(chan time.Time, 1)
 	go func() {
 		if _, err := b.acquire(ctx, leaseConnFor(t, b).conn); err != nil {
@@ -178,11 +184,9 @@ func TestTakeoverWaitsForARunningAcknowledgement(t *testing.T) {
 // wait for the lease to run out.
 func TestReleasedLeaseIsTakenAtOnce(t *testing.T) {
 	ctx := context.Background()
-	url, _ := pgtest.MigratedDatabase(t, "outbox")
 	const length = 10 * time.Second
-	a, ac, la := leader(t, url, length)
+	a, ac, la, b := leaderAndStandby(t, length)
 	a.release(ctx, ac, la)
-	b := leaseRelay(t, url, length)
 	start := time.Now()
 	lb, err := b.acquire(ctx, leaseConnFor(t, b).conn)
 	if err != nil {
