@@ -14,7 +14,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -36,39 +35,14 @@ const (
 type DeadLetterFilter = store.DeadLetterFilter
 
 // DeadLetter is one row of <schema>.dead_letters.
-type DeadLetter struct {
-	ID         int64      `json:"id"`
-	EventRowID int64      `json:"event_row_id"`
-	EventID    string     `json:"event_id"`
-	Topic      string     `json:"topic"`
-	Key        *string    `json:"key"`
-	Payload    []byte     `json:"payload"`
-	Headers    *string    `json:"headers"`
-	CreatedAt  time.Time  `json:"created_at"`
-	FailedAt   time.Time  `json:"failed_at"`
-	Reason     string     `json:"reason"`
-	Error      string     `json:"error"`
-	Resolution string     `json:"resolution,omitempty"`
-	ResolvedAt *time.Time `json:"resolved_at,omitempty"`
-	Note       string     `json:"note,omitempty"`
-	// Holds: this dead letter holds its key (hold-key policy); with a
-	// resolution, the leader is releasing it.
-	Holds bool `json:"holds,omitempty"`
-	// HeldBy is set on a held event: the outbox row id of the dead letter
-	// that holds it.
-	HeldBy *int64 `json:"held_by,omitempty"`
-}
+type DeadLetter = store.DeadLetter
 
 // ListDeadLetters returns up to limit dead letters matching f, oldest
 // first.
 func ListDeadLetters(ctx context.Context, db DB, schema string, f DeadLetterFilter, limit int) ([]DeadLetter, error) {
-	stored, err := storageOf(schema).ListDeadLetters(ctx, db, f, limit)
+	out, err := storageOf(schema).ListDeadLetters(ctx, db, f, limit)
 	if err != nil {
 		return nil, fmt.Errorf("reading dead letters (is the schema migrated?): %w", err)
-	}
-	out := make([]DeadLetter, 0, len(stored))
-	for _, d := range stored {
-		out = append(out, DeadLetter(d))
 	}
 	return out, nil
 }

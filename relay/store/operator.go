@@ -104,24 +104,29 @@ func (f DeadLetterFilter) args() []any {
 	return []any{ids, topic, f.Key, reason, f.Since, f.Until}
 }
 
-// DeadLetter is one row of <schema>.dead_letters.
+// DeadLetter is one row of <schema>.dead_letters, as the relay package
+// lists it and the CLI prints it (in JSON with these field names).
 type DeadLetter struct {
-	ID         int64
-	EventRowID int64
-	EventID    string
-	Topic      string
-	Key        *string
-	Payload    []byte
-	Headers    *string
-	CreatedAt  time.Time
-	FailedAt   time.Time
-	Reason     string
-	Error      string
-	Resolution string
-	ResolvedAt *time.Time
-	Note       string
-	Holds      bool
-	HeldBy     *int64
+	ID         int64      `json:"id"`
+	EventRowID int64      `json:"event_row_id"`
+	EventID    string     `json:"event_id"`
+	Topic      string     `json:"topic"`
+	Key        *string    `json:"key"`
+	Payload    []byte     `json:"payload"`
+	Headers    *string    `json:"headers"`
+	CreatedAt  time.Time  `json:"created_at"`
+	FailedAt   time.Time  `json:"failed_at"`
+	Reason     string     `json:"reason"`
+	Error      string     `json:"error"`
+	Resolution string     `json:"resolution,omitempty"`
+	ResolvedAt *time.Time `json:"resolved_at,omitempty"`
+	Note       string     `json:"note,omitempty"`
+	// Holds: this dead letter holds its key (hold-key policy); with a
+	// resolution, the leader is releasing it.
+	Holds bool `json:"holds,omitempty"`
+	// HeldBy is set on a held event: the outbox row id of the dead letter
+	// that holds it.
+	HeldBy *int64 `json:"held_by,omitempty"`
 }
 
 // ListDeadLetters returns up to limit dead letters matching f, oldest
