@@ -24,6 +24,34 @@ func runArgs(url, dataDir, httpAddr string, extra ...string) []string {
 		"--source", "poll", "--poll-interval", "200ms", "--log-level", "debug"}, extra...)
 }
 
+// relayEnv is an end-to-end test's migrated database, relay binary, data
+// directory and HTTP address.
+type relayEnv struct {
+	t                       *testing.T
+	url, bin, dataDir, addr string
+}
+
+func newRelayEnv(t *testing.T) *relayEnv {
+	t.Helper()
+	url, bin := e2e.Migrated(t)
+	return &relayEnv{t: t, url: url, bin: bin, dataDir: e2e.DataDir(t), addr: e2e.FreeAddr(t)}
+}
+
+// start runs the relay on the env with runArgs and extra.
+func (e *relayEnv) start(extra ...string) *e2e.Proc {
+	e.t.Helper()
+	return e2e.Start(e.t, e.bin, nil, runArgs(e.url, e.dataDir, e.addr, extra...)...)
+}
+
+// stop ends p with SIGTERM and expects a clean exit within timeout.
+func (e *relayEnv) stop(p *e2e.Proc, timeout time.Duration) {
+	e.t.Helper()
+	p.Signal(syscall.SIGTERM)
+	if code := p.Wait(timeout); code != 0 {
+		e.t.Fatalf("relay exited %d after SIGTERM (want 0)", code)
+	}
+}
+
 // TestCrashLoopExactlyOnce is the poller's end-to-end proof: 8 concurrent
 // writers commit 100,000 events over 1,000 keys (some transactions roll
 // back), long transactions take low ids and commit after thousands of later
@@ -32,9 +60,7 @@ func runArgs(url, dataDir, httpAddr string, extra ...string) []string {
 // held back. The log must hold every committed event exactly once, each
 // key's events in commit order, and nothing rolled back.
 func TestCrashLoopExactlyOnce(t *testing.T) {
-	url, bin := e2e.Migrated(t)
-	dataDir := e2e.DataDir(t)
-	addr := e2e.FreeAddr(t)
+	env := newRelayEnv(t)
 	ledger := e2e.NewLedger()
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
@@ -45,7 +71,7 @@ func TestCrashLoopExactlyOnce(t *testing.T) {
 	// first tick after its commit. The second inserts when 90% of the
 	// events are written and commits last, after every writer and every
 	// kill.
-	long := pgtest.Connect(t, url)
+	long := pgtest.Connect(t, env.url)
 	longTx, err := long.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -59,7 +85,7 @@ func TestCrashLoopExactlyOnce(t *testing.T) {
 	first := e2e.Payload{ID: "long-tx-first", Key: "long-key-1", Seq: 0}
 	insertLong(longTx, first)
 	last := e2e.Payload{ID: "long-tx-last", Key: "long-key-2", Seq: 0}
-	lastConn := pgtest.Connect(t, url)
+	lastConn := pgtest.Connect(t, env.url)
 	lastTx, err := lastConn.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -73,21 +99,21 @@ func TestCrashLoopExactlyOnce(t *testing.T) {
 		insertLong(lastTx, last)
 	}()
 
-	relay := e2e.Start(t, bin, nil, runArgs(url, dataDir, addr)...)
+	relay := env.start()
 	longDone := make(chan error, 1)
 	go func() {
 		time.Sleep(1500 * time.Millisecond)
 		longDone <- longTx.Commit(ctx)
 	}()
-	writeDone := e2e.WriteAsync(ctx, e2e.CrashLoad(url, 100_000, 1000), ledger)
+	writeDone := e2e.WriteAsync(ctx, e2e.CrashLoad(env.url, 100_000, 1000), ledger)
 
-	locker := pgtest.Connect(t, url)
+	locker := pgtest.Connect(t, env.url)
 	skips := 0
 	relay, kills, _ := e2e.KillLoop{
 		Locker: locker, Rand: rand.New(rand.NewPCG(1, 2)), MinKills: 10,
 		Every:   [2]time.Duration{30 * time.Millisecond, 430 * time.Millisecond},
 		Hold:    [2]time.Duration{50 * time.Millisecond, 300 * time.Millisecond},
-		Restart: func() *e2e.Proc { return e2e.Start(t, bin, nil, runArgs(url, dataDir, addr)...) },
+		Restart: func() *e2e.Proc { return env.start() },
 		Killed:  func(p *e2e.Proc) { skips += strings.Count(p.Output(), "skipped re-delivered events") },
 	}.Run(t, ctx, relay, writeDone)
 	if err := <-longDone; err != nil {
@@ -100,12 +126,9 @@ func TestCrashLoopExactlyOnce(t *testing.T) {
 	}
 	ledger.Record(last)
 
-	e2e.WaitDrained(t, url, "outbox", 3*time.Minute)
-	relay.Signal(syscall.SIGTERM)
-	if code := relay.Wait(time.Minute); code != 0 {
-		t.Fatalf("relay exited %d after SIGTERM", code)
-	}
-	records := e2e.ReadLog(t, dataDir, "orders")
+	e2e.WaitDrained(t, env.url, "outbox", 3*time.Minute)
+	env.stop(relay, time.Minute)
+	records := e2e.ReadLog(t, env.dataDir, "orders")
 	n := e2e.Check(t, records, ledger)
 	if n != len(ledger.Committed) {
 		t.Fatalf("the log has %d records for %d committed events", n, len(ledger.Committed))
@@ -118,33 +141,25 @@ func TestCrashLoopExactlyOnce(t *testing.T) {
 // backlog: it exits 0 promptly, and a restart publishes the rest with
 // nothing lost or duplicated.
 func TestSIGTERMDrainsAndExits(t *testing.T) {
-	url, bin := e2e.Migrated(t)
-	dataDir := e2e.DataDir(t)
-	addr := e2e.FreeAddr(t)
+	env := newRelayEnv(t)
 	ledger := e2e.NewLedger()
 	ctx := context.Background()
-	if err := e2e.Write(ctx, e2e.WriterConfig{URL: url, Schema: "outbox", Topic: "orders", Writers: 4,
+	if err := e2e.Write(ctx, e2e.WriterConfig{URL: env.url, Schema: "outbox", Topic: "orders", Writers: 4,
 		Events: 40_000, Keys: 100, PerTx: 50}, ledger); err != nil {
 		t.Fatal(err)
 	}
-	relay := e2e.Start(t, bin, nil, runArgs(url, dataDir, addr, "--batch-size", "200")...)
-	e2e.WaitPublished(t, url, 1, time.Minute)
-	relay.Signal(syscall.SIGTERM)
+	relay := env.start("--batch-size", "200")
+	e2e.WaitPublished(t, env.url, 1, time.Minute)
 	start := time.Now()
-	if code := relay.Wait(30 * time.Second); code != 0 {
-		t.Fatalf("relay exited %d after SIGTERM (want 0)", code)
-	}
+	env.stop(relay, 30*time.Second)
 	t.Logf("exited 0 %v after SIGTERM", time.Since(start).Round(time.Millisecond))
 	if !strings.Contains(relay.Output(), "relay stopped") {
 		t.Fatalf("no clean stop in the log:\n%s", relay.Output())
 	}
-	relay = e2e.Start(t, bin, nil, runArgs(url, dataDir, addr)...)
-	e2e.WaitDrained(t, url, "outbox", 2*time.Minute)
-	relay.Signal(syscall.SIGTERM)
-	if code := relay.Wait(30 * time.Second); code != 0 {
-		t.Fatalf("second relay exited %d", code)
-	}
-	e2e.Check(t, e2e.ReadLog(t, dataDir, "orders"), ledger)
+	relay = env.start()
+	e2e.WaitDrained(t, env.url, "outbox", 2*time.Minute)
+	env.stop(relay, 30*time.Second)
+	e2e.Check(t, e2e.ReadLog(t, env.dataDir, "orders"), ledger)
 }
 
 // TestLeaderTakeover runs two relays on one outbox and one data directory:

@@ -3,7 +3,6 @@ package poller_test
 import (
 	"context"
 	"encoding/json"
-	"syscall"
 	"testing"
 	"time"
 
@@ -20,9 +19,7 @@ import (
 // nothing is lost or doubled. The publish latency's p99 over the run is
 // reported; its only bound is a generous sanity check, far below the hold.
 func TestLongTransactionsDoNotHoldBack(t *testing.T) {
-	url, bin := e2e.Migrated(t)
-	dataDir := e2e.DataDir(t)
-	addr := e2e.FreeAddr(t)
+	env := newRelayEnv(t)
 	ledger := e2e.NewLedger()
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
@@ -32,10 +29,10 @@ func TestLongTransactionsDoNotHoldBack(t *testing.T) {
 	if _, err := other.Exec(ctx, `CREATE TABLE batch_job (n bigint)`); err != nil {
 		t.Fatal(err)
 	}
-	if err := e2e.SetupLocked(ctx, url, 1); err != nil {
+	if err := e2e.SetupLocked(ctx, env.url, 1); err != nil {
 		t.Fatal(err)
 	}
-	relay := e2e.Start(t, bin, nil, runArgs(url, dataDir, addr)...)
+	relay := env.start()
 	e2e.WaitRole(t, relay, "leader", 30*time.Second)
 
 	foreign, err := other.Begin(ctx)
@@ -46,7 +43,7 @@ func TestLongTransactionsDoNotHoldBack(t *testing.T) {
 	if _, err := foreign.Exec(ctx, `INSERT INTO batch_job (n) VALUES (1)`); err != nil {
 		t.Fatal(err)
 	}
-	local, err := pgtest.Connect(t, url).Begin(ctx)
+	local, err := pgtest.Connect(t, env.url).Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,7 +58,7 @@ func TestLongTransactionsDoNotHoldBack(t *testing.T) {
 	}
 	heldAt := time.Now()
 
-	stop := e2e.WriteSteadily(ctx, e2e.WriterConfig{URL: url, Schema: "outbox", Topic: "orders", Writers: 2,
+	stop := e2e.WriteSteadily(ctx, e2e.WriterConfig{URL: env.url, Schema: "outbox", Topic: "orders", Writers: 2,
 		Events: 100, Keys: 100, PerTx: 5, PayloadBytes: 200}, ledger, 20*time.Millisecond)
 	time.Sleep(30*time.Second - time.Since(heldAt))
 	if err := stop(); err != nil {
@@ -70,14 +67,14 @@ func TestLongTransactionsDoNotHoldBack(t *testing.T) {
 	written := ledger.Len()
 	// Everything but the held event is published while both transactions
 	// are still open (the held row is invisible to this count).
-	conn := pgtest.Connect(t, url)
-	e2e.WaitDrained(t, url, "outbox", time.Minute)
-	e2e.WaitPublished(t, url, int64(written), time.Minute)
+	conn := pgtest.Connect(t, env.url)
+	e2e.WaitDrained(t, env.url, "outbox", time.Minute)
+	e2e.WaitPublished(t, env.url, int64(written), time.Minute)
 	if n, err := e2e.Published(ctx, conn); err != nil || n != int64(written) {
 		t.Fatalf("published %d (%v) with the long transactions open, want the %d written meanwhile", n, err, written)
 	}
-	p99, n := e2e.LatencyQuantile(t, addr, 0.99)
-	p50, _ := e2e.LatencyQuantile(t, addr, 0.5)
+	p99, n := e2e.LatencyQuantile(t, env.addr, 0.99)
+	p50, _ := e2e.LatencyQuantile(t, env.addr, 0.5)
 	if err := local.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -85,12 +82,9 @@ func TestLongTransactionsDoNotHoldBack(t *testing.T) {
 	if err := foreign.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
-	e2e.WaitPublished(t, url, int64(written)+1, time.Minute)
-	relay.Signal(syscall.SIGTERM)
-	if code := relay.Wait(time.Minute); code != 0 {
-		t.Fatalf("relay exited %d", code)
-	}
-	records := e2e.ReadLog(t, dataDir, "orders")
+	e2e.WaitPublished(t, env.url, int64(written)+1, time.Minute)
+	env.stop(relay, time.Minute)
+	records := e2e.ReadLog(t, env.dataDir, "orders")
 	e2e.Check(t, records, ledger)
 	t.Logf("%d events committed during a 30 s transaction in another database and one in this one: all published while they were open, publish latency p50 %v, p99 %v (over %d events); the held event published after its commit; %d records exactly once",
 		written, p50.Round(10*time.Microsecond), p99.Round(10*time.Microsecond), n, len(records))
