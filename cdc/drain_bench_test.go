@@ -8,7 +8,6 @@ import (
 	"sort"
 	"strconv"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -57,7 +56,7 @@ func newBenchEnv(b *testing.B) *benchEnv {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	e.stop(b, p)
+	p.Stop(time.Minute)
 	return e
 }
 
@@ -65,13 +64,6 @@ func (e *benchEnv) start(b *testing.B, extra ...string) *e2e.Proc {
 	args := []string{"run", "--source", "cdc", "--database-url", e.url, "--data-dir", e.dataDir, "--http-addr", e.addr,
 		"--slot", e.slot, "--kafka-addr", "", "--fsync", "always", "--log-level", "warn"}
 	return e2e.Start(b, e.bin, nil, append(args, extra...)...)
-}
-
-func (e *benchEnv) stop(b *testing.B, p *e2e.Proc) {
-	p.Signal(syscall.SIGTERM)
-	if code := p.Wait(time.Minute); code != 0 {
-		b.Fatalf("relay exited %d:\n%s", code, p.Output())
-	}
 }
 
 func (e *benchEnv) published(b *testing.B) int64 {
@@ -160,7 +152,7 @@ SELECT 'bench', 'key-' || (g % 1000), convert_to(repeat('x', 200), 'UTF8') FROM 
 		}
 		relayTook := time.Since(began)
 		steady := float64(int64(n)-firstN) / time.Since(first).Seconds()
-		e.stop(b, p)
+		p.Stop(time.Minute)
 
 		recvRate := float64(n) / recvTook.Seconds()
 		relayRate := float64(n) / relayTook.Seconds()
@@ -187,7 +179,7 @@ func BenchmarkLiveLatency(b *testing.B) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	p := e.start(b)
-	defer e.stop(b, p)
+	defer p.Stop(time.Minute)
 	const (
 		writers  = 4
 		perTx    = 25

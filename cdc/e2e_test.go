@@ -38,7 +38,7 @@ func TestE2ECrashLoopExactlyOnce(t *testing.T) {
 	loop.More = e2e.MoreOf(e2e.CrashLoad(env.url, 0, 1000), 400, ledger)
 	relay, kills, held := loop.Run(t, ctx, relay, writeDone)
 	e2e.WaitDrained(t, env.url, "outbox", 2*time.Minute)
-	env.stop(relay)
+	relay.Stop(time.Minute)
 	skips += strings.Count(relay.Output(), "skipped re-delivered events")
 	n := e2e.CheckLog(t, env.dataDir, ledger)
 	if skips == 0 {
@@ -213,7 +213,7 @@ func postgresRestartMidStream(t *testing.T, perTx int, streaming bool) {
 		t.Fatalf("writers: %v", err)
 	}
 	e2e.WaitDrained(t, env.url, "outbox", 2*time.Minute)
-	env.stop(relay)
+	relay.Stop(time.Minute)
 	out := relay.Output()
 	if !strings.Contains(out, "reconnecting") && !strings.Contains(out, "relay pipeline stopped; restarting") {
 		t.Errorf("the relay's log shows no reconnection")
@@ -267,7 +267,7 @@ SELECT 'orders', k, convert_to(p, 'UTF8'), '{"test":"e2e"}' FROM unnest($1::text
 		relay = env.start()
 	}
 	e2e.WaitDrained(t, env.url, "outbox", 2*time.Minute)
-	env.stop(relay)
+	relay.Stop(time.Minute)
 	records := e2e.ReadLog(t, env.dataDir, "orders")
 	n := e2e.Check(t, records, ledger)
 	if n != 101_000 {
@@ -331,7 +331,7 @@ FROM pg_replication_slots WHERE slot_name = $1`, env.slot).Scan(&flush, &current
 	if lag < 0 || lag > 1<<20 {
 		t.Errorf("relay_cdc_slot_lag_bytes = %v after the slot caught up", lag)
 	}
-	env.stop(relay)
+	relay.Stop(time.Minute)
 	t.Logf("idle outbox, busy other table: confirmed_flush_lsn advanced %d times while writing, %d bytes in all, up to the last write (%d); slot lag gauge %v bytes",
 		advances, flush-start, target, lag)
 }
@@ -360,7 +360,7 @@ func TestE2ESlotDroppedUnderTheRelay(t *testing.T) {
 		t.Fatalf("writers: %v", err)
 	}
 	e2e.WaitDrained(t, env.url, "outbox", 2*time.Minute)
-	env.stop(relay)
+	relay.Stop(time.Minute)
 	if got := strings.Count(relay.Output(), "REPLICATION SLOT LOST"); got < drops {
 		t.Errorf("the relay reported %d slot losses for %d drops", got, drops)
 	}

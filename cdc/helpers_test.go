@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -327,15 +326,6 @@ func (e *relayEnv) underLoad(timeout time.Duration, events int) (ctx context.Con
 	ledger = e2e.NewLedger()
 	relay = e.start()
 	return ctx, relay, ledger, e2e.WriteAsync(ctx, e2e.CrashLoad(e.url, events, 1000), ledger)
-}
-
-// stop ends p with SIGTERM and expects a clean exit.
-func (e *relayEnv) stop(p *e2e.Proc) {
-	e.t.Helper()
-	p.Signal(syscall.SIGTERM)
-	if code := p.Wait(time.Minute); code != 0 {
-		e.t.Fatalf("relay exited %d after SIGTERM", code)
-	}
 }
 
 // killLoop is the crash tests' kill loop on the relay: SIGKILLs at least

@@ -48,8 +48,8 @@ func TestE2ETwoDatabasesDefaultSlotNames(t *testing.T) {
 	}
 	e2e.WaitDrained(t, a.url, "outbox", 2*time.Minute)
 	e2e.WaitDrained(t, b.url, "outbox", 2*time.Minute)
-	a.stop(relayA)
-	b.stop(relayB)
+	relayA.Stop(time.Minute)
+	relayB.Stop(time.Minute)
 
 	nA := e2e.CheckLog(t, a.dataDir, ledgerA)
 	nB := e2e.CheckLog(t, b.dataDir, ledgerB)

@@ -33,7 +33,7 @@ func TestE2EStreamedCrashLoop(t *testing.T) {
 	relay, kills, held := env.killLoop(rand.NewPCG(23, 2), 8, [2]time.Duration{200 * time.Millisecond, 1200 * time.Millisecond}).
 		Run(t, ctx, relay, writeDone)
 	e2e.WaitDrained(t, env.url, "outbox", 2*time.Minute)
-	env.stop(relay)
+	relay.Stop(time.Minute)
 	if !strings.Contains(relay.Output(), "streaming=true") {
 		t.Fatalf("the relay did not stream:\n%s", relay.Output())
 	}

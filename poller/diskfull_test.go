@@ -5,7 +5,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"syscall"
 	"testing"
 	"time"
 
@@ -73,10 +72,7 @@ func TestDiskFull(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	relay.Signal(syscall.SIGTERM)
-	if code := relay.Wait(30 * time.Second); code != 0 {
-		t.Fatalf("relay exited %d", code)
-	}
+	relay.Stop(30 * time.Second)
 	e2e.Check(t, e2e.ReadLog(t, dataDir, "orders"), ledger)
 }
 

@@ -43,15 +43,6 @@ func (e *relayEnv) start(extra ...string) *e2e.Proc {
 	return e2e.Start(e.t, e.bin, nil, runArgs(e.url, e.dataDir, e.addr, extra...)...)
 }
 
-// stop ends p with SIGTERM and expects a clean exit within timeout.
-func (e *relayEnv) stop(p *e2e.Proc, timeout time.Duration) {
-	e.t.Helper()
-	p.Signal(syscall.SIGTERM)
-	if code := p.Wait(timeout); code != 0 {
-		e.t.Fatalf("relay exited %d after SIGTERM (want 0)", code)
-	}
-}
-
 // TestCrashLoopExactlyOnce is the poller's end-to-end proof: 8 concurrent
 // writers commit 100,000 events over 1,000 keys (some transactions roll
 // back), long transactions take low ids and commit after thousands of later
@@ -127,7 +118,7 @@ func TestCrashLoopExactlyOnce(t *testing.T) {
 	ledger.Record(last)
 
 	e2e.WaitDrained(t, env.url, "outbox", 3*time.Minute)
-	env.stop(relay, time.Minute)
+	relay.Stop(time.Minute)
 	records := e2e.ReadLog(t, env.dataDir, "orders")
 	n := e2e.Check(t, records, ledger)
 	if n != len(ledger.Committed) {
@@ -151,14 +142,14 @@ func TestSIGTERMDrainsAndExits(t *testing.T) {
 	relay := env.start("--batch-size", "200")
 	e2e.WaitPublished(t, env.url, 1, time.Minute)
 	start := time.Now()
-	env.stop(relay, 30*time.Second)
+	relay.Stop(30 * time.Second)
 	t.Logf("exited 0 %v after SIGTERM", time.Since(start).Round(time.Millisecond))
 	if !strings.Contains(relay.Output(), "relay stopped") {
 		t.Fatalf("no clean stop in the log:\n%s", relay.Output())
 	}
 	relay = env.start()
 	e2e.WaitDrained(t, env.url, "outbox", 2*time.Minute)
-	env.stop(relay, 30*time.Second)
+	relay.Stop(30 * time.Second)
 	e2e.Check(t, e2e.ReadLog(t, env.dataDir, "orders"), ledger)
 }
 
@@ -188,10 +179,7 @@ func TestLeaderTakeover(t *testing.T) {
 		t.Fatal(err)
 	}
 	e2e.WaitDrained(t, url, "outbox", 2*time.Minute)
-	b.Signal(syscall.SIGTERM)
-	if code := b.Wait(30 * time.Second); code != 0 {
-		t.Fatalf("new leader exited %d", code)
-	}
+	b.Stop(30 * time.Second)
 	n := e2e.Check(t, e2e.ReadLog(t, dataDir, "orders"), ledger)
 	t.Logf("standby took over %v after the leader's SIGKILL; %d events exactly once", took.Round(time.Millisecond), n)
 }
@@ -227,10 +215,7 @@ func TestDeadLetters(t *testing.T) {
 
 	relay := e2e.Start(t, bin, nil, runArgs(url, dataDir, e2e.FreeAddr(t), "--max-message-bytes", "4096")...)
 	e2e.WaitDrained(t, url, "outbox", time.Minute)
-	relay.Signal(syscall.SIGTERM)
-	if code := relay.Wait(30 * time.Second); code != 0 {
-		t.Fatalf("relay exited %d", code)
-	}
+	relay.Stop(30 * time.Second)
 	rows, err := conn.Query(ctx, "SELECT topic, error FROM outbox.dead_letters ORDER BY event_row_id")
 	if err != nil {
 		t.Fatal(err)

@@ -5,7 +5,6 @@ import (
 	"context"
 	"strings"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -127,10 +126,7 @@ VALUES ('large', 'huge', convert_to(repeat('x', $1), 'UTF8'), '{"test":"e2e"}') 
 		t.Errorf("dead letters %v, want the five huge rows %v", dead, huge)
 	}
 
-	p.Signal(syscall.SIGTERM)
-	if code := p.Wait(30 * time.Second); code != 0 {
-		t.Fatalf("relay exited %d", code)
-	}
+	p.Stop(30 * time.Second)
 	out := p.Output()
 	if n := strings.Count(out, "pipeline started"); n != 1 || strings.Contains(out, "restarting") || strings.Contains(out, "stopped leading") {
 		var errs []string

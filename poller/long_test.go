@@ -83,7 +83,7 @@ func TestLongTransactionsDoNotHoldBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	e2e.WaitPublished(t, env.url, int64(written)+1, time.Minute)
-	env.stop(relay, time.Minute)
+	relay.Stop(time.Minute)
 	records := e2e.ReadLog(t, env.dataDir, "orders")
 	e2e.Check(t, records, ledger)
 	t.Logf("%d events committed during a 30 s transaction in another database and one in this one: all published while they were open, publish latency p50 %v, p99 %v (over %d events); the held event published after its commit; %d records exactly once",

@@ -116,10 +116,7 @@ func TestTwoTransactionsCommitOrder(t *testing.T) {
 				scenario(k)
 			}
 			e2e.WaitDrained(t, url, "outbox", time.Minute)
-			relay.Signal(syscall.SIGTERM)
-			if code := relay.Wait(30 * time.Second); code != 0 {
-				t.Fatalf("relay exited %d", code)
-			}
+			relay.Stop(30 * time.Second)
 			records := e2e.ReadLog(t, dataDir, "orders")
 			e2e.Check(t, records, ledger)
 			if len(records) != 20 {
@@ -168,10 +165,7 @@ func TestHotKeysCommitOrder(t *testing.T) {
 				Restart: start,
 			}.Run(t, ctx, relay, writeDone)
 			e2e.WaitDrained(t, url, "outbox", 3*time.Minute)
-			relay.Signal(syscall.SIGTERM)
-			if code := relay.Wait(time.Minute); code != 0 {
-				t.Fatalf("relay exited %d after SIGTERM", code)
-			}
+			relay.Stop(time.Minute)
 			records := e2e.ReadLog(t, dataDir, "orders")
 			if c.eventFirst {
 				versions, err := e2e.LockedVersions(ctx, url)

@@ -127,10 +127,7 @@ func TestReadinessFollowsTheHeartbeat(t *testing.T) {
 				e2e.WaitReady(t, p, true, time.Minute)
 				t.Logf("%s blocked: %q; ready again after the block was released", b.what, reason)
 			}
-			p.Signal(syscall.SIGTERM)
-			if code := p.Wait(time.Minute); code != 0 {
-				t.Fatalf("relay exited %d after SIGTERM", code)
-			}
+			p.Stop(time.Minute)
 			if c.source == "cdc" {
 				if _, err := admin.Exec(ctx, "SELECT pg_drop_replication_slot('relay_ready_cdc')"); err != nil {
 					t.Fatal(err)

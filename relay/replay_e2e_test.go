@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -163,10 +162,7 @@ func TestReplayWindowWhileLive(t *testing.T) {
 		t.Fatalf("replay request: %+v, want done with 4000 of 4000", req)
 	}
 	e2e.WaitDrained(t, url, "outbox", time.Minute)
-	proc.Signal(syscall.SIGTERM)
-	if code := proc.Wait(30 * time.Second); code != 0 {
-		t.Fatalf("relay exited %d", code)
-	}
+	proc.Stop(30 * time.Second)
 
 	records := e2e.ReadLog(t, dataDir, "orders")
 	n, replayed := e2e.CheckReplay(t, records, ledger, req.ID, window)
@@ -204,10 +200,7 @@ WHERE (convert_from(payload, 'UTF8')::jsonb->>'seq')::int < (convert_from(prev, 
 	if got := e2e.Metric(t, addr, "relay_archive_pruned_total"); got != 1500 {
 		t.Fatalf("relay_archive_pruned_total = %v, want 1500", got)
 	}
-	proc.Signal(syscall.SIGTERM)
-	if code := proc.Wait(30 * time.Second); code != 0 {
-		t.Fatalf("relay exited %d", code)
-	}
+	proc.Stop(30 * time.Second)
 	if n := e2e.Check(t, e2e.ReadLog(t, dataDir, "orders"), ledger); n != 1500 {
 		t.Fatalf("%d records, want 1500", n)
 	}
@@ -227,10 +220,7 @@ func TestInspectionJSON(t *testing.T) {
 		t.Fatal(err)
 	}
 	e2e.WaitDrained(t, url, "outbox", time.Minute)
-	proc.Signal(syscall.SIGTERM)
-	if code := proc.Wait(30 * time.Second); code != 0 {
-		t.Fatalf("relay exited %d", code)
-	}
+	proc.Stop(30 * time.Second)
 	b, err := broker.Open(context.Background(), broker.Options{Dir: dataDir, JanitorInterval: -1})
 	if err != nil {
 		t.Fatal(err)
@@ -376,10 +366,7 @@ func TestBacklogDrainAfterOutage(t *testing.T) {
 	e2e.WaitDrained(t, url, "outbox", 2*time.Minute)
 	t.Logf("a %d-row backlog (oldest %.0f s) drained %v after the restart", st.Backlog.Rows, st.Backlog.OldestAgeSeconds, time.Since(start).Round(time.Millisecond))
 	e2e.Metric(t, addr, "relay_backlog_drain_seconds")
-	proc.Signal(syscall.SIGTERM)
-	if code := proc.Wait(30 * time.Second); code != 0 {
-		t.Fatalf("relay exited %d", code)
-	}
+	proc.Stop(30 * time.Second)
 	if n := e2e.Check(t, e2e.ReadLog(t, dataDir, "orders"), ledger); n != len(ledger.Committed) {
 		t.Fatalf("%d records for %d committed events", n, len(ledger.Committed))
 	}

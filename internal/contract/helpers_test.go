@@ -5,7 +5,6 @@ import (
 	"errors"
 	"math/rand/v2"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -105,9 +104,6 @@ func (e *relayEnv) killLoop(ctx context.Context, p *e2e.Proc, writeDone <-chan e
 		Published: e2e.LogRecords(e.dataDir),
 	}.Run(e.t, ctx, p, writeDone)
 	e2e.WaitDrained(e.t, e.url, "outbox", 2*time.Minute)
-	p.Signal(syscall.SIGTERM)
-	if code := p.Wait(time.Minute); code != 0 {
-		e.t.Fatalf("relay exited %d after SIGTERM", code)
-	}
+	p.Stop(time.Minute)
 	return n
 }

@@ -116,6 +116,16 @@ func (p *Proc) Wait(timeout time.Duration) int {
 	}
 }
 
+// Stop sends SIGTERM and fails the test unless the process exits 0 within
+// timeout.
+func (p *Proc) Stop(timeout time.Duration) {
+	p.t.Helper()
+	p.Signal(syscall.SIGTERM)
+	if code := p.Wait(timeout); code != 0 {
+		p.t.Fatalf("relay exited %d after SIGTERM (want 0 within %v)", code, timeout)
+	}
+}
+
 // Exited reports whether the process has exited.
 func (p *Proc) Exited() bool {
 	select {
