@@ -8,7 +8,6 @@ import (
 	"math/rand/v2"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -98,8 +97,7 @@ func TestEmitMessage(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	pp.Signal(syscall.SIGTERM)
-	pp.Wait(time.Minute)
+	pp.Stop(time.Minute)
 	t.Logf("%d events (%d of them logical messages) exactly once in per-key order through %d SIGKILLs; %d rolled back absent; refused before the slot and under the poll reader",
 		n, messages, kills, len(ledger.RolledBack))
 }
