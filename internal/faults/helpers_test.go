@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/outboxrelay/relay/internal/broker"
 	"github.com/outboxrelay/relay/internal/e2e"
@@ -266,6 +268,26 @@ func checkEpochOrder(t *testing.T, batches []batchInfo) (epochs int) {
 		last[b.partition] = b
 	}
 	return len(seen)
+}
+
+// committedOffsets sums the offsets group has committed on topic (on
+// every topic when topic is ""); a partition whose offset could not be
+// fetched makes it an error.
+func committedOffsets(ctx context.Context, cl *kgo.Client, group, topic string) (int64, error) {
+	offs, err := kadm.NewClient(cl).FetchOffsets(ctx, group)
+	if err == nil {
+		err = offs.Error()
+	}
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	offs.Each(func(o kadm.OffsetResponse) {
+		if topic == "" || o.Topic == topic {
+			n += o.At
+		}
+	})
+	return n, nil
 }
 
 // outputCount counts lines of p's log that contain s.

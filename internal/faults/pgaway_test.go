@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/outboxrelay/relay/internal/e2e"
@@ -75,13 +74,10 @@ func TestListenerServesWhilePostgresIsAway(t *testing.T) {
 	if ready, _ := n.proc.Ready(); ready {
 		t.Fatal("the relay reported ready at the end of the outage: PostgreSQL was not away")
 	}
-	adm := kadm.NewClient(cl)
-	offsets, err := adm.FetchOffsets(context.Background(), "slow-readers")
+	committed, err := committedOffsets(context.Background(), cl, "slow-readers", "")
 	if err != nil {
 		t.Fatalf("fetching the group's offsets at the end of the outage: %v", err)
 	}
-	var committed int64
-	offsets.Each(func(o kadm.OffsetResponse) { committed += o.At })
 	n.proxy.Heal()
 	if read-before == 0 || withRecords < polls/2 {
 		t.Fatalf("while PostgreSQL was away the consumer read %d records in %d of %d polls", read-before, withRecords, polls)
