@@ -59,8 +59,8 @@ func testDebeziumLayout(t *testing.T, ctx context.Context, e *relayEnv) {
 	writeDone := make(chan error, 1)
 	go func() {
 		const writers = 4
-		writeDone <- writeAll(writers, func(w int) error {
-			return writeDebezium(ctx, e.url, w, writers, 1600/writers, ledger, func(id, row string) {
+		writeDone <- e2e.EachConn(ctx, e.url, writers, func(conn *pgx.Conn, w int) error {
+			return writeDebezium(ctx, conn, w, writers, 1600/writers, ledger, func(id, row string) {
 				mu.Lock()
 				ids[id] = row
 				mu.Unlock()
@@ -111,12 +111,7 @@ func testDebeziumLayout(t *testing.T, ctx context.Context, e *relayEnv) {
 // of one to five plain INSERTs into public.outboxevent, on aggregates of
 // its own (aggregateid k with k % writers == w); one transaction in 20
 // rolls back, and every other one deletes its rows before committing.
-func writeDebezium(ctx context.Context, url string, w, writers, n int, ledger *e2e.Ledger, noteID func(id, row string)) error {
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		return err
-	}
-	defer conn.Close(context.WithoutCancel(ctx))
+func writeDebezium(ctx context.Context, conn *pgx.Conn, w, writers, n int, ledger *e2e.Ledger, noteID func(id, row string)) error {
 	rng := rand.New(rand.NewPCG(uint64(w), 5))
 	seq := map[string]int{}
 	for txNo, written := 1, 0; written < n; txNo++ {

@@ -2,9 +2,7 @@ package contract_test
 
 import (
 	"context"
-	"errors"
 	"math/rand/v2"
-	"sync"
 	"testing"
 	"time"
 
@@ -28,18 +26,6 @@ func eachReader(t *testing.T, test func(t *testing.T, ctx context.Context, e *re
 			test(t, ctx, e)
 		})
 	}
-}
-
-// writeAll runs write for each of n writers (numbered 0 to n-1) at once
-// and returns their errors joined once all are done.
-func writeAll(n int, write func(w int) error) error {
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for w := range n {
-		wg.Go(func() { errs[w] = write(w) })
-	}
-	wg.Wait()
-	return errors.Join(errs...)
 }
 
 // relayEnv is one test's migrated database, data directory and binary,

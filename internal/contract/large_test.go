@@ -54,8 +54,8 @@ func testLargePayloads(t *testing.T, ctx context.Context, e *relayEnv) {
 	over := map[string]int{} // key of an event above the limit: its payload's length
 	writeDone := make(chan error, 1)
 	go func() {
-		writeDone <- writeAll(2, func(w int) error {
-			return writeLarge(ctx, e.url, toast, w, ledger, func(p e2e.Payload, body []byte, within bool) {
+		writeDone <- e2e.EachConn(ctx, e.url, 2, func(conn *pgx.Conn, w int) error {
+			return writeLarge(ctx, conn, toast, w, ledger, func(p e2e.Payload, body []byte, within bool) {
 				mu.Lock()
 				defer mu.Unlock()
 				if within {
@@ -119,12 +119,7 @@ func testLargePayloads(t *testing.T, ctx context.Context, e *relayEnv) {
 // above it (see TestLargePayloads), each alone on a key of its own (a dead letter leaves a gap in
 // its key's order); each is noted, with its payload, through note. Every
 // transaction checks that its events went to the TOAST table.
-func writeLarge(ctx context.Context, url, toast string, w int, ledger *e2e.Ledger, note func(p e2e.Payload, body []byte, within bool)) error {
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		return err
-	}
-	defer conn.Close(context.WithoutCancel(ctx))
+func writeLarge(ctx context.Context, conn *pgx.Conn, toast string, w int, ledger *e2e.Ledger, note func(p e2e.Payload, body []byte, within bool)) error {
 	rng := rand.New(rand.NewPCG(uint64(w), 99))
 	seq := map[string]int{}
 	headerBytes := len("test") + len("e2e")

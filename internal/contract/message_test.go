@@ -53,8 +53,8 @@ func TestEmitMessage(t *testing.T) {
 	writeDone := make(chan error, 1)
 	go func() {
 		const writers = 4
-		err := writeAll(writers, func(w int) error {
-			n, err := writeMixed(ctx, e.url, w, writers, 2000/writers, ledger)
+		err := e2e.EachConn(ctx, e.url, writers, func(conn *pgx.Conn, w int) error {
+			n, err := writeMixed(ctx, conn, w, writers, 2000/writers, ledger)
 			mu.Lock()
 			messages += n
 			mu.Unlock()
@@ -111,12 +111,7 @@ func newEnvOn(t *testing.T, e *relayEnv, source string) *relayEnv {
 // one to six on keys of its own, each event an outbox row or a message at
 // random; one transaction in 20 rolls back. It returns how many committed
 // events were messages.
-func writeMixed(ctx context.Context, url string, w, writers, n int, ledger *e2e.Ledger) (int64, error) {
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		return 0, err
-	}
-	defer conn.Close(context.WithoutCancel(ctx))
+func writeMixed(ctx context.Context, conn *pgx.Conn, w, writers, n int, ledger *e2e.Ledger) (int64, error) {
 	rng := rand.New(rand.NewPCG(uint64(w), 17))
 	seq := map[string]int{}
 	var messages int64

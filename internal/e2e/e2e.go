@@ -306,6 +306,20 @@ func EachWriter(cfg WriterConfig, write func(w, n int) error) error {
 	return <-errs
 }
 
+// EachConn runs write for each of n writers at once, writer w (0 to n-1)
+// on a connection of its own to url, closed when write returns, and
+// returns the first error.
+func EachConn(ctx context.Context, url string, n int, write func(conn *pgx.Conn, w int) error) error {
+	return EachWriter(WriterConfig{Writers: n}, func(w, _ int) error {
+		conn, err := pgx.Connect(ctx, url)
+		if err != nil {
+			return err
+		}
+		defer conn.Close(context.WithoutCancel(ctx))
+		return write(conn, w)
+	})
+}
+
 func writer(ctx context.Context, cfg WriterConfig, w, n, run int, startSeq map[string]int, ledger *Ledger) error {
 	conn, err := pgx.Connect(ctx, cfg.URL)
 	if err != nil {
