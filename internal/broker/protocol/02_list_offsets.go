@@ -20,8 +20,7 @@ const (
 // and, for a timestamp, the first offset whose
 // record is at least that recent (-1 when none is), from the time index.
 // The max-timestamp query (-3) is not supported.
-func (s *Server) handleListOffsets(req *kmsg.ListOffsetsRequest) kmsg.Response {
-	resp := req.ResponseKind().(*kmsg.ListOffsetsResponse)
+func (s *Server) handleListOffsets(req *kmsg.ListOffsetsRequest, resp *kmsg.ListOffsetsResponse) {
 	for _, rt := range req.Topics {
 		t := kmsg.NewListOffsetsResponseTopic()
 		t.Topic = rt.Topic
@@ -37,7 +36,6 @@ func (s *Server) handleListOffsets(req *kmsg.ListOffsetsRequest) kmsg.Response {
 		}
 		resp.Topics = append(resp.Topics, t)
 	}
-	return resp
 }
 
 func (s *Server) listOffset(topic string, rp kmsg.ListOffsetsRequestTopicPartition, committed bool, p *kmsg.ListOffsetsResponseTopicPartition) int16 {

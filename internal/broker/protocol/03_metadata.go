@@ -19,8 +19,7 @@ func topicID(name string) [16]byte {
 	return id
 }
 
-func (s *Server) handleMetadata(c *conn, req *kmsg.MetadataRequest) kmsg.Response {
-	resp := req.ResponseKind().(*kmsg.MetadataResponse)
+func (s *Server) handleMetadata(c *conn, req *kmsg.MetadataRequest, resp *kmsg.MetadataResponse) {
 	host, port := s.advertised(c.nc.LocalAddr())
 	b := kmsg.NewMetadataResponseBroker()
 	b.NodeID, b.Host, b.Port = nodeID, host, port
@@ -39,7 +38,7 @@ func (s *Server) handleMetadata(c *conn, req *kmsg.MetadataRequest) kmsg.Respons
 		if s.canTopic(c, kmsg.ACLOperationDescribe, topicname.ConsumerOffsets) {
 			resp.Topics = append(resp.Topics, offsetsTopicMetadata())
 		}
-		return resp
+		return
 	}
 	autoCreate := s.cfg.AutoCreateTopics && (req.Version < 4 || req.AllowAutoTopicCreation)
 	var byID map[[16]byte]string
@@ -96,7 +95,6 @@ func (s *Server) handleMetadata(c *conn, req *kmsg.MetadataRequest) kmsg.Respons
 		}
 		resp.Topics = append(resp.Topics, metadataTopic(ti))
 	}
-	return resp
 }
 
 // offsetsTopicMetadata describes __consumer_offsets as Kafka lists it:

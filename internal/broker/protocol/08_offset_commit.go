@@ -27,8 +27,7 @@ func offsetCommit(topic string, part int32, offset int64, leaderEpoch int32, has
 // generation below zero is a standalone commit, allowed while the group has
 // no members, as in Kafka. Commits for unknown partitions fail per
 // partition and do not stop the others.
-func (s *Server) handleOffsetCommit(ctx context.Context, req *kmsg.OffsetCommitRequest) kmsg.Response {
-	resp := req.ResponseKind().(*kmsg.OffsetCommitResponse)
+func (s *Server) handleOffsetCommit(ctx context.Context, req *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse) {
 	generation := req.Generation
 	if req.Version < 1 {
 		generation = -1
@@ -82,7 +81,6 @@ func (s *Server) handleOffsetCommit(ctx context.Context, req *kmsg.OffsetCommitR
 		}
 		resp.Topics = append(resp.Topics, t)
 	}
-	return resp
 }
 
 // checkAnyCommit decides whether a commit of these partitions from this

@@ -11,8 +11,7 @@ import (
 // (v7+), a partition whose offset an open transaction is about to commit
 // answers UNSTABLE_OFFSET_COMMIT, which the client retries, so that a
 // consumer taking over does not start from the offset before it.
-func (s *Server) handleOffsetFetch(req *kmsg.OffsetFetchRequest) kmsg.Response {
-	resp := req.ResponseKind().(*kmsg.OffsetFetchResponse)
+func (s *Server) handleOffsetFetch(req *kmsg.OffsetFetchRequest, resp *kmsg.OffsetFetchResponse) {
 	if req.Version >= 8 {
 		for _, rg := range req.Groups {
 			g := kmsg.NewOffsetFetchResponseGroup()
@@ -36,14 +35,13 @@ func (s *Server) handleOffsetFetch(req *kmsg.OffsetFetchRequest) kmsg.Response {
 			}
 			resp.Groups = append(resp.Groups, g)
 		}
-		return resp
+		return
 	}
 	topics := req.Topics
 	if req.Version < 2 && topics == nil {
 		topics = []kmsg.OffsetFetchRequestTopic{}
 	}
 	resp.Topics = s.committed(req.Group, topics, req.Version >= 7 && req.RequireStable)
-	return resp
 }
 
 // committed answers one group's offsets; nil topics means all.

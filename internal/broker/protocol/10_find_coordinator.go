@@ -13,8 +13,7 @@ const (
 
 // handleFindCoordinator names this node the coordinator of every group and
 // every transactional id.
-func (s *Server) handleFindCoordinator(c *conn, req *kmsg.FindCoordinatorRequest) kmsg.Response {
-	resp := req.ResponseKind().(*kmsg.FindCoordinatorResponse)
+func (s *Server) handleFindCoordinator(c *conn, req *kmsg.FindCoordinatorRequest, resp *kmsg.FindCoordinatorResponse) {
 	host, port := s.advertised(c.nc.LocalAddr())
 	code := int16(0)
 	var msg *string
@@ -30,7 +29,7 @@ func (s *Server) handleFindCoordinator(c *conn, req *kmsg.FindCoordinatorRequest
 		} else {
 			resp.NodeID, resp.Port = -1, -1
 		}
-		return resp
+		return
 	}
 	for _, key := range req.CoordinatorKeys {
 		c := kmsg.NewFindCoordinatorResponseCoordinator()
@@ -43,5 +42,4 @@ func (s *Server) handleFindCoordinator(c *conn, req *kmsg.FindCoordinatorRequest
 		}
 		resp.Coordinators = append(resp.Coordinators, c)
 	}
-	return resp
 }

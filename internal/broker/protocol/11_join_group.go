@@ -15,13 +15,8 @@ import (
 // member (group.instance.id) rejoining under a new member id takes over its
 // old identity and assignment without a rebalance unless its protocols
 // changed or it leads the group.
-func (c *coordinator) handleJoin(ctx context.Context, cc *conn, clientID string, req *kmsg.JoinGroupRequest) kmsg.Response {
-	resp := req.ResponseKind().(*kmsg.JoinGroupResponse)
+func (c *coordinator) handleJoin(ctx context.Context, cc *conn, clientID string, req *kmsg.JoinGroupRequest, resp *kmsg.JoinGroupResponse) {
 	resp.Generation = -1
-	fail := func(code int16) kmsg.Response {
-		resp.ErrorCode = code
-		return resp
-	}
 	cfg := c.s.cfg
 	session := time.Duration(req.SessionTimeoutMillis) * time.Millisecond
 	rebalance := time.Duration(req.RebalanceTimeoutMillis) * time.Millisecond
@@ -30,11 +25,14 @@ func (c *coordinator) handleJoin(ctx context.Context, cc *conn, clientID string,
 	}
 	switch {
 	case req.Group == "":
-		return fail(kerr.InvalidGroupID.Code)
+		resp.ErrorCode = kerr.InvalidGroupID.Code
+		return
 	case session < cfg.MinSessionTimeout || session > cfg.MaxSessionTimeout:
-		return fail(kerr.InvalidSessionTimeout.Code)
+		resp.ErrorCode = kerr.InvalidSessionTimeout.Code
+		return
 	case req.ProtocolType == "" || len(req.Protocols) == 0:
-		return fail(kerr.InconsistentGroupProtocol.Code)
+		resp.ErrorCode = kerr.InconsistentGroupProtocol.Code
+		return
 	}
 	var instanceID *string
 	if req.Version >= 5 && req.InstanceID != nil {
@@ -43,11 +41,13 @@ func (c *coordinator) handleJoin(ctx context.Context, cc *conn, clientID string,
 	}
 
 	if c.isConsumerGroup(req.Group) {
-		return fail(kerr.InconsistentGroupProtocol.Code)
+		resp.ErrorCode = kerr.InconsistentGroupProtocol.Code
+		return
 	}
 	g := c.lockGroup(req.Group, true)
 	if g == nil {
-		return fail(kerr.CoordinatorNotAvailable.Code)
+		resp.ErrorCode = kerr.CoordinatorNotAvailable.Code
+		return
 	}
 	wait, res := g.join(req, clientID, cc.clientHost, instanceID, session, rebalance)
 	if wait == nil && res.code != 0 {
@@ -58,7 +58,8 @@ func (c *coordinator) handleJoin(ctx context.Context, cc *conn, clientID string,
 		select {
 		case res = <-wait:
 		case <-ctx.Done():
-			return fail(kerr.RebalanceInProgress.Code)
+			resp.ErrorCode = kerr.RebalanceInProgress.Code
+			return
 		}
 	}
 	resp.ErrorCode = res.code
@@ -70,7 +71,6 @@ func (c *coordinator) handleJoin(ctx context.Context, cc *conn, clientID string,
 		pt, proto := req.ProtocolType, res.protocol
 		resp.ProtocolType, resp.Protocol = &pt, &proto
 	}
-	return resp
 }
 
 // join applies a JoinGroup to the locked group. It returns either a

@@ -7,22 +7,20 @@ import (
 
 // handleHeartbeat keeps a member's session alive and tells it when the
 // group is rebalancing, so that it rejoins.
-func (c *coordinator) handleHeartbeat(req *kmsg.HeartbeatRequest) kmsg.Response {
-	resp := req.ResponseKind().(*kmsg.HeartbeatResponse)
+func (c *coordinator) handleHeartbeat(req *kmsg.HeartbeatRequest, resp *kmsg.HeartbeatResponse) {
 	g := c.lockGroup(req.Group, false)
 	if g == nil {
 		resp.ErrorCode = kerr.UnknownMemberID.Code
-		return resp
+		return
 	}
 	defer g.mu.Unlock()
 	m, code := g.validMember(req.MemberID, req.InstanceID, req.Generation)
 	if code != 0 {
 		resp.ErrorCode = code
-		return resp
+		return
 	}
 	g.touch(m)
 	if g.state == groupPreparingRebalance {
 		resp.ErrorCode = kerr.RebalanceInProgress.Code
 	}
-	return resp
 }

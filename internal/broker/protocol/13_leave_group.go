@@ -7,8 +7,7 @@ import (
 
 // handleLeave removes members (v3+: several, by member or instance id) and
 // rebalances the rest at once.
-func (c *coordinator) handleLeave(req *kmsg.LeaveGroupRequest) kmsg.Response {
-	resp := req.ResponseKind().(*kmsg.LeaveGroupResponse)
+func (c *coordinator) handleLeave(req *kmsg.LeaveGroupRequest, resp *kmsg.LeaveGroupResponse) {
 	leaving := req.Members
 	if req.Version < 3 {
 		lm := kmsg.NewLeaveGroupRequestMember()
@@ -30,14 +29,13 @@ func (c *coordinator) handleLeave(req *kmsg.LeaveGroupRequest) kmsg.Response {
 	}
 	if req.Version < 3 {
 		resp.ErrorCode = codes[0]
-		return resp
+		return
 	}
 	for i, lm := range leaving {
 		rm := kmsg.NewLeaveGroupResponseMember()
 		rm.MemberID, rm.InstanceID, rm.ErrorCode = lm.MemberID, lm.InstanceID, codes[i]
 		resp.Members = append(resp.Members, rm)
 	}
-	return resp
 }
 
 func (g *group) leave(memberID string, instanceID *string) int16 {

@@ -10,8 +10,7 @@ import (
 // handleSync hands out the leader's assignment. Followers that sync first
 // wait for the leader; the leader's SyncGroup makes the group Stable and
 // answers everyone.
-func (c *coordinator) handleSync(ctx context.Context, req *kmsg.SyncGroupRequest) kmsg.Response {
-	resp := req.ResponseKind().(*kmsg.SyncGroupResponse)
+func (c *coordinator) handleSync(ctx context.Context, req *kmsg.SyncGroupRequest, resp *kmsg.SyncGroupResponse) {
 	wait, res := c.sync(req)
 	if wait != nil {
 		select {
@@ -25,7 +24,6 @@ func (c *coordinator) handleSync(ctx context.Context, req *kmsg.SyncGroupRequest
 	if res.code == 0 && req.Version >= 5 {
 		resp.ProtocolType, resp.Protocol = req.ProtocolType, req.Protocol
 	}
-	return resp
 }
 
 func (c *coordinator) sync(req *kmsg.SyncGroupRequest) (chan syncResult, syncResult) {

@@ -15,8 +15,7 @@ const authorizedOperationsOmitted = -2147483648
 // handleDescribe reports live classic groups with their members; a group
 // known only by its committed offsets is Empty, an unknown one Dead; a
 // live KIP-848 group gets GROUP_ID_NOT_FOUND, as in Kafka.
-func (c *coordinator) handleDescribe(req *kmsg.DescribeGroupsRequest) kmsg.Response {
-	resp := req.ResponseKind().(*kmsg.DescribeGroupsResponse)
+func (c *coordinator) handleDescribe(req *kmsg.DescribeGroupsRequest, resp *kmsg.DescribeGroupsResponse) {
 	var committed []string
 	for _, id := range req.Groups {
 		dg := kmsg.NewDescribeGroupsResponseGroup()
@@ -40,7 +39,6 @@ func (c *coordinator) handleDescribe(req *kmsg.DescribeGroupsRequest) kmsg.Respo
 		}
 		resp.Groups = append(resp.Groups, dg)
 	}
-	return resp
 }
 
 func (g *group) describe(dg *kmsg.DescribeGroupsResponseGroup) {

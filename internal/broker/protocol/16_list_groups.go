@@ -10,8 +10,7 @@ import (
 // handleList lists live groups and groups known only by committed offsets
 // (those are Empty), filtered by state on v4+ and by type (classic or
 // consumer, KIP-848) on v5+.
-func (c *coordinator) handleList(req *kmsg.ListGroupsRequest) kmsg.Response {
-	resp := req.ResponseKind().(*kmsg.ListGroupsResponse)
+func (c *coordinator) handleList(req *kmsg.ListGroupsRequest, resp *kmsg.ListGroupsResponse) {
 	seen := map[string]bool{}
 	add := func(id, protocolType, state, groupType string) {
 		seen[id] = true
@@ -45,5 +44,4 @@ func (c *coordinator) handleList(req *kmsg.ListGroupsRequest) kmsg.Response {
 		}
 	}
 	slices.SortFunc(resp.Groups, func(a, b kmsg.ListGroupsResponseGroup) int { return strings.Compare(a.Group, b.Group) })
-	return resp
 }

@@ -44,8 +44,7 @@ func (s *Server) rawTokensAfterHandshake(mechanism string) int {
 // unframed tokens, v1 with SaslAuthenticate requests. Re-authentication
 // (KIP-368) is not offered: a handshake on an authenticated connection gets
 // ILLEGAL_SASL_STATE.
-func (s *Server) handleSASLHandshake(c *conn, req *kmsg.SASLHandshakeRequest) kmsg.Response {
-	resp := req.ResponseKind().(*kmsg.SASLHandshakeResponse)
+func (s *Server) handleSASLHandshake(c *conn, req *kmsg.SASLHandshakeRequest, resp *kmsg.SASLHandshakeResponse) {
 	resp.SupportedMechanisms = slices.Clone(s.mechanisms)
 	switch {
 	case s.users == nil:
@@ -58,17 +57,15 @@ func (s *Server) handleSASLHandshake(c *conn, req *kmsg.SASLHandshakeRequest) km
 	default:
 		c.sasl.mechanism = req.Mechanism
 	}
-	return resp
 }
 
 // handleSASLAuthenticate runs one step of the exchange. A failure is
 // answered with SASL_AUTHENTICATION_FAILED and a message that names no
 // user or reason, and then the connection is closed.
-func (s *Server) handleSASLAuthenticate(c *conn, req *kmsg.SASLAuthenticateRequest) kmsg.Response {
-	resp := req.ResponseKind().(*kmsg.SASLAuthenticateResponse)
+func (s *Server) handleSASLAuthenticate(c *conn, req *kmsg.SASLAuthenticateRequest, resp *kmsg.SASLAuthenticateResponse) {
 	if c.authed.Load() && s.users != nil || c.sasl.mechanism == "" {
 		resp.ErrorCode = kerr.IllegalSaslState.Code
-		return resp
+		return
 	}
 	tok, err := s.saslStep(c, req.SASLAuthBytes)
 	if err != nil {
@@ -77,10 +74,9 @@ func (s *Server) handleSASLAuthenticate(c *conn, req *kmsg.SASLAuthenticateReque
 		msg := errAuth.Error()
 		resp.ErrorMessage = &msg
 		c.closeAfterReply = true
-		return resp
+		return
 	}
 	resp.SASLAuthBytes = tok
-	return resp
 }
 
 // errBadSASL marks a malformed exchange, as opposed to wrong credentials.

@@ -65,8 +65,6 @@ func apiVersionKeys() []kmsg.ApiVersionsResponseApiKey {
 	return keys
 }
 
-func (s *Server) handleApiVersions(req *kmsg.ApiVersionsRequest) kmsg.Response {
-	resp := req.ResponseKind().(*kmsg.ApiVersionsResponse)
+func (s *Server) handleApiVersions(req *kmsg.ApiVersionsRequest, resp *kmsg.ApiVersionsResponse) {
 	resp.ApiKeys = apiVersionKeys()
-	return resp
 }

@@ -13,8 +13,7 @@ import (
 // broker's default) and the configs the broker keeps
 // (broker.TopicConfigNames). The replication factor must be -1 or 1 and manual
 // replica assignments are refused: there is one node.
-func (s *Server) handleCreateTopics(req *kmsg.CreateTopicsRequest) kmsg.Response {
-	resp := req.ResponseKind().(*kmsg.CreateTopicsResponse)
+func (s *Server) handleCreateTopics(req *kmsg.CreateTopicsRequest, resp *kmsg.CreateTopicsResponse) {
 	seen := timesNamed(req.Topics, func(rt kmsg.CreateTopicsRequestTopic) string { return rt.Topic })
 	for _, rt := range req.Topics {
 		t := kmsg.NewCreateTopicsResponseTopic()
@@ -58,7 +57,6 @@ func (s *Server) handleCreateTopics(req *kmsg.CreateTopicsRequest) kmsg.Response
 		}
 		resp.Topics = append(resp.Topics, t)
 	}
-	return resp
 }
 
 // timesNamed counts how often a request names each topic (name of each

@@ -36,8 +36,7 @@ func (s *Server) deleteTopicNames(req *kmsg.DeleteTopicsRequest) []kmsg.DeleteTo
 
 // handleDeleteTopics deletes topics and their records (see
 // broker.DeleteTopic: the name can be created again after a restart).
-func (s *Server) handleDeleteTopics(req *kmsg.DeleteTopicsRequest) kmsg.Response {
-	resp := req.ResponseKind().(*kmsg.DeleteTopicsResponse)
+func (s *Server) handleDeleteTopics(req *kmsg.DeleteTopicsRequest, resp *kmsg.DeleteTopicsResponse) {
 	for _, rt := range s.deleteTopicNames(req) {
 		t := kmsg.NewDeleteTopicsResponseTopic()
 		t.Topic, t.TopicID = rt.Topic, rt.TopicID
@@ -56,5 +55,4 @@ func (s *Server) handleDeleteTopics(req *kmsg.DeleteTopicsRequest) kmsg.Response
 		}
 		resp.Topics = append(resp.Topics, t)
 	}
-	return resp
 }

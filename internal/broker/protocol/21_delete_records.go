@@ -9,8 +9,7 @@ import (
 // handleDeleteRecords moves partitions' log starts up (broker.DeleteRecords:
 // durable before the answer; -1 is the high watermark) and answers each
 // with its new log start.
-func (s *Server) handleDeleteRecords(req *kmsg.DeleteRecordsRequest) kmsg.Response {
-	resp := req.ResponseKind().(*kmsg.DeleteRecordsResponse)
+func (s *Server) handleDeleteRecords(req *kmsg.DeleteRecordsRequest, resp *kmsg.DeleteRecordsResponse) {
 	for _, rt := range req.Topics {
 		t := kmsg.NewDeleteRecordsResponseTopic()
 		t.Topic = rt.Topic
@@ -28,5 +27,4 @@ func (s *Server) handleDeleteRecords(req *kmsg.DeleteRecordsRequest) kmsg.Respon
 		}
 		resp.Topics = append(resp.Topics, t)
 	}
-	return resp
 }

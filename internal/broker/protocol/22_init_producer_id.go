@@ -16,8 +16,7 @@ import (
 // open (broker.InitTransactional). An idempotent producer asking to bump
 // its epoch (KIP-360) gets a fresh id at epoch 0, which clients accept the
 // same way.
-func (s *Server) handleInitProducerID(ctx context.Context, req *kmsg.InitProducerIDRequest) kmsg.Response {
-	resp := req.ResponseKind().(*kmsg.InitProducerIDResponse)
+func (s *Server) handleInitProducerID(ctx context.Context, req *kmsg.InitProducerIDRequest, resp *kmsg.InitProducerIDResponse) {
 	resp.ProducerID, resp.ProducerEpoch = -1, -1
 	if txnID := req.TransactionalID; txnID != nil && *txnID != "" {
 		cur := broker.ProducerID{ID: -1, Epoch: -1}
@@ -27,18 +26,17 @@ func (s *Server) handleInitProducerID(ctx context.Context, req *kmsg.InitProduce
 		id, err := s.b.InitTransactional(ctx, *txnID, time.Duration(req.TransactionTimeoutMillis)*time.Millisecond, cur)
 		if err != nil {
 			resp.ErrorCode = txnErrorCode(err, req.Version, 4)
-			return resp
+			return
 		}
 		resp.ProducerID, resp.ProducerEpoch = id.ID, id.Epoch
-		return resp
+		return
 	}
 	id, err := s.b.InitProducerID(ctx, "")
 	if err != nil {
 		resp.ErrorCode = broker.KafkaErrorCode(err)
-		return resp
+		return
 	}
 	resp.ProducerID, resp.ProducerEpoch = id.ID, id.Epoch
-	return resp
 }
 
 // txnErrorCode maps a coordinator error to the code a request of version v

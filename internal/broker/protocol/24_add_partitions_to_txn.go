@@ -13,7 +13,7 @@ import (
 // (v0-3, the client's request). As in Kafka, a request with an unknown
 // partition adds nothing: that partition gets UNKNOWN_TOPIC_OR_PARTITION
 // and the others OPERATION_NOT_ATTEMPTED.
-func (s *Server) handleAddPartitionsToTxn(ctx context.Context, req *kmsg.AddPartitionsToTxnRequest) kmsg.Response {
+func (s *Server) handleAddPartitionsToTxn(ctx context.Context, req *kmsg.AddPartitionsToTxnRequest, resp *kmsg.AddPartitionsToTxnResponse) {
 	var parts []broker.TxnPartition
 	for _, rt := range req.Topics {
 		for _, p := range rt.Partitions {
@@ -34,7 +34,7 @@ func (s *Server) handleAddPartitionsToTxn(ctx context.Context, req *kmsg.AddPart
 			code = kerr.UnknownTopicOrPartition.Code
 		}
 	}
-	return addPartitionsResponse(req, func(tp broker.TxnPartition) int16 {
+	addPartitionsResponse(req, resp, func(tp broker.TxnPartition) int16 {
 		switch {
 		case unknown[tp]:
 			return kerr.UnknownTopicOrPartition.Code
@@ -45,9 +45,9 @@ func (s *Server) handleAddPartitionsToTxn(ctx context.Context, req *kmsg.AddPart
 	})
 }
 
-// addPartitionsResponse answers every partition of req with code(p).
-func addPartitionsResponse(req *kmsg.AddPartitionsToTxnRequest, code func(broker.TxnPartition) int16) *kmsg.AddPartitionsToTxnResponse {
-	resp := req.ResponseKind().(*kmsg.AddPartitionsToTxnResponse)
+// addPartitionsResponse answers every partition of req in resp with
+// code(p).
+func addPartitionsResponse(req *kmsg.AddPartitionsToTxnRequest, resp *kmsg.AddPartitionsToTxnResponse, code func(broker.TxnPartition) int16) {
 	for _, rt := range req.Topics {
 		t := kmsg.NewAddPartitionsToTxnResponseTopic()
 		t.Topic = rt.Topic
@@ -58,5 +58,4 @@ func addPartitionsResponse(req *kmsg.AddPartitionsToTxnRequest, code func(broker
 		}
 		resp.Topics = append(resp.Topics, t)
 	}
-	return resp
 }

@@ -9,9 +9,7 @@ import (
 
 // handleAddOffsetsToTxn adds a consumer group to the producer's
 // transaction, so that TxnOffsetCommit may commit its offsets in it.
-func (s *Server) handleAddOffsetsToTxn(ctx context.Context, req *kmsg.AddOffsetsToTxnRequest) kmsg.Response {
-	resp := req.ResponseKind().(*kmsg.AddOffsetsToTxnResponse)
+func (s *Server) handleAddOffsetsToTxn(ctx context.Context, req *kmsg.AddOffsetsToTxnRequest, resp *kmsg.AddOffsetsToTxnResponse) {
 	err := s.b.AddTxnGroup(ctx, req.TransactionalID, broker.ProducerID{ID: req.ProducerID, Epoch: req.ProducerEpoch}, req.Group)
 	resp.ErrorCode = txnErrorCode(err, req.Version, 2)
-	return resp
 }

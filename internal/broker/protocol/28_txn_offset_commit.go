@@ -14,7 +14,7 @@ import (
 // From v3 on, a commit naming a member and generation (KIP-447) is checked
 // against the live group as OffsetCommit is, so a zombie of a past
 // generation cannot commit.
-func (s *Server) handleTxnOffsetCommit(ctx context.Context, req *kmsg.TxnOffsetCommitRequest) kmsg.Response {
+func (s *Server) handleTxnOffsetCommit(ctx context.Context, req *kmsg.TxnOffsetCommitRequest, resp *kmsg.TxnOffsetCommitResponse) {
 	var code int16
 	if req.Version >= 3 && req.Generation >= 0 {
 		var parts []topicPart
@@ -38,13 +38,12 @@ func (s *Server) handleTxnOffsetCommit(ctx context.Context, req *kmsg.TxnOffsetC
 			code = kerr.UnknownTopicOrPartition.Code
 		}
 	}
-	return txnOffsetCommitResponse(req, func(string) int16 { return code })
+	txnOffsetCommitResponse(req, resp, func(string) int16 { return code })
 }
 
-// txnOffsetCommitResponse answers every partition of req with the code of
-// its topic.
-func txnOffsetCommitResponse(req *kmsg.TxnOffsetCommitRequest, code func(topic string) int16) *kmsg.TxnOffsetCommitResponse {
-	resp := req.ResponseKind().(*kmsg.TxnOffsetCommitResponse)
+// txnOffsetCommitResponse answers every partition of req in resp with the
+// code of its topic.
+func txnOffsetCommitResponse(req *kmsg.TxnOffsetCommitRequest, resp *kmsg.TxnOffsetCommitResponse, code func(topic string) int16) {
 	for _, rt := range req.Topics {
 		t := kmsg.NewTxnOffsetCommitResponseTopic()
 		t.Topic, t.TopicID = rt.Topic, rt.TopicID
@@ -55,5 +54,4 @@ func txnOffsetCommitResponse(req *kmsg.TxnOffsetCommitRequest, code func(topic s
 		}
 		resp.Topics = append(resp.Topics, t)
 	}
-	return resp
 }

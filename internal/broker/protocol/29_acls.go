@@ -17,15 +17,14 @@ func (s *Server) canCluster(c *conn, op kmsg.ACLOperation) bool {
 	return s.can(c, op, kmsg.ACLResourceTypeCluster, clusterName)
 }
 
-func (s *Server) handleDescribeACLs(c *conn, req *kmsg.DescribeACLsRequest) kmsg.Response {
-	resp := req.ResponseKind().(*kmsg.DescribeACLsResponse)
+func (s *Server) handleDescribeACLs(c *conn, req *kmsg.DescribeACLsRequest, resp *kmsg.DescribeACLsResponse) {
 	switch {
 	case s.authz == nil:
 		resp.ErrorCode = kerr.SecurityDisabled.Code
-		return resp
+		return
 	case !s.canCluster(c, kmsg.ACLOperationDescribe):
 		resp.ErrorCode = kerr.ClusterAuthorizationFailed.Code
-		return resp
+		return
 	}
 	pattern := req.ResourcePatternType
 	if req.Version == 0 {
@@ -55,11 +54,9 @@ func (s *Server) handleDescribeACLs(c *conn, req *kmsg.DescribeACLsRequest) kmsg
 		e.Principal, e.Host, e.Operation, e.PermissionType = a.Principal, a.Host, a.Operation, a.Permission
 		resp.Resources[i].ACLs = append(resp.Resources[i].ACLs, e)
 	}
-	return resp
 }
 
-func (s *Server) handleCreateACLs(c *conn, req *kmsg.CreateACLsRequest) kmsg.Response {
-	resp := req.ResponseKind().(*kmsg.CreateACLsResponse)
+func (s *Server) handleCreateACLs(c *conn, req *kmsg.CreateACLsRequest, resp *kmsg.CreateACLsResponse) {
 	code, msg := int16(0), ""
 	switch {
 	case s.authz == nil:
@@ -103,11 +100,9 @@ func (s *Server) handleCreateACLs(c *conn, req *kmsg.CreateACLsRequest) kmsg.Res
 			s.log.Info("created ACLs", "by", c.principal, "acls", fmt.Sprint(acls))
 		}
 	}
-	return resp
 }
 
-func (s *Server) handleDeleteACLs(c *conn, req *kmsg.DeleteACLsRequest) kmsg.Response {
-	resp := req.ResponseKind().(*kmsg.DeleteACLsResponse)
+func (s *Server) handleDeleteACLs(c *conn, req *kmsg.DeleteACLsRequest, resp *kmsg.DeleteACLsResponse) {
 	code := int16(0)
 	switch {
 	case s.authz == nil:
@@ -152,5 +147,4 @@ func (s *Server) handleDeleteACLs(c *conn, req *kmsg.DeleteACLsRequest) kmsg.Res
 		}
 		resp.Results = append(resp.Results, r)
 	}
-	return resp
 }

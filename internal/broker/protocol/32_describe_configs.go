@@ -14,8 +14,7 @@ import (
 // asked) and, for tools that ask, the broker's (none: its settings are the
 // relay's flags). A config equal to the broker's default is reported with
 // the default source, any other as a topic override.
-func (s *Server) handleDescribeConfigs(req *kmsg.DescribeConfigsRequest) kmsg.Response {
-	resp := req.ResponseKind().(*kmsg.DescribeConfigsResponse)
+func (s *Server) handleDescribeConfigs(req *kmsg.DescribeConfigsRequest, resp *kmsg.DescribeConfigsResponse) {
 	defaults := topicConfigEntries(s.b.DefaultTopicConfig())
 	for _, rr := range req.Resources {
 		r := kmsg.NewDescribeConfigsResponseResource()
@@ -56,5 +55,4 @@ func (s *Server) handleDescribeConfigs(req *kmsg.DescribeConfigsRequest) kmsg.Re
 		}
 		resp.Resources = append(resp.Resources, r)
 	}
-	return resp
 }

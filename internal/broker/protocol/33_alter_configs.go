@@ -89,8 +89,7 @@ func alterOutcome(rt kmsg.ConfigResourceType, topic func() (int16, error)) (int1
 
 // handleAlterConfigs replaces topics' configs: those not named go back to
 // the broker's defaults, as in Kafka.
-func (s *Server) handleAlterConfigs(req *kmsg.AlterConfigsRequest) kmsg.Response {
-	resp := req.ResponseKind().(*kmsg.AlterConfigsResponse)
+func (s *Server) handleAlterConfigs(req *kmsg.AlterConfigsRequest, resp *kmsg.AlterConfigsResponse) {
 	for _, rr := range req.Resources {
 		r := kmsg.NewAlterConfigsResponseResource()
 		r.ResourceType, r.ResourceName = rr.ResourceType, rr.ResourceName
@@ -107,15 +106,13 @@ func (s *Server) handleAlterConfigs(req *kmsg.AlterConfigsRequest) kmsg.Response
 		})
 		resp.Resources = append(resp.Resources, r)
 	}
-	return resp
 }
 
 // handleIncrementalAlterConfigs sets or deletes (back to the default) the
 // named configs of topics and keeps the rest. APPEND and SUBTRACT apply
 // to list configs only; cleanup.policy is the one list (delete, compact or
 // both), and SUBTRACT may not leave it empty.
-func (s *Server) handleIncrementalAlterConfigs(req *kmsg.IncrementalAlterConfigsRequest) kmsg.Response {
-	resp := req.ResponseKind().(*kmsg.IncrementalAlterConfigsResponse)
+func (s *Server) handleIncrementalAlterConfigs(req *kmsg.IncrementalAlterConfigsRequest, resp *kmsg.IncrementalAlterConfigsResponse) {
 	for _, rr := range req.Resources {
 		r := kmsg.NewIncrementalAlterConfigsResponseResource()
 		r.ResourceType, r.ResourceName = rr.ResourceType, rr.ResourceName
@@ -124,7 +121,6 @@ func (s *Server) handleIncrementalAlterConfigs(req *kmsg.IncrementalAlterConfigs
 		})
 		resp.Resources = append(resp.Resources, r)
 	}
-	return resp
 }
 
 func (s *Server) incrementalTopic(rr kmsg.IncrementalAlterConfigsRequestResource, validateOnly bool) (int16, error) {

@@ -12,8 +12,7 @@ import (
 // directory: each partition's bytes on disk (of the partitions asked
 // for, or all when the request names none), and from v4 the file
 // system's total and free bytes.
-func (s *Server) handleDescribeLogDirs(req *kmsg.DescribeLogDirsRequest) kmsg.Response {
-	resp := req.ResponseKind().(*kmsg.DescribeLogDirsResponse)
+func (s *Server) handleDescribeLogDirs(req *kmsg.DescribeLogDirsRequest, resp *kmsg.DescribeLogDirsResponse) {
 	d := kmsg.NewDescribeLogDirsResponseDir()
 	d.Dir, _ = filepath.Abs(s.b.Dir())
 	d.TotalBytes, d.UsableBytes = -1, -1
@@ -48,5 +47,4 @@ func (s *Server) handleDescribeLogDirs(req *kmsg.DescribeLogDirsRequest) kmsg.Re
 		}
 	}
 	resp.Dirs = append(resp.Dirs, d)
-	return resp
 }

@@ -18,8 +18,7 @@ import (
 // and the increase is refused with POLICY_VIOLATION unless
 // Config.AllowRepartition says yes. A lower count is always refused
 // (INVALID_PARTITIONS), and so are manual replica assignments.
-func (s *Server) handleCreatePartitions(ctx context.Context, req *kmsg.CreatePartitionsRequest) kmsg.Response {
-	resp := req.ResponseKind().(*kmsg.CreatePartitionsResponse)
+func (s *Server) handleCreatePartitions(ctx context.Context, req *kmsg.CreatePartitionsRequest, resp *kmsg.CreatePartitionsResponse) {
 	seen := timesNamed(req.Topics, func(rt kmsg.CreatePartitionsRequestTopic) string { return rt.Topic })
 	for _, rt := range req.Topics {
 		t := kmsg.NewCreatePartitionsResponseTopic()
@@ -31,7 +30,6 @@ func (s *Server) handleCreatePartitions(ctx context.Context, req *kmsg.CreatePar
 		}
 		resp.Topics = append(resp.Topics, t)
 	}
-	return resp
 }
 
 func (s *Server) createPartitions(ctx context.Context, rt kmsg.CreatePartitionsRequestTopic, duplicate, validateOnly bool) (int16, string) {

@@ -13,8 +13,7 @@ import (
 // handleDeleteGroups deletes groups with no members: their committed
 // offsets are deleted durably (broker.DeleteOffsets). A group with
 // members gets NON_EMPTY_GROUP, one never seen GROUP_ID_NOT_FOUND.
-func (c *coordinator) handleDeleteGroups(req *kmsg.DeleteGroupsRequest) kmsg.Response {
-	resp := req.ResponseKind().(*kmsg.DeleteGroupsResponse)
+func (c *coordinator) handleDeleteGroups(req *kmsg.DeleteGroupsRequest, resp *kmsg.DeleteGroupsResponse) {
 	for _, id := range req.Groups {
 		r := kmsg.NewDeleteGroupsResponseGroup()
 		r.Group = id
@@ -26,7 +25,6 @@ func (c *coordinator) handleDeleteGroups(req *kmsg.DeleteGroupsRequest) kmsg.Res
 		}
 		resp.Groups = append(resp.Groups, r)
 	}
-	return resp
 }
 
 func (c *coordinator) deleteGroup(id string) (int16, error) {
@@ -57,8 +55,7 @@ func (c *coordinator) deleteGroup(id string) (int16, error) {
 // handleOffsetDelete deletes a group's committed offsets of the partitions
 // named. A partition of a topic the group's live members subscribe to is
 // refused with GROUP_SUBSCRIBED_TO_TOPIC, as Kafka does.
-func (c *coordinator) handleOffsetDelete(req *kmsg.OffsetDeleteRequest) kmsg.Response {
-	resp := req.ResponseKind().(*kmsg.OffsetDeleteResponse)
+func (c *coordinator) handleOffsetDelete(req *kmsg.OffsetDeleteRequest, resp *kmsg.OffsetDeleteResponse) {
 	subscribed := map[string]bool{}
 	if g := c.lockGroup(req.Group, false); g != nil {
 		for _, m := range g.members {
@@ -74,7 +71,7 @@ func (c *coordinator) handleOffsetDelete(req *kmsg.OffsetDeleteRequest) kmsg.Res
 		cg.mu.Unlock()
 	} else if _, known := slices.BinarySearch(c.s.b.Groups(), req.Group); !known {
 		resp.ErrorCode = kerr.GroupIDNotFound.Code
-		return resp
+		return
 	}
 	var parts []broker.TopicPartition
 	for _, rt := range req.Topics {
@@ -104,7 +101,6 @@ func (c *coordinator) handleOffsetDelete(req *kmsg.OffsetDeleteRequest) kmsg.Res
 			}
 		}
 	}
-	return resp
 }
 
 // subscribedTopics are the topics in the member's consumer subscription

@@ -8,12 +8,11 @@ import (
 // handleDescribeCluster names the cluster and its one broker, as Metadata
 // does, and when asked for, the operations the client may do on the
 // cluster (clusterOperations).
-func (s *Server) handleDescribeCluster(c *conn, req *kmsg.DescribeClusterRequest) kmsg.Response {
-	resp := req.ResponseKind().(*kmsg.DescribeClusterResponse)
+func (s *Server) handleDescribeCluster(c *conn, req *kmsg.DescribeClusterRequest, resp *kmsg.DescribeClusterResponse) {
 	if req.EndpointType > 1 {
 		msg := "only broker endpoints are described"
 		resp.ErrorCode, resp.ErrorMessage = kerr.UnsupportedEndpointType.Code, &msg
-		return resp
+		return
 	}
 	host, port := s.advertised(c.nc.LocalAddr())
 	resp.ClusterID, resp.ControllerID, resp.EndpointType = s.cfg.ClusterID, nodeID, 1
@@ -24,5 +23,4 @@ func (s *Server) handleDescribeCluster(c *conn, req *kmsg.DescribeClusterRequest
 	if req.IncludeClusterAuthorizedOperations {
 		resp.ClusterAuthorizedOperations = s.clusterOperations(c)
 	}
-	return resp
 }

@@ -8,8 +8,7 @@ import (
 // handleDescribeTransactions reports the coordinator's state of each
 // transactional id asked for (TRANSACTIONAL_ID_NOT_FOUND for one never
 // initialised).
-func (s *Server) handleDescribeTransactions(req *kmsg.DescribeTransactionsRequest) kmsg.Response {
-	resp := req.ResponseKind().(*kmsg.DescribeTransactionsResponse)
+func (s *Server) handleDescribeTransactions(req *kmsg.DescribeTransactionsRequest, resp *kmsg.DescribeTransactionsResponse) {
 	for _, id := range req.TransactionalIDs {
 		ts := kmsg.NewDescribeTransactionsResponseTransactionState()
 		ts.TransactionalID = id
@@ -35,5 +34,4 @@ func (s *Server) handleDescribeTransactions(req *kmsg.DescribeTransactionsReques
 		}
 		resp.TransactionStates = append(resp.TransactionStates, ts)
 	}
-	return resp
 }

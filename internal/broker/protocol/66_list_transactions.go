@@ -19,8 +19,7 @@ var txnStates = []string{
 // handleListTransactions lists the transactional ids, filtered by state,
 // producer id, how long the transaction has run (v1) and an id pattern
 // (v2), as Kafka's does.
-func (s *Server) handleListTransactions(req *kmsg.ListTransactionsRequest) kmsg.Response {
-	resp := req.ResponseKind().(*kmsg.ListTransactionsResponse)
+func (s *Server) handleListTransactions(req *kmsg.ListTransactionsRequest, resp *kmsg.ListTransactionsResponse) {
 	for _, f := range req.StateFilters {
 		if !slices.Contains(txnStates, f) {
 			resp.UnknownStateFilters = append(resp.UnknownStateFilters, f)
@@ -31,7 +30,7 @@ func (s *Server) handleListTransactions(req *kmsg.ListTransactionsRequest) kmsg.
 		re, err := regexp.Compile(*req.TransactionalIDPattern)
 		if err != nil {
 			resp.ErrorCode = kerr.InvalidRegularExpression.Code
-			return resp
+			return
 		}
 		pattern = re
 	}
@@ -51,5 +50,4 @@ func (s *Server) handleListTransactions(req *kmsg.ListTransactionsRequest) kmsg.
 		ts.TransactionalID, ts.ProducerID, ts.TransactionState = st.TransactionalID, st.ProducerID, string(st.State)
 		resp.TransactionStates = append(resp.TransactionStates, ts)
 	}
-	return resp
 }

@@ -14,49 +14,55 @@ import (
 // handleConsumerGroupHeartbeat joins (epoch 0), heartbeats, reconciles and
 // leaves (epoch -1, or -2 for a static member) a KIP-848 consumer group
 // (see consumer_group.go).
-func (c *coordinator) handleConsumerGroupHeartbeat(cc *conn, clientID string, req *kmsg.ConsumerGroupHeartbeatRequest) kmsg.Response {
-	resp := req.ResponseKind().(*kmsg.ConsumerGroupHeartbeatResponse)
-	fail := func(code int16, format string, args ...any) kmsg.Response {
+func (c *coordinator) handleConsumerGroupHeartbeat(cc *conn, clientID string, req *kmsg.ConsumerGroupHeartbeatRequest, resp *kmsg.ConsumerGroupHeartbeatResponse) {
+	fail := func(code int16, format string, args ...any) {
 		resp.ErrorCode = code
 		if format != "" {
 			msg := fmt.Sprintf(format, args...)
 			resp.ErrorMessage = &msg
 		}
-		return resp
 	}
 	if msg := invalidHeartbeat(req); msg != "" {
-		return fail(kerr.InvalidRequest.Code, "%s", msg)
+		fail(kerr.InvalidRequest.Code, "%s", msg)
+		return
 	}
 	if req.ServerAssignor != nil && *req.ServerAssignor != assignorUniform && *req.ServerAssignor != assignorRange {
-		return fail(kerr.UnsupportedAssignor.Code, "server assignor %q is not one of %s, %s", *req.ServerAssignor, assignorUniform, assignorRange)
+		fail(kerr.UnsupportedAssignor.Code, "server assignor %q is not one of %s, %s", *req.ServerAssignor, assignorUniform, assignorRange)
+		return
 	}
 	var re *regexp.Regexp
 	if req.SubscribedTopicRegex != nil && *req.SubscribedTopicRegex != "" {
 		var err error
 		if re, err = regexp.Compile("^(?:" + *req.SubscribedTopicRegex + ")$"); err != nil {
-			return fail(kerr.InvalidRegularExpression.Code, "subscribed topic regex: %v", err)
+			fail(kerr.InvalidRegularExpression.Code, "subscribed topic regex: %v", err)
+			return
 		}
 	}
 	if req.MemberEpoch == 0 && c.classicGroupHasMembers(req.Group) {
-		return fail(kerr.GroupIDNotFound.Code, "Group %s is not a consumer group.", req.Group)
+		fail(kerr.GroupIDNotFound.Code, "Group %s is not a consumer group.", req.Group)
+		return
 	}
 
 	g, code := c.lockConsumerGroup(req.Group, req.MemberEpoch == 0)
 	if g == nil {
 		if code != kerr.GroupIDNotFound.Code {
-			return fail(code, "")
+			fail(code, "")
+			return
 		}
 		if req.MemberEpoch == 0 || c.classicGroupHasMembers(req.Group) {
-			return fail(code, "Group %s is not a consumer group.", req.Group)
+			fail(code, "Group %s is not a consumer group.", req.Group)
+			return
 		}
 		// An empty group: the member is not (or no longer) in it.
-		return fail(kerr.UnknownMemberID.Code, "")
+		fail(kerr.UnknownMemberID.Code, "")
+		return
 	}
 	defer g.mu.Unlock()
 	defer g.retire()
 
 	if req.MemberEpoch < 0 {
-		return g.leave(req, resp)
+		g.leave(req, resp)
+		return
 	}
 
 	memberID := req.MemberID
@@ -67,13 +73,15 @@ func (c *coordinator) handleConsumerGroupHeartbeat(cc *conn, clientID string, re
 	changed := false
 	switch {
 	case m == nil && req.MemberEpoch != 0:
-		return fail(kerr.UnknownMemberID.Code, "")
+		fail(kerr.UnknownMemberID.Code, "")
+		return
 	case m == nil:
 		if req.InstanceID != nil {
 			if old, ok := g.static[*req.InstanceID]; ok {
 				prev := g.members[old]
 				if !prev.left {
-					return fail(kerr.UnreleasedInstanceID.Code, "instance %s is held by another member", *req.InstanceID)
+					fail(kerr.UnreleasedInstanceID.Code, "instance %s is held by another member", *req.InstanceID)
+					return
 				}
 				// The static member comes back under a new member id and
 				// takes over its assignment.
@@ -106,10 +114,12 @@ func (c *coordinator) handleConsumerGroupHeartbeat(cc *conn, clientID string, re
 		changed = g.released(m, assignment{}) || m.left
 		m.left = false
 	case req.MemberEpoch > m.epoch:
-		return fail(kerr.FencedMemberEpoch.Code, "member epoch %d is newer than the group's %d", req.MemberEpoch, m.epoch)
+		fail(kerr.FencedMemberEpoch.Code, "member epoch %d is newer than the group's %d", req.MemberEpoch, m.epoch)
+		return
 	case req.MemberEpoch < m.epoch:
 		if req.MemberEpoch != m.prevEpoch || req.Topics == nil || !g.subsetOf(req.Topics, m.assigned) {
-			return fail(kerr.FencedMemberEpoch.Code, "member epoch %d is older than the group's %d", req.MemberEpoch, m.epoch)
+			fail(kerr.FencedMemberEpoch.Code, "member epoch %d is older than the group's %d", req.MemberEpoch, m.epoch)
+			return
 		}
 	}
 
@@ -172,7 +182,6 @@ func (c *coordinator) handleConsumerGroupHeartbeat(cc *conn, clientID string, re
 		}
 		resp.Assignment = &a
 	}
-	return resp
 }
 
 func mapKeys(a assignment) func(func(string) bool) {
@@ -223,23 +232,22 @@ func (c *coordinator) classicGroupHasMembers(id string) bool {
 // leave removes the member (epoch -1) or, for a static member with epoch
 // -2, keeps its assignment for its instance id until it rejoins or its
 // session expires.
-func (g *cgroup) leave(req *kmsg.ConsumerGroupHeartbeatRequest, resp *kmsg.ConsumerGroupHeartbeatResponse) kmsg.Response {
+func (g *cgroup) leave(req *kmsg.ConsumerGroupHeartbeatRequest, resp *kmsg.ConsumerGroupHeartbeatResponse) {
 	m := g.members[req.MemberID]
 	if m == nil {
 		resp.ErrorCode = kerr.UnknownMemberID.Code
-		return resp
+		return
 	}
 	resp.MemberID, resp.MemberEpoch = &m.id, req.MemberEpoch
 	if req.MemberEpoch == -2 && m.instanceID != nil {
 		m.left = true
 		g.c.s.log.Debug("static consumer group member left temporarily", "group", g.id, "member", m.id)
 		g.save()
-		return resp
+		return
 	}
 	g.c.s.log.Debug("consumer group member left", "group", g.id, "member", m.id)
 	g.remove(m)
 	g.save()
-	return resp
 }
 
 // ownedFrom is the assignment a heartbeat lists as owned, by topic name.

@@ -13,8 +13,7 @@ import (
 // assignment. An empty group known by its saved state or its offsets is
 // Empty; a classic group, or an id never seen, gets GROUP_ID_NOT_FOUND, as
 // in Kafka.
-func (c *coordinator) handleConsumerGroupDescribe(req *kmsg.ConsumerGroupDescribeRequest) kmsg.Response {
-	resp := req.ResponseKind().(*kmsg.ConsumerGroupDescribeResponse)
+func (c *coordinator) handleConsumerGroupDescribe(req *kmsg.ConsumerGroupDescribeRequest, resp *kmsg.ConsumerGroupDescribeResponse) {
 	for _, id := range req.Groups {
 		dg := kmsg.NewConsumerGroupDescribeResponseGroup()
 		dg.Group = id
@@ -46,7 +45,6 @@ func (c *coordinator) handleConsumerGroupDescribe(req *kmsg.ConsumerGroupDescrib
 		}
 		resp.Groups = append(resp.Groups, dg)
 	}
-	return resp
 }
 
 func (g *cgroup) describe(dg *kmsg.ConsumerGroupDescribeResponseGroup) {

@@ -45,7 +45,8 @@ func (s *Server) authorizeTxn(c *conn, r kmsg.Request) (refused kmsg.Response, f
 			return nil, nil, true
 		}
 		// Nothing is added when anything is refused.
-		return addPartitionsResponse(req, func(tp broker.TxnPartition) int16 {
+		resp := req.ResponseKind().(*kmsg.AddPartitionsToTxnResponse)
+		addPartitionsResponse(req, resp, func(tp broker.TxnPartition) int16 {
 			switch {
 			case !txnOK:
 				return txnDenied
@@ -53,7 +54,8 @@ func (s *Server) authorizeTxn(c *conn, r kmsg.Request) (refused kmsg.Response, f
 				return topicDenied
 			}
 			return kerr.OperationNotAttempted.Code
-		}), nil, true
+		})
+		return resp, nil, true
 	case *kmsg.AddOffsetsToTxnRequest:
 		code := int16(0)
 		switch {
@@ -80,7 +82,8 @@ func (s *Server) authorizeTxn(c *conn, r kmsg.Request) (refused kmsg.Response, f
 		if txnOK && groupOK && len(deniedTopic) == 0 {
 			return nil, nil, true
 		}
-		return txnOffsetCommitResponse(req, func(topic string) int16 {
+		resp := req.ResponseKind().(*kmsg.TxnOffsetCommitResponse)
+		txnOffsetCommitResponse(req, resp, func(topic string) int16 {
 			switch {
 			case !txnOK:
 				return txnDenied
@@ -90,7 +93,8 @@ func (s *Server) authorizeTxn(c *conn, r kmsg.Request) (refused kmsg.Response, f
 				return topicDenied
 			}
 			return kerr.OperationNotAttempted.Code
-		}), nil, true
+		})
+		return resp, nil, true
 	case *kmsg.EndTxnRequest:
 		if !s.canTxn(c, kmsg.ACLOperationWrite, req.TransactionalID) {
 			resp := req.ResponseKind().(*kmsg.EndTxnResponse)

@@ -516,80 +516,102 @@ func (s *Server) handle(ctx context.Context, c *conn, r request) (resp kmsg.Resp
 func (s *Server) handleSync(ctx context.Context, c *conn, r request) (kmsg.Response, error) {
 	switch req := r.req.(type) {
 	case *kmsg.ApiVersionsRequest:
-		return s.handleApiVersions(req), nil
+		return respond(req, s.handleApiVersions), nil
 	case *kmsg.MetadataRequest:
-		return s.handleMetadata(c, req), nil
+		return respondConn(c, req, s.handleMetadata), nil
 	case *kmsg.ListOffsetsRequest:
-		return s.handleListOffsets(req), nil
+		return respond(req, s.handleListOffsets), nil
 	case *kmsg.InitProducerIDRequest:
-		return s.handleInitProducerID(ctx, req), nil
+		return respondCtx(ctx, req, s.handleInitProducerID), nil
 	case *kmsg.AddPartitionsToTxnRequest:
-		return s.handleAddPartitionsToTxn(ctx, req), nil
+		return respondCtx(ctx, req, s.handleAddPartitionsToTxn), nil
 	case *kmsg.AddOffsetsToTxnRequest:
-		return s.handleAddOffsetsToTxn(ctx, req), nil
+		return respondCtx(ctx, req, s.handleAddOffsetsToTxn), nil
 	case *kmsg.EndTxnRequest:
-		return s.handleEndTxn(ctx, req), nil
+		return respondCtx(ctx, req, s.handleEndTxn), nil
 	case *kmsg.TxnOffsetCommitRequest:
-		return s.handleTxnOffsetCommit(ctx, req), nil
+		return respondCtx(ctx, req, s.handleTxnOffsetCommit), nil
 	case *kmsg.DescribeTransactionsRequest:
-		return s.handleDescribeTransactions(req), nil
+		return respond(req, s.handleDescribeTransactions), nil
 	case *kmsg.ListTransactionsRequest:
-		return s.handleListTransactions(req), nil
+		return respond(req, s.handleListTransactions), nil
 	case *kmsg.FindCoordinatorRequest:
-		return s.handleFindCoordinator(c, req), nil
+		return respondConn(c, req, s.handleFindCoordinator), nil
 	case *kmsg.JoinGroupRequest:
-		return s.groups.handleJoin(ctx, c, r.clientID, req), nil
+		return respond(req, func(req *kmsg.JoinGroupRequest, resp *kmsg.JoinGroupResponse) {
+			s.groups.handleJoin(ctx, c, r.clientID, req, resp)
+		}), nil
 	case *kmsg.SyncGroupRequest:
-		return s.groups.handleSync(ctx, req), nil
+		return respondCtx(ctx, req, s.groups.handleSync), nil
 	case *kmsg.HeartbeatRequest:
-		return s.groups.handleHeartbeat(req), nil
+		return respond(req, s.groups.handleHeartbeat), nil
 	case *kmsg.LeaveGroupRequest:
-		return s.groups.handleLeave(req), nil
+		return respond(req, s.groups.handleLeave), nil
 	case *kmsg.OffsetCommitRequest:
-		return s.handleOffsetCommit(ctx, req), nil
+		return respondCtx(ctx, req, s.handleOffsetCommit), nil
 	case *kmsg.OffsetFetchRequest:
-		return s.handleOffsetFetch(req), nil
+		return respond(req, s.handleOffsetFetch), nil
 	case *kmsg.DescribeGroupsRequest:
-		return s.groups.handleDescribe(req), nil
+		return respond(req, s.groups.handleDescribe), nil
 	case *kmsg.ConsumerGroupHeartbeatRequest:
-		return s.groups.handleConsumerGroupHeartbeat(c, r.clientID, req), nil
+		return respond(req, func(req *kmsg.ConsumerGroupHeartbeatRequest, resp *kmsg.ConsumerGroupHeartbeatResponse) {
+			s.groups.handleConsumerGroupHeartbeat(c, r.clientID, req, resp)
+		}), nil
 	case *kmsg.ConsumerGroupDescribeRequest:
-		return s.groups.handleConsumerGroupDescribe(req), nil
+		return respond(req, s.groups.handleConsumerGroupDescribe), nil
 	case *kmsg.ListGroupsRequest:
-		return s.groups.handleList(req), nil
+		return respond(req, s.groups.handleList), nil
 	case *kmsg.CreateTopicsRequest:
-		return s.handleCreateTopics(req), nil
+		return respond(req, s.handleCreateTopics), nil
 	case *kmsg.DescribeConfigsRequest:
-		return s.handleDescribeConfigs(req), nil
+		return respond(req, s.handleDescribeConfigs), nil
 	case *kmsg.AlterConfigsRequest:
-		return s.handleAlterConfigs(req), nil
+		return respond(req, s.handleAlterConfigs), nil
 	case *kmsg.IncrementalAlterConfigsRequest:
-		return s.handleIncrementalAlterConfigs(req), nil
+		return respond(req, s.handleIncrementalAlterConfigs), nil
 	case *kmsg.SASLHandshakeRequest:
-		return s.handleSASLHandshake(c, req), nil
+		return respondConn(c, req, s.handleSASLHandshake), nil
 	case *kmsg.SASLAuthenticateRequest:
-		return s.handleSASLAuthenticate(c, req), nil
+		return respondConn(c, req, s.handleSASLAuthenticate), nil
 	case *kmsg.CreatePartitionsRequest:
-		return s.handleCreatePartitions(ctx, req), nil
+		return respondCtx(ctx, req, s.handleCreatePartitions), nil
 	case *kmsg.DeleteTopicsRequest:
-		return s.handleDeleteTopics(req), nil
+		return respond(req, s.handleDeleteTopics), nil
 	case *kmsg.DeleteRecordsRequest:
-		return s.handleDeleteRecords(req), nil
+		return respond(req, s.handleDeleteRecords), nil
 	case *kmsg.DescribeLogDirsRequest:
-		return s.handleDescribeLogDirs(req), nil
+		return respond(req, s.handleDescribeLogDirs), nil
 	case *kmsg.DescribeClusterRequest:
-		return s.handleDescribeCluster(c, req), nil
+		return respondConn(c, req, s.handleDescribeCluster), nil
 	case *kmsg.DeleteGroupsRequest:
-		return s.groups.handleDeleteGroups(req), nil
+		return respond(req, s.groups.handleDeleteGroups), nil
 	case *kmsg.OffsetDeleteRequest:
-		return s.groups.handleOffsetDelete(req), nil
+		return respond(req, s.groups.handleOffsetDelete), nil
 	case *kmsg.DescribeACLsRequest:
-		return s.handleDescribeACLs(c, req), nil
+		return respondConn(c, req, s.handleDescribeACLs), nil
 	case *kmsg.CreateACLsRequest:
-		return s.handleCreateACLs(c, req), nil
+		return respondConn(c, req, s.handleCreateACLs), nil
 	case *kmsg.DeleteACLsRequest:
-		return s.handleDeleteACLs(c, req), nil
+		return respondConn(c, req, s.handleDeleteACLs), nil
 	default:
 		return nil, fmt.Errorf("%w: no handler for api key %d", errBadRequest, r.key)
 	}
+}
+
+// respond runs h on req and a response of req's kind (its version set from
+// req), and returns that response.
+func respond[Req kmsg.Request, Resp kmsg.Response](req Req, h func(Req, Resp)) kmsg.Response {
+	resp := req.ResponseKind().(Resp)
+	h(req, resp)
+	return resp
+}
+
+// respondCtx is respond for a handler that takes the request's context.
+func respondCtx[Req kmsg.Request, Resp kmsg.Response](ctx context.Context, req Req, h func(context.Context, Req, Resp)) kmsg.Response {
+	return respond(req, func(req Req, resp Resp) { h(ctx, req, resp) })
+}
+
+// respondConn is respond for a handler that takes the connection.
+func respondConn[Req kmsg.Request, Resp kmsg.Response](c *conn, req Req, h func(*conn, Req, Resp)) kmsg.Response {
+	return respond(req, func(req Req, resp Resp) { h(c, req, resp) })
 }
