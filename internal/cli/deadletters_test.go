@@ -41,7 +41,7 @@ func runUntilDrained(t *testing.T, bin, url, dataDir string, extra ...string) {
 	p := e2e.Start(t, bin, nil, append([]string{"run", "--database-url", url, "--data-dir", dataDir, "--http-addr", e2e.FreeAddr(t),
 		"--kafka-addr", "", "--poll-interval", "100ms"}, extra...)...)
 	e2e.WaitDrained(t, url, "outbox", time.Minute)
-	stopRelay(t, p, 30*time.Second)
+	p.Stop(30 * time.Second)
 }
 
 // TestDeadLetterCommands: events the relay could not publish are listed and

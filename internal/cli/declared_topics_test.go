@@ -404,7 +404,7 @@ func TestDeclaredTopics(t *testing.T) {
 	})
 
 	t.Run("a decrease in the file at start", func(t *testing.T) {
-		stopRelay(t, p, 30*time.Second)
+		p.Stop(30 * time.Second)
 		writeFile(t, cfgPath, declaredConfig("1", "1", 6))
 		p2 := e2e.Start(t, bin, nil, "run", "--config", cfgPath, "--database-url", url, "--data-dir", dataDir,
 			"--http-addr", httpAddr, "--kafka-addr", kafkaAddr)

@@ -1,11 +1,8 @@
 package cli_test
 
 import (
-	"syscall"
 	"testing"
 	"time"
-
-	"github.com/outboxrelay/relay/internal/e2e"
 )
 
 // eventually retries check every 100ms until it returns nil or timeout.
@@ -21,15 +18,5 @@ func eventually(t *testing.T, timeout time.Duration, what string, check func() e
 			t.Fatalf("%s: %v", what, err)
 		}
 		time.Sleep(100 * time.Millisecond)
-	}
-}
-
-// stopRelay stops p with SIGTERM and fails the test unless it exits 0
-// within timeout.
-func stopRelay(t *testing.T, p *e2e.Proc, timeout time.Duration) {
-	t.Helper()
-	p.Signal(syscall.SIGTERM)
-	if code := p.Wait(timeout); code != 0 {
-		t.Fatalf("relay exited %d after SIGTERM, want 0:\n%s", code, p.Output())
 	}
 }

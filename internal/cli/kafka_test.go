@@ -100,5 +100,5 @@ func TestKcatReadsOutboxEvents(t *testing.T) {
 	if n != keys*perKey {
 		t.Fatalf("kcat read %d records, want %d:\n%s", n, keys*perKey, out)
 	}
-	stopRelay(t, p, 30*time.Second)
+	p.Stop(30 * time.Second)
 }

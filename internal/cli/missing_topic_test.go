@@ -76,7 +76,7 @@ func TestEmbeddedMissingTopic(t *testing.T) {
 		records = append(records, rec)
 	}
 	n := e2e.Check(t, records, ledger)
-	stopRelay(t, p, time.Minute)
+	p.Stop(time.Minute)
 	logged := e2e.CheckWaitEnded(t, url, p.Output(), len(ledger.Committed))
 	t.Logf("%d events committed, %d read back once each in per-key order; the wait logged %d times", len(ledger.Committed), n, logged)
 }

@@ -33,7 +33,7 @@ func TestSIGTERMWhileConnecting(t *testing.T) {
 	p := e2e.Start(t, testbin.Relay(t), nil, "run", "--database-url", "postgres://u@"+silent.Addr().String()+"/x",
 		"--http-addr", "", "--kafka-addr", "", "--data-dir", t.TempDir())
 	time.Sleep(time.Second)
-	stopRelay(t, p, 10*time.Second)
+	p.Stop(10 * time.Second)
 }
 
 // TestRunRejectsBadFlags: bad flag values give one clear line and exit 2.

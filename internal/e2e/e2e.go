@@ -122,7 +122,7 @@ func (p *Proc) Stop(timeout time.Duration) {
 	p.t.Helper()
 	p.Signal(syscall.SIGTERM)
 	if code := p.Wait(timeout); code != 0 {
-		p.t.Fatalf("relay exited %d after SIGTERM (want 0 within %v)", code, timeout)
+		p.t.Fatalf("relay at %s exited %d after SIGTERM (want 0 within %v)", p.HTTPAddr, code, timeout)
 	}
 }
 

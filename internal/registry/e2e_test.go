@@ -8,7 +8,6 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -89,10 +88,7 @@ func TestContractKills(t *testing.T) {
 	// The last restart may still be starting: SIGTERM before its signal
 	// handler is installed would kill it.
 	e2e.WaitRole(t, p, "leader", 30*time.Second)
-	p.Signal(syscall.SIGTERM)
-	if code := p.Wait(time.Minute); code != 0 {
-		t.Fatalf("relay exited %d after SIGTERM:\n%s", code, p.Output())
-	}
+	p.Stop(time.Minute)
 
 	n := e2e.CheckLog(t, dataDir, ledger)
 	admin := pgtest.Connect(t, url)
@@ -168,10 +164,7 @@ FROM outbox.dead_letters WHERE key = 'held'`).Scan(&holding, &held); err != nil 
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	p.Signal(syscall.SIGTERM)
-	if code := p.Wait(time.Minute); code != 0 {
-		t.Fatalf("relay exited %d after SIGTERM:\n%s", code, p.Output())
-	}
+	p.Stop(time.Minute)
 	seqs := map[string][]int{}
 	for _, rec := range e2e.ReadLog(t, dataDir, "orders") {
 		var pl e2e.Payload

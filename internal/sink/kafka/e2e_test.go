@@ -9,7 +9,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -100,10 +99,7 @@ func (k *kafkaRelay) start() *e2e.Proc {
 func (k *kafkaRelay) stop(p *e2e.Proc) {
 	k.t.Helper()
 	e2e.WaitReady(k.t, p, true, time.Minute)
-	p.Signal(syscall.SIGTERM)
-	if code := p.Wait(time.Minute); code != 0 {
-		k.t.Fatalf("relay exited %d after SIGTERM", code)
-	}
+	p.Stop(time.Minute)
 }
 
 // kafkaResult is what checkKafka found.
