@@ -89,14 +89,12 @@ func (c *childRelay) register(fs *flag.FlagSet) {
 // default this binary (whose `relay-dev run` is the relay's `relay run`),
 // and the extra flags. It fails when this binary's path is unknown.
 func (c *childRelay) relay() (binary string, args []string, err error) {
-	exe, err := os.Executable()
-	switch {
-	case err != nil:
-		return "", nil, err
-	case c.binary != "":
-		exe = c.binary
+	args = strings.Fields(c.args)
+	if c.binary != "" {
+		return c.binary, args, nil
 	}
-	return exe, strings.Fields(c.args), nil
+	exe, err := os.Executable()
+	return exe, args, err
 }
 
 func printBench(w io.Writer, results []bench.Result) {
