@@ -45,11 +45,11 @@ const (
 )
 
 // benchPayloads returns the JSON and Avro payloads of one event, with a
-// note that pads the JSON one to about PayloadBytes.
-func (e *env) benchPayloads() (jsonPayload, avroPayload []byte, err error) {
+// note that pads the JSON one to about payloadBytes.
+func benchPayloads(payloadBytes int) (jsonPayload, avroPayload []byte, err error) {
 	v := map[string]any{"id": "evt-0000000123", "key": "key-123", "qty": 17, "state": "paid"}
 	bare, _ := json.Marshal(v)
-	v["note"] = strings.Repeat("x", max(e.cfg.PayloadBytes-len(bare)-10, 1))
+	v["note"] = strings.Repeat("x", max(payloadBytes-len(bare)-10, 1))
 	if jsonPayload, err = json.Marshal(v); err != nil {
 		return nil, nil, err
 	}
@@ -66,7 +66,7 @@ func (e *env) schemaBacklog(ctx context.Context) (Result, error) {
 	if err != nil {
 		return res, err
 	}
-	jsonPayload, avroPayload, err := e.benchPayloads()
+	jsonPayload, avroPayload, err := benchPayloads(e.cfg.PayloadBytes)
 	if err != nil {
 		return res, err
 	}
