@@ -55,9 +55,7 @@ func (b *Broker) DeleteRecords(topicName string, part int32, offset int64) (int6
 func (p *partition) deleteRecords(offset int64) (int64, error) {
 	p.cleanMu.Lock()
 	defer p.cleanMu.Unlock()
-	p.mu.Lock()
-	if p.closed {
-		p.mu.Unlock()
+	if !p.lockOpen() {
 		return 0, ErrClosed
 	}
 	if offset == -1 {

@@ -126,9 +126,7 @@ func (p *partition) enforceRetention(nowMs int64) error {
 	p.cleanMu.Lock()
 	defer p.cleanMu.Unlock()
 	cfg := p.set.config()
-	p.mu.Lock()
-	if p.closed {
-		p.mu.Unlock()
+	if !p.lockOpen() {
 		return ErrClosed
 	}
 	var total int64
@@ -190,9 +188,7 @@ func (p *partition) enforceRetention(nowMs int64) error {
 func (p *partition) compact(ctx context.Context, nowMs int64) error {
 	p.cleanMu.Lock()
 	defer p.cleanMu.Unlock()
-	p.mu.Lock()
-	if p.closed {
-		p.mu.Unlock()
+	if !p.lockOpen() {
 		return ErrClosed
 	}
 	if len(p.lost) > 0 {

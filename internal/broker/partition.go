@@ -817,9 +817,7 @@ func (p *partition) syncSegment() error {
 	// checkpoint.
 	p.syncMu.Lock()
 	defer p.syncMu.Unlock()
-	p.mu.Lock()
-	if p.closed {
-		p.mu.Unlock()
+	if !p.lockOpen() {
 		return nil
 	}
 	s := p.segs[len(p.segs)-1]
@@ -1021,6 +1019,18 @@ func (p *partition) whileOpen(fn func() error) error {
 	return fn()
 }
 
+// lockOpen locks p.mu and reports true; when the partition is closed it
+// leaves p.mu unlocked and reports false, so that the caller can return
+// at once without an unlock of its own.
+func (p *partition) lockOpen() bool {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return false
+	}
+	return true
+}
+
 // cutTornLocked cuts a failed append's bytes (torn) from the end of the
 // active segment.
 func (p *partition) cutTornLocked() error {
@@ -1160,9 +1170,7 @@ type FetchResult struct {
 // fills the aborted transactions (read_committed).
 func (p *partition) fetch(offset int64, maxBytes int, buf []byte, committed bool) (FetchResult, error) {
 	for {
-		p.mu.Lock()
-		if p.closed {
-			p.mu.Unlock()
+		if !p.lockOpen() {
 			return FetchResult{}, ErrClosed
 		}
 		res := FetchResult{HighWatermark: p.hw, LogStartOffset: p.logStartLocked(), LastStableOffset: p.txns.stable(p.hw)}
@@ -1380,9 +1388,7 @@ func verifiedBatches(b []byte, pos int64, damaged []span) ([]byte, error) {
 // offsetForTime finds the first record with timestamp >= ts. With none it
 // returns -1, -1 as Kafka's ListOffsets does.
 func (p *partition) offsetForTime(ts int64) (int64, int64, error) {
-	p.mu.Lock()
-	if p.closed {
-		p.mu.Unlock()
+	if !p.lockOpen() {
 		return 0, 0, ErrClosed
 	}
 	var s *segment

@@ -142,9 +142,7 @@ func (p *partition) scrub(ctx context.Context, th *throttle, rep *ScrubReport) e
 	n := len(p.segs)
 	p.mu.Unlock()
 	for i := 0; i < n; i++ {
-		p.mu.Lock()
-		if p.closed {
-			p.mu.Unlock()
+		if !p.lockOpen() {
 			return ErrClosed
 		}
 		if i >= len(p.segs) {
