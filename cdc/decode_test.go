@@ -41,17 +41,17 @@ func tuple(t *testing.T, rel *pglogrepl.RelationMessage, format int16, values ma
 }
 
 func TestDecodeTextAndBinaryInAnyColumnOrder(t *testing.T) {
-	// Columns shuffled, with an extra one the decoder must skip.
-	rel := &pglogrepl.RelationMessage{Namespace: "outbox", RelationName: "events", Columns: []*pglogrepl.RelationMessageColumn{
-		{Name: "headers", DataType: pgtype.JSONBOID},
-		{Name: "created_at", DataType: pgtype.TimestamptzOID},
-		{Name: "payload", DataType: pgtype.ByteaOID},
-		{Name: "note", DataType: pgtype.TextOID},
-		{Name: "key", DataType: pgtype.TextOID},
-		{Name: "topic", DataType: pgtype.TextOID},
-		{Name: "event_id", DataType: pgtype.UUIDOID},
-		{Name: "id", DataType: pgtype.Int8OID},
-	}}
+	// The outbox's columns shuffled, without txid, and with an extra one
+	// the decoder must skip.
+	rel := outboxRelationMessage()
+	columns := map[string]*pglogrepl.RelationMessageColumn{"note": {Name: "note", DataType: pgtype.TextOID}}
+	for _, c := range rel.Columns {
+		columns[c.Name] = c
+	}
+	rel.Columns = nil
+	for _, name := range []string{"headers", "created_at", "payload", "note", "key", "topic", "event_id", "id"} {
+		rel.Columns = append(rel.Columns, columns[name])
+	}
 	r, err := newRelation(rel, "outbox")
 	if err != nil || !r.outbox {
 		t.Fatalf("newRelation = %+v, %v", r, err)
@@ -73,7 +73,7 @@ func TestDecodeTextAndBinaryInAnyColumnOrder(t *testing.T) {
 			!bytes.Equal(e.Payload, []byte{0, 1, 0xff, '\\'}) || string(e.Headers) != `{"a": "b"}` || !e.CreatedAt.Equal(created) {
 			t.Fatalf("format %d: decoded %+v", format, e)
 		}
-		fast, err := d.insert(r, insertMessage(1, td))
+		fast, err := d.insert(r, insertMessage(rel.RelationID, td))
 		if err != nil || !sameEvent(fast, e) {
 			t.Fatalf("format %d: insert decoded %+v, %v; event %+v", format, fast, err, e)
 		}
