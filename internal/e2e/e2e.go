@@ -560,13 +560,8 @@ func Check(t testing.TB, records []Record, ledger *Ledger) int {
 	first := map[string]Record{}
 	lastSeq := map[string]int{}
 	partOf := map[string]int32{}
-	bad := 0
-	fail := func(format string, args ...any) {
-		bad++
-		if bad <= 20 {
-			t.Errorf(format, args...)
-		}
-	}
+	violations := NewViolations(t)
+	fail := violations.Errorf
 	for _, r := range records {
 		var p Payload
 		if err := json.Unmarshal(r.Value, &p); err != nil {
@@ -602,7 +597,7 @@ func Check(t testing.TB, records []Record, ledger *Ledger) int {
 			lastSeq[p.Key] = p.Seq
 		}
 	}
-	CheckCommitted(t, ledger, seen, bad, len(records), "the log")
+	CheckCommitted(t, ledger, seen, violations, len(records), "the log")
 	return len(records)
 }
 
@@ -665,9 +660,29 @@ func WriteSteadily(ctx context.Context, cfg WriterConfig, ledger *Ledger, pause 
 	}
 }
 
+// Violations counts the violations a check of records finds and reports
+// the first 20 through t: a check over thousands of records would
+// otherwise bury the summary under its errors.
+type Violations struct {
+	t testing.TB
+	n int
+}
+
+// NewViolations returns an empty count of violations reported through t.
+func NewViolations(t testing.TB) *Violations { return &Violations{t: t} }
+
+// Errorf counts a violation and reports it if it is one of the first 20.
+func (v *Violations) Errorf(format string, args ...any) {
+	v.t.Helper()
+	v.n++
+	if v.n <= 20 {
+		v.t.Errorf(format, args...)
+	}
+}
+
 // CheckCommitted fails the test when an event of ledger is missing from
 // seen (event id to copies found in dest), or when violations were found.
-func CheckCommitted(t testing.TB, ledger *Ledger, seen map[string]int, violations, records int, dest string) {
+func CheckCommitted(t testing.TB, ledger *Ledger, seen map[string]int, violations *Violations, records int, dest string) {
 	t.Helper()
 	missing := 0
 	for id := range ledger.Committed {
@@ -678,8 +693,8 @@ func CheckCommitted(t testing.TB, ledger *Ledger, seen map[string]int, violation
 			}
 		}
 	}
-	if missing > 0 || violations > 0 {
+	if missing > 0 || violations.n > 0 {
 		t.Fatalf("%d committed events missing, %d other violations, among %d records for %d committed events",
-			missing, violations, records, len(ledger.Committed))
+			missing, violations.n, records, len(ledger.Committed))
 	}
 }

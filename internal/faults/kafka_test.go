@@ -67,12 +67,9 @@ func TestLeaseSessionKilledKafkaSink(t *testing.T) {
 	// ended holds, per partition, the producers another one has followed.
 	ended := map[int32]map[int64]bool{}
 	producers := map[int64]bool{}
-	bad, dups := 0, 0
-	fail := func(format string, args ...any) {
-		if bad++; bad <= 20 {
-			t.Errorf(format, args...)
-		}
-	}
+	dups := 0
+	violations := e2e.NewViolations(t)
+	fail := violations.Errorf
 	for _, r := range records {
 		producers[r.producerID] = true
 		if prev, ok := lastProducer[r.partition]; ok && r.producerID != prev.producerID {
@@ -106,7 +103,7 @@ func TestLeaseSessionKilledKafkaSink(t *testing.T) {
 		}
 		lastSeq[p.Key] = p.Seq
 	}
-	e2e.CheckCommitted(t, ledger, copies, bad, len(records), "Kafka")
+	e2e.CheckCommitted(t, ledger, copies, violations, len(records), "Kafka")
 	t.Logf("at least once: %d committed events in %d records (%d duplicates) through 6 rounds of killed sessions, %d takeovers; %d producers, never two in one partition at once",
 		len(ledger.Committed), len(records), dups, takeovers, len(producers))
 }

@@ -122,13 +122,8 @@ func checkKafka(t *testing.T, records []relaytest.Record, ledger *e2e.Ledger, pa
 	seen := map[string]int{}
 	eventID := map[string]string{}
 	lastSeq := map[string]int{}
-	bad := 0
-	fail := func(format string, args ...any) {
-		bad++
-		if bad <= 20 {
-			t.Errorf(format, args...)
-		}
-	}
+	violations := e2e.NewViolations(t)
+	fail := violations.Errorf
 	var res kafkaResult
 	res.records = len(records)
 	for i, r := range records {
@@ -172,7 +167,7 @@ func checkKafka(t *testing.T, records []relaytest.Record, ledger *e2e.Ledger, pa
 			lastSeq[p.Key] = p.Seq
 		}
 	}
-	e2e.CheckCommitted(t, ledger, seen, bad, len(records), "Kafka")
+	e2e.CheckCommitted(t, ledger, seen, violations, len(records), "Kafka")
 	return res
 }
 
