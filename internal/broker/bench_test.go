@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -181,27 +182,36 @@ func BenchmarkCreateTopics(b *testing.B) {
 	}
 }
 
-// BenchmarkAppendThin appends one-record batches spread over the 8,000
-// partitions of 1,000 topics under SyncBeforeAck, waiting for each page of
-// 8,000 as the relay waits for a batch: a backlog spread thin over many
-// topics, where every record is a record batch of its own.
-func BenchmarkAppendThin(b *testing.B) {
-	const topics, parts, page = 1000, 8, 8000
-	br := openTest(b, b.TempDir(), func(o *Options) { o.DefaultPartitions = parts })
-	names := make([]string, topics)
+// thinParts is the partitions of each of thinTopics' topics.
+const thinParts = 8
+
+// thinTopics opens a broker with 1,000 topics of thinParts partitions and
+// returns their names, with a batch of one 200-byte record.
+func thinTopics(b *testing.B) (*Broker, []string, []byte) {
+	br := openTest(b, b.TempDir(), func(o *Options) { o.DefaultPartitions = thinParts })
+	names := make([]string, 1000)
 	for i := range names {
 		names[i] = fmt.Sprintf("thin-%d", i)
 	}
 	if err := br.EnsureTopics(names); err != nil {
 		b.Fatal(err)
 	}
-	batch := EncodeBatch(-1, -1, -1, []Record{{Key: []byte("key-000001"), Value: bytes.Repeat([]byte{'x'}, 200), Timestamp: time.UnixMilli(1_700_000_000_000)}})
+	return br, names, EncodeBatch(-1, -1, -1, []Record{{Key: []byte("key-000001"), Value: bytes.Repeat([]byte{'x'}, 200), Timestamp: time.UnixMilli(1_700_000_000_000)}})
+}
+
+// BenchmarkAppendThin appends one-record batches spread over the 8,000
+// partitions of 1,000 topics under SyncBeforeAck, waiting for each page of
+// 8,000 as the relay waits for a batch: a backlog spread thin over many
+// topics, where every record is a record batch of its own.
+func BenchmarkAppendThin(b *testing.B) {
+	const page = 8000
+	br, names, batch := thinTopics(b)
 	waits := make([]func() error, 0, page)
 	ctx := context.Background()
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := range b.N {
-		_, wait, err := br.AppendAsync(ctx, names[(i/parts)%topics], int32(i%parts), batch)
+		_, wait, err := br.AppendAsync(ctx, names[(i/thinParts)%len(names)], int32(i%thinParts), batch)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -214,4 +224,65 @@ func BenchmarkAppendThin(b *testing.B) {
 			waits = waits[:0]
 		}
 	}
+}
+
+// BenchmarkCheckpoint measures a journal checkpoint of the 8,000
+// partitions of 1,000 topics, each written since the last one: an op is
+// one checkpoint, its segments fsynced and their recovery points written.
+func BenchmarkCheckpoint(b *testing.B) {
+	br, names, batch := thinTopics(b)
+	ctx := context.Background()
+	j := br.journal
+	// round writes a batch to every partition, waits for the journal's
+	// fsync of them all, and starts a new journal file, leaving the old
+	// one to the checkpoint.
+	round := func() {
+		var waits []func() error
+		for _, name := range names {
+			for p := range int32(thinParts) {
+				_, wait, err := br.AppendAsync(ctx, name, p, batch)
+				if err != nil {
+					b.Fatal(err)
+				}
+				waits = append(waits, wait)
+			}
+		}
+		for _, wait := range waits {
+			if err := wait(); err != nil {
+				b.Fatal(err)
+			}
+		}
+		j.mu.Lock()
+		err := j.rotateLocked(-1)
+		j.mu.Unlock()
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	// The first checkpoint creates the recovery points.
+	round()
+	if err := j.checkpoint(); err != nil {
+		b.Fatal(err)
+	}
+	var cpu time.Duration
+	for b.Loop() {
+		b.StopTimer()
+		round()
+		b.StartTimer()
+		c := processCPU(b)
+		if err := j.checkpoint(); err != nil {
+			b.Fatal(err)
+		}
+		cpu += processCPU(b) - c
+	}
+	b.ReportMetric(float64(cpu.Milliseconds())/float64(b.N), "cpu-ms/op")
+}
+
+// processCPU is the process's user and system CPU time so far.
+func processCPU(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
