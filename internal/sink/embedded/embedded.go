@@ -757,7 +757,7 @@ func (s *Sink) PublishAsync(ctx context.Context, msgs []relay.Message) (wait fun
 		for _, id := range skipped {
 			delete(s.held, id)
 		}
-		state, err := json.Marshal(s.st.withHeld(s.held))
+		state, err := s.st.withHeld(s.held).appendJSON(nil)
 		if err != nil {
 			return relay.PublishResult{}, err
 		}
