@@ -1263,7 +1263,7 @@ func (b *Broker) Watch(topicName string, part int32) (<-chan struct{}, error) {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.hwCh, nil
+	return p.watchLocked(), nil
 }
 
 // Wait blocks until the high watermark is above offset (data to fetch at
@@ -1279,7 +1279,7 @@ func (b *Broker) Wait(ctx context.Context, topicName string, part int32, offset 
 			return err
 		}
 		p.mu.Lock()
-		hw, ch, closed := p.hw, p.hwCh, p.closed
+		hw, ch, closed := p.hw, p.watchLocked(), p.closed
 		p.mu.Unlock()
 		if closed {
 			return ErrClosed

@@ -70,6 +70,11 @@ type partition struct {
 	// txns are the partition's open and aborted transactions, rebuilt
 	// with producers.
 	txns txnIndex
+	// hwCh is closed when the high watermark next moves or the partition
+	// closes. It is made when a listener asks for it (watchLocked), not at
+	// every move: with thousands of partitions that nobody fetches from,
+	// a channel made for each at every journal fsync was a visible share
+	// of the appends' allocations.
 	hwCh chan struct{}
 	// lost are the ranges reported lost (lost.go); candidates is damage
 	// found while opening that the journal may still repair.
@@ -115,7 +120,7 @@ func (p *partition) syncDirIfDirty() error {
 }
 
 func openPartition(set *partitionSettings, dir, topic string, id int32, mustExist bool) (*partition, error) {
-	p := &partition{topic: topic, id: id, dir: dir, set: set, hwCh: make(chan struct{})}
+	p := &partition{topic: topic, id: id, dir: dir, set: set}
 	fsys := set.fs
 	var vanished bool
 	// One directory read tells both whether the partition exists and what
@@ -507,8 +512,30 @@ func (p *partition) producerStateIncomplete(s *segment, err error) {
 }
 
 func (p *partition) notifyLocked() {
-	close(p.hwCh)
-	p.hwCh = make(chan struct{})
+	if p.hwCh != nil {
+		close(p.hwCh)
+		p.hwCh = nil
+	}
+}
+
+// closedChan is a channel that is closed, for a listener of a closed
+// partition.
+var closedChan = func() chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}()
+
+// watchLocked returns a channel closed the next time the high watermark
+// moves or the partition closes; closed already when the partition is.
+func (p *partition) watchLocked() <-chan struct{} {
+	if p.closed {
+		return closedChan
+	}
+	if p.hwCh == nil {
+		p.hwCh = make(chan struct{})
+	}
+	return p.hwCh
 }
 
 // AppendResult reports where a batch landed.
