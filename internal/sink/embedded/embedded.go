@@ -805,6 +805,10 @@ func (s *Sink) appendGroup(ctx context.Context, b *broker.Broker, g *group, msgs
 			seq = s.firstSeq
 		}
 		batch, err := broker.AppendBatch(s.enc[:0], broker.BatchOptions{ProducerID: s.id.ID, ProducerEpoch: s.id.Epoch, BaseSequence: seq}, records)
+		// Encoded: the scratch lets go of the messages' bytes, which an
+		// idle relay would otherwise hold until the next batch.
+		clear(records)
+		clear(headers)
 		if err != nil {
 			return fmt.Errorf("embedded sink: encoding a batch: %w", err)
 		}
