@@ -1,6 +1,7 @@
 package embedded
 
 import (
+	"cmp"
 	"encoding/json"
 	"maps"
 	"slices"
@@ -61,21 +62,11 @@ func (s state) appendJSON(b []byte) ([]byte, error) {
 // gives map keys, that of their decimal strings: "10" before "2".
 func sortAsDecimalStrings(parts []int32) {
 	slices.Sort(parts)
-	if len(parts) == 0 || parts[0] < 0 || parts[len(parts)-1] >= 10 {
+	if len(parts) > 0 && (parts[0] < 0 || parts[len(parts)-1] >= 10) {
 		slices.SortFunc(parts, func(a, b int32) int {
-			return compareStrings(strconv.Itoa(int(a)), strconv.Itoa(int(b)))
+			return cmp.Compare(strconv.Itoa(int(a)), strconv.Itoa(int(b)))
 		})
 	}
-}
-
-func compareStrings(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // appendJSONString appends s quoted. Topic names (and the broker's log id)
