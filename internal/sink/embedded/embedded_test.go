@@ -1,6 +1,7 @@
 package embedded_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -714,4 +715,36 @@ func TestHeldEventsOfTruncatedRows(t *testing.T) {
 		t.Errorf("the saved state still names held events after retention removed their records: %s", res.State)
 	}
 	s.Shutdown(ctx)
+}
+
+// TestBatchSplitOverTopicLimit publishes one partition's 40 events of
+// about 230 bytes, each within the topic's max.message.bytes (1,000) but
+// not together, so one batch of them would be refused: the sink halves the
+// batch until each part fits, reusing its record scratch for every part,
+// and every event lands once, in order, with its headers.
+func TestBatchSplitOverTopicLimit(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	cfg := sinkConfig(dir)
+	cfg.Broker.DefaultPartitions = 1
+	cfg.Broker.DefaultTopicConfig.MaxMessageBytes = 1000
+	s := openSink(t, cfg)
+	start(t, s, nil)
+	msgs := messages(0, 40)
+	for i := range msgs {
+		msgs[i].Value = fmt.Appendf(nil, "event-%d-%s", i, strings.Repeat("x", 200))
+	}
+	publishOK(t, s, msgs)
+	if err := s.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	records := e2e.ReadLog(t, dir, "orders")
+	if len(records) != len(msgs) {
+		t.Fatalf("%d records in the log, want %d", len(records), len(msgs))
+	}
+	for i, r := range records {
+		if !bytes.Equal(r.Value, msgs[i].Value) || r.Headers[relay.HeaderEventID] != fmt.Sprintf("id-%d", i) {
+			t.Fatalf("record %d is %q with headers %v, want event %d", i, r.Value, r.Headers, i)
+		}
+	}
 }
