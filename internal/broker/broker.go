@@ -184,11 +184,12 @@ type Options struct {
 	// segments' read handles are bounded per partition apart
 	// (MaxOpenSegmentReaders).
 	MaxOpenFiles int
-	// WriteBackBytes bounds, under SyncBeforeAck, the bytes appended to
-	// active segments and not yet written to them, across the broker
-	// (writeback.go): the journal makes an append durable, and its
-	// segment's copy is written in larger pieces later (default 16 MiB;
-	// negative writes each batch to its segment at once).
+	// WriteBackBytes bounds, under SyncBeforeAck, the memory of the
+	// buffers that hold what was appended to active segments and not yet
+	// written to them, across the broker (writeback.go; their capacity
+	// counts): the journal makes an append durable, and its segment's copy
+	// is written in larger pieces later (default 32 MiB; negative writes
+	// each batch to its segment at once).
 	WriteBackBytes int64
 	// CompactionMapBytes bounds the memory of compaction's key map, about
 	// 27 bytes per distinct key (default 128 MiB, about 5 million keys);

@@ -19,8 +19,9 @@ import (
 // over 8,000 partitions paid about 1,000 of them, each updating the file's
 // size and times. writeBackFS keeps what was appended to a segment since its last
 // write in memory instead, and writes it when the file's share passes
-// writeBackFileBytes, when all files together hold more than the broker's
-// bound (the file buffered longest is written first), when its oldest
+// writeBackFileBytes, when the buffers of all files together take more
+// memory than the broker's bound (their capacity counts, not only the
+// bytes in them; the file buffered longest is written first), when its oldest
 // buffered byte is writeBackMaxAge old (so that `relay log dump` and
 // Inspect, which read the files of a running broker, lag by about that
 // much at most), or when the file is fsynced, truncated or closed. Reads
@@ -55,8 +56,11 @@ const (
 	// writeBackFileBytes is how much one file buffers before it is
 	// written: a write that fills it goes to the file at once.
 	writeBackFileBytes = 128 << 10
-	// defaultWriteBackBytes is the broker-wide bound by default.
-	defaultWriteBackBytes = 16 << 20
+	// defaultWriteBackBytes is the broker-wide bound by default. Until
+	// the bound counted the buffers' capacity it was 16 MiB of bytes,
+	// which took about 57 MB of buffers with 8,000 partitions written a
+	// few KiB at a time; 32 MiB of buffers writes as often with less.
+	defaultWriteBackBytes = 32 << 20
 	// writeBackMaxAge is how long a byte stays buffered at most, give or
 	// take a tick of the broker's write-back loop.
 	writeBackMaxAge = time.Second
@@ -94,11 +98,16 @@ func (w writeBackFS) OpenFile(name string, flag int, perm os.FileMode) (File, er
 	return &writeBackFile{File: f, pool: w.pool, info: info, written: info.Size()}, nil
 }
 
-// writeBackPool bounds the bytes buffered across the broker's files.
+// writeBackPool bounds the memory of the buffers held across the
+// broker's files.
 type writeBackPool struct {
 	limit int64
 
-	mu       sync.Mutex
+	mu sync.Mutex
+	// buffered is the capacity of the buffers the files hold, not only
+	// the bytes in them: a buffer grows by doubling, and with thousands
+	// of files each holding a few KiB, counting their bytes let them take
+	// about three times the bound.
 	buffered int64
 	dirty    list.List // of *writeBackFile holding buffered bytes, oldest first
 }
@@ -159,8 +168,9 @@ type writeBackFile struct {
 	err error
 }
 
-// account changes the pool's count by n and puts the file on the dirty
-// list when it holds bytes, or takes it off when it holds none.
+// account changes the pool's count by n, a change of the file's buffer
+// capacity, and puts the file on the dirty list when it holds bytes, or
+// takes it off when it holds none.
 func (f *writeBackFile) account(n int64) {
 	p := f.pool
 	p.mu.Lock()
@@ -181,26 +191,37 @@ func (f *writeBackFile) flushLocked() error {
 	if len(f.buf) == 0 {
 		return nil
 	}
+	held := len(f.buf)
 	n, err := f.File.Write(f.buf)
 	f.written += int64(n)
 	rest := copy(f.buf, f.buf[n:])
 	f.buf = f.buf[:rest]
-	f.account(-int64(n))
 	if err == nil && rest > 0 {
 		err = io.ErrShortWrite
 	}
 	if err != nil {
+		f.account(0)
 		f.err = &writeBackError{err: err}
 		return f.err
 	}
 	f.err = nil
 	// The buffer goes back to the pool: buffers held by idle files would
 	// make the broker's memory grow with its partitions, not with the
-	// bound. The next one starts as large as this one grew.
-	f.hint = cap(f.buf)
+	// bound. The next one starts large enough for what this one held, not
+	// as large as it grew: a file written out by the bound a few KiB at a
+	// time would otherwise keep a buffer its bytes never fill.
+	f.hint = held
+	f.releaseLocked()
+	return nil
+}
+
+// releaseLocked gives the buffer back, with whatever it still holds, and
+// its capacity back to the pool's bound.
+func (f *writeBackFile) releaseLocked() {
+	n := cap(f.buf)
 	putBuffer(f.buf)
 	f.buf = nil
-	return nil
+	f.account(-int64(n))
 }
 
 // Buffers come in powers of two from 1 KiB to writeBackFileBytes, each
@@ -247,14 +268,16 @@ func putBuffer(b []byte) {
 // the file's next Sync reports it.
 func (f *writeBackFile) Write(b []byte) (int, error) {
 	f.mu.Lock()
+	grown := 0
 	if need := len(f.buf) + len(b); need > cap(f.buf) {
 		nb := getBuffer(max(need, f.hint, 2*cap(f.buf)))
 		nb = append(nb, f.buf...)
 		putBuffer(f.buf)
+		grown = cap(nb) - cap(f.buf)
 		f.buf = nb
 	}
 	f.buf = append(f.buf, b...)
-	f.account(int64(len(b)))
+	f.account(int64(grown))
 	if len(f.buf) >= writeBackFileBytes {
 		// A failure keeps the bytes buffered, for the next write or the
 		// fsync to try again and report.
@@ -302,18 +325,19 @@ func (f *writeBackFile) Truncate(size int64) error {
 	defer f.mu.Unlock()
 	if size >= f.written {
 		if keep := size - f.written; keep < int64(len(f.buf)) {
-			cut := int64(len(f.buf)) - keep
 			f.buf = f.buf[:keep]
-			f.account(-cut)
+			if keep == 0 {
+				f.releaseLocked()
+			} else {
+				f.account(0)
+			}
 		}
 		return nil
 	}
 	if err := f.File.Truncate(size); err != nil {
 		return err
 	}
-	n := len(f.buf)
-	f.buf = f.buf[:0]
-	f.account(-int64(n))
+	f.releaseLocked()
 	f.written = size
 	f.err = nil
 	return nil
@@ -349,10 +373,7 @@ func (f *writeBackFile) Close() error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	ferr := f.flushLocked()
-	n := len(f.buf)
-	putBuffer(f.buf)
-	f.buf = nil
-	f.account(-int64(n))
+	f.releaseLocked()
 	return errors.Join(ferr, f.File.Close())
 }
 

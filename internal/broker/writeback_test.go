@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"bytes"
 	"errors"
 	"os"
 	"syscall"
@@ -96,4 +97,69 @@ func TestWriteBackKilledWithBufferedBatches(t *testing.T) {
 		t.Fatal("every acknowledged batch was in the segments: nothing was only in memory at the kill")
 	}
 	checkCrashAcks(t, openTest(t, dir, nil), acks)
+}
+
+// The bound holds the buffers' memory, not only the bytes in them: 500
+// files taking turns to buffer a few hundred bytes each, as the segments
+// of 1,000 topics do under a relay's backlog, never hold buffers of more
+// capacity than the bound, every byte reaches its file in order, and a
+// closed file gives its buffer's capacity back.
+func TestWriteBackBoundCountsCapacity(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	const limit, files, rounds = 64 << 10, 500, 40
+	fsys := newWriteBackFS(OSFS{}, limit).(writeBackFS)
+	var fs []*writeBackFile
+	want := make([][]byte, files)
+	for i := range files {
+		f, err := fsys.OpenFile(segmentName(dir, int64(i), logSuffix), os.O_CREATE|os.O_RDWR|os.O_APPEND, 0o644)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fs = append(fs, f.(*writeBackFile))
+	}
+	held := func() (caps int64) {
+		for _, f := range fs {
+			f.mu.Lock()
+			caps += int64(cap(f.buf))
+			f.mu.Unlock()
+		}
+		return caps
+	}
+	for r := range rounds {
+		for i, f := range fs {
+			b := make([]byte, 200+(i*7+r*13)%300)
+			for k := range b {
+				b[k] = byte(i + r + k)
+			}
+			if _, err := f.Write(b); err != nil {
+				t.Fatal(err)
+			}
+			want[i] = append(want[i], b...)
+			if i%50 == 0 {
+				caps := held()
+				fsys.pool.mu.Lock()
+				counted := fsys.pool.buffered
+				fsys.pool.mu.Unlock()
+				if caps != counted || counted > limit {
+					t.Fatalf("round %d file %d: buffers of %d bytes of capacity, %d counted, bound %d", r, i, caps, counted, limit)
+				}
+			}
+		}
+	}
+	for i, f := range fs {
+		if err := f.Close(); err != nil {
+			t.Fatal(err)
+		}
+		got, err := os.ReadFile(segmentName(dir, int64(i), logSuffix))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, want[i]) {
+			t.Fatalf("file %d holds %d bytes, %d were written, or not the same", i, len(got), len(want[i]))
+		}
+	}
+	if fsys.pool.buffered != 0 || fsys.pool.dirty.Len() != 0 {
+		t.Fatalf("after every file closed the pool counts %d bytes and %d dirty files", fsys.pool.buffered, fsys.pool.dirty.Len())
+	}
 }
