@@ -230,7 +230,8 @@
 // covers are deleted; a segment is also fsynced when it rolls and on
 // close. The segment's copy of a batch is held in memory first and written
 // in larger pieces (write-back, writeback.go, with its fault model;
-// Options.WriteBackBytes, buffers of 32 MiB across the broker by default): the
+// Options.WriteBackBytes, buffers of 32 MiB across the broker by default),
+// by a goroutine of its own while the buffers are below the bound: the
 // journal already made the batch durable, and one write per batch and
 // partition was most of an append's cost with thousands of partitions.
 // The journal's records are likewise gathered in memory and written with

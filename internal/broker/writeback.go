@@ -2,7 +2,6 @@ package broker
 
 import (
 	"container/list"
-	"context"
 	"errors"
 	"io"
 	"os"
@@ -21,8 +20,9 @@ import (
 // write in memory instead, and writes it when the file's share passes
 // writeBackFileBytes, when the buffers of all files together take more
 // memory than the broker's bound (their capacity counts, not only the
-// bytes in them; the file buffered longest is written first), when its oldest
-// buffered byte is writeBackMaxAge old (so that `relay log dump` and
+// bytes in them; the file buffered longest is written first, by the
+// broker's write-back loop from three quarters of the bound on, so that
+// the system calls run beside the appends), when its oldest buffered byte is writeBackMaxAge old (so that `relay log dump` and
 // Inspect, which read the files of a running broker, lag by about that
 // much at most), or when the file is fsynced, truncated or closed. Reads
 // see the buffered bytes, so a fetch of the freshest records is served
@@ -64,6 +64,12 @@ const (
 	// writeBackMaxAge is how long a byte stays buffered at most, give or
 	// take a tick of the broker's write-back loop.
 	writeBackMaxAge = time.Second
+	// Past writeBackHigh of the bound (in eighths), an append wakes the
+	// write-back loop, which writes the files buffered longest until the
+	// buffers are within writeBackLow of it: the write system calls then
+	// run beside the appends, not in them. An append writes them itself
+	// only past the whole bound, when the loop fell behind.
+	writeBackHigh, writeBackLow = 6, 5
 )
 
 // writeBackError is a failed write of buffered bytes. It is a storage
@@ -82,7 +88,7 @@ type writeBackFS struct {
 }
 
 func newWriteBackFS(fsys FS, limit int64) FS {
-	return writeBackFS{FS: fsys, pool: &writeBackPool{limit: limit}}
+	return writeBackFS{FS: fsys, pool: &writeBackPool{limit: limit, wake: make(chan struct{}, 1)}}
 }
 
 func (w writeBackFS) OpenFile(name string, flag int, perm os.FileMode) (File, error) {
@@ -102,6 +108,8 @@ func (w writeBackFS) OpenFile(name string, flag int, perm os.FileMode) (File, er
 // broker's files.
 type writeBackPool struct {
 	limit int64
+	// wake asks the write-back loop to write buffers out (writeBackHigh).
+	wake chan struct{}
 
 	mu sync.Mutex
 	// buffered is the capacity of the buffers the files hold, not only
@@ -116,6 +124,29 @@ type writeBackPool struct {
 // bound.
 func (p *writeBackPool) trim() {
 	p.writeOut(func(*writeBackFile) bool { return p.buffered > p.limit })
+}
+
+// settle follows an append: past the bound it trims the pool, and past
+// writeBackHigh of it wakes the write-back loop to.
+func (p *writeBackPool) settle() {
+	p.mu.Lock()
+	buffered := p.buffered
+	p.mu.Unlock()
+	switch {
+	case buffered > p.limit:
+		p.trim()
+	case buffered > p.limit/8*writeBackHigh:
+		select {
+		case p.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// writeDown writes the files that buffered longest until the pool is
+// within writeBackLow of its bound.
+func (p *writeBackPool) writeDown() {
+	p.writeOut(func(*writeBackFile) bool { return p.buffered > p.limit/8*writeBackLow })
 }
 
 // writeOlder writes the files whose oldest buffered byte came before
@@ -284,7 +315,7 @@ func (f *writeBackFile) Write(b []byte) (int, error) {
 		_ = f.flushLocked()
 	}
 	f.mu.Unlock()
-	f.pool.trim()
+	f.pool.settle()
 	return len(b), nil
 }
 
@@ -385,9 +416,18 @@ type bufferedInfo struct {
 func (i bufferedInfo) Size() int64 { return i.size }
 
 // writeBackLoop writes what stayed buffered for writeBackMaxAge, every
-// half of it, until stop.
+// half of it, and writes the pool down when an append asks, until stop.
 func writeBackLoop(stop <-chan struct{}, p *writeBackPool) {
-	everyTick(stop, writeBackMaxAge/2, func(context.Context) {
-		p.writeOlder(time.Now().Add(-writeBackMaxAge))
-	})
+	tick := time.NewTicker(writeBackMaxAge / 2)
+	defer tick.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-tick.C:
+			p.writeOlder(time.Now().Add(-writeBackMaxAge))
+		case <-p.wake:
+			p.writeDown()
+		}
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"os"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // A full disk under the segments, with the journal still writable: every
@@ -161,5 +162,86 @@ func TestWriteBackBoundCountsCapacity(t *testing.T) {
 	}
 	if fsys.pool.buffered != 0 || fsys.pool.dirty.Len() != 0 {
 		t.Fatalf("after every file closed the pool counts %d bytes and %d dirty files", fsys.pool.buffered, fsys.pool.dirty.Len())
+	}
+}
+
+// Past three quarters of the bound an append only wakes the write-back
+// loop: the appender writes nothing to disk itself, and the loop then
+// writes the files buffered longest until the pool is within five eighths
+// of the bound, their bytes reaching the files in order.
+func TestWriteBackLoopWritesDown(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	const limit, files = 64 << 10, 200
+	fsys := newWriteBackFS(OSFS{}, limit).(writeBackFS)
+	pool := fsys.pool
+	buffered := func() int64 {
+		pool.mu.Lock()
+		defer pool.mu.Unlock()
+		return pool.buffered
+	}
+	var fs []*writeBackFile
+	want := make([][]byte, files)
+	for i := range files {
+		f, err := fsys.OpenFile(segmentName(dir, int64(i), logSuffix), os.O_CREATE|os.O_RDWR|os.O_APPEND, 0o644)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fs = append(fs, f.(*writeBackFile))
+	}
+	for i := 0; buffered() <= limit/8*writeBackHigh; i++ {
+		if i == 10*files {
+			t.Fatalf("%d appends of 300 bytes left the pool at %d bytes", i, buffered())
+		}
+		b := bytes.Repeat([]byte{byte(i)}, 300)
+		if _, err := fs[i%files].Write(b); err != nil {
+			t.Fatal(err)
+		}
+		want[i%files] = append(want[i%files], b...)
+	}
+	if n := buffered(); n > limit {
+		t.Fatalf("the pool holds %d bytes, past its bound %d", n, limit)
+	}
+	for i, f := range fs {
+		if f.written != 0 {
+			t.Fatalf("file %d: an append below the bound wrote %d bytes itself", i, f.written)
+		}
+	}
+	if len(pool.wake) != 1 {
+		t.Fatal("past three quarters of the bound, the write-back loop was not woken")
+	}
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() { defer close(done); writeBackLoop(stop, pool) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for buffered() > limit/8*writeBackLow {
+		if time.Now().After(deadline) {
+			t.Fatalf("the write-back loop left %d bytes buffered, want at most %d", buffered(), limit/8*writeBackLow)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	close(stop)
+	<-done
+	wrote := 0
+	for i, f := range fs {
+		got, err := os.ReadFile(segmentName(dir, int64(i), logSuffix))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) > 0 {
+			wrote++
+		}
+		if !bytes.HasPrefix(want[i], got) {
+			t.Fatalf("file %d holds %d bytes that are not the first ones written to it", i, len(got))
+		}
+		if err := f.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if got, _ := os.ReadFile(segmentName(dir, int64(i), logSuffix)); !bytes.Equal(got, want[i]) {
+			t.Fatalf("file %d holds %d bytes after close, %d were written", i, len(got), len(want[i]))
+		}
+	}
+	if wrote == 0 {
+		t.Fatal("the write-back loop wrote no file")
 	}
 }
