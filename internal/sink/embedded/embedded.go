@@ -88,6 +88,22 @@
 //     relay-event-id headers: refused by the broker, and ignored by step 3
 //     (only the relay's producer ids count).
 //
+// # Appends side by side
+//
+// A batch spread over many partitions (a backlog over 1,000 topics gives
+// nearly a partition per event) is appended by up to four goroutines
+// (at most GOMAXPROCS, one per 64 partitions of the batch), each taking
+// 16 partitions at a time; on one core of the relay's two the appends of
+// such a batch took most of its time. Each partition's records of the
+// batch are appended by one goroutine, in order, and PublishAsync returns
+// only once every goroutine is done, so a partition's order across
+// batches holds; a partition's sequence moves only in the goroutine that
+// appends to it and is handed back after. Every goroutine checks the
+// fence before each partition, and all stop at the first failure (a lost
+// fence, a refused append): the batches appended by then stay in the log,
+// unacknowledged, as those before a failure did with one goroutine, and
+// step 3 finds them at the next session's start (TestAppendsSideBySide).
+//
 // # Missing topics
 //
 // A topic is created on first use, unless Config.WaitForTopics
@@ -163,9 +179,11 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -215,12 +233,9 @@ type Sink struct {
 	st state
 	// seq is the next sequence per partition in this session.
 	seq map[tp]int32
-	// records and headers are appendGroup's, reused from batch to batch:
-	// a batch is encoded before the next one is built, and with a batch
-	// for each of thousands of partitions, allocating them anew was a
-	// visible share of the sink's CPU time per event.
-	records []broker.Record
-	headers []broker.Header
+	// appenders are the append workers' scratch (see "Appends side by
+	// side"), reused from batch to batch.
+	appenders []appender
 	// groups and groupOf are PublishAsync's grouping of a batch by
 	// partition, kept with their index slices from batch to batch for the
 	// same reason: at 1,000 topics a batch has a group for nearly every
@@ -244,12 +259,19 @@ type Sink struct {
 	topics map[string]broker.TopicConfig
 	// topicsVersion is the broker's ConfigVersion topics was filled at.
 	topicsVersion int64
-	// enc is the encoding buffer, reused from batch to batch.
-	enc []byte
 }
 
 // maxEncodeBuffer is the largest encoding buffer kept for reuse.
 const maxEncodeBuffer = 8 << 20
+
+// Appends side by side (see the package doc): a batch's partition groups
+// are split among up to appendWorkers goroutines, one per groupsPerWorker
+// groups, which take appendChunk groups at a time.
+const (
+	appendWorkers   = 4
+	groupsPerWorker = 64
+	appendChunk     = 16
+)
 
 // producerName is the broker's internal producer the relay writes as.
 const producerName = "relay"
@@ -638,6 +660,9 @@ func collectIdentities(k tp, batches []byte, ids map[int64]bool, seen map[string
 type group struct {
 	key     tp
 	indexes []int
+	// seq is the partition's next sequence: taken from Sink.seq before
+	// the appends, moved by them, and put back after.
+	seq int32
 }
 
 // Publish appends msgs, one batch (or more, when large) per partition, and
@@ -726,7 +751,11 @@ func (s *Sink) PublishAsync(ctx context.Context, msgs []relay.Message) (wait fun
 			if gi = ngroups; gi == len(s.groups) {
 				s.groups = append(s.groups, group{})
 			}
-			s.groups[gi] = group{key: k, indexes: s.groups[gi].indexes[:0]}
+			seq, ok := s.seq[k]
+			if !ok {
+				seq = s.firstSeq
+			}
+			s.groups[gi] = group{key: k, indexes: s.groups[gi].indexes[:0], seq: seq}
 			s.groupOf[k] = gi
 			ngroups++
 		}
@@ -743,16 +772,9 @@ func (s *Sink) PublishAsync(ctx context.Context, msgs []relay.Message) (wait fun
 	if len(skipped) > 0 {
 		s.cfg.Logger.Info("skipped re-delivered events the log already holds", "events", len(skipped))
 	}
-	var batches []appended
-	for gi := range s.groups[:ngroups] {
-		g := &s.groups[gi]
-		if err := fence(); err != nil {
-			return nil, fmt.Errorf("embedded sink: not appending: %w", err)
-		}
-		if err := s.appendGroup(ctx, b, g, msgs, &batches); err != nil {
-			s.setFailure(err)
-			return nil, err
-		}
+	batches, err := s.appendGroups(ctx, b, fence, msgs, s.groups[:ngroups])
+	if err != nil {
+		return nil, err
 	}
 	return func() (relay.PublishResult, error) {
 		var errs []error
@@ -785,26 +807,99 @@ func (s *Sink) PublishAsync(ctx context.Context, msgs []relay.Message) (wait fun
 	}, nil
 }
 
+// appendGroups appends each group's messages, the groups split among up
+// to appendWorkers goroutines when there are many (see "Appends side by
+// side"), and returns the batches appended in the order of the groups.
+func (s *Sink) appendGroups(ctx context.Context, b *broker.Broker, fence func() error, msgs []relay.Message, groups []group) ([]appended, error) {
+	workers := min(appendWorkers, runtime.GOMAXPROCS(0), (len(groups)+groupsPerWorker-1)/groupsPerWorker)
+	workers = max(workers, 1)
+	for len(s.appenders) < workers {
+		s.appenders = append(s.appenders, appender{})
+	}
+	var (
+		next      atomic.Int64
+		failed    atomic.Bool
+		appendErr atomic.Bool // a failed append, not a lost fence
+		wg        sync.WaitGroup
+		errs      = make([]error, workers)
+	)
+	work := func(w int) {
+		a := &s.appenders[w]
+		a.batches = a.batches[:0]
+		for !failed.Load() {
+			from := int(next.Add(appendChunk)) - appendChunk
+			if from >= len(groups) {
+				return
+			}
+			for gi := from; gi < min(from+appendChunk, len(groups)); gi++ {
+				err := fence()
+				if err != nil {
+					err = fmt.Errorf("embedded sink: not appending: %w", err)
+				} else if err = a.appendGroup(ctx, b, s.id, &groups[gi], msgs); err != nil {
+					appendErr.Store(true)
+				}
+				if err != nil {
+					errs[w] = err
+					failed.Store(true)
+					return
+				}
+			}
+		}
+	}
+	for w := 1; w < workers; w++ {
+		wg.Go(func() { work(w) })
+	}
+	work(0)
+	wg.Wait()
+	for _, g := range groups {
+		s.seq[g.key] = g.seq
+	}
+	if err := errors.Join(errs...); err != nil {
+		if appendErr.Load() {
+			s.setFailure(err)
+		}
+		return nil, err
+	}
+	n := 0
+	for w := range workers {
+		n += len(s.appenders[w].batches)
+	}
+	batches := make([]appended, 0, n)
+	for w := range workers {
+		batches = append(batches, s.appenders[w].batches...)
+		clear(s.appenders[w].batches)
+	}
+	return batches, nil
+}
+
+// appender is one append worker's scratch, reused from batch to batch:
+// with a batch for each of thousands of partitions, allocating the
+// records, headers and encoding buffer anew was a visible share of the
+// sink's CPU time per event.
+type appender struct {
+	records []broker.Record
+	headers []broker.Header
+	enc     []byte
+	// batches are the batches this worker appended in this call.
+	batches []appended
+}
+
 // appendGroup writes one partition's messages, splitting batches that
-// exceed the topic's size limit, and adds each batch to batches.
-func (s *Sink) appendGroup(ctx context.Context, b *broker.Broker, g *group, msgs []relay.Message, batches *[]appended) error {
+// exceed the topic's size limit, and adds each batch to a.batches.
+func (a *appender) appendGroup(ctx context.Context, b *broker.Broker, id broker.ProducerID, g *group, msgs []relay.Message) error {
 	var appendRange func(idx []int) error
 	appendRange = func(idx []int) error {
 		if len(idx) == 0 {
 			return nil
 		}
-		records, headers := s.records[:0], s.headers[:0]
+		records, headers := a.records[:0], a.headers[:0]
 		for _, i := range idx {
 			var r broker.Record
 			r, headers = appendRecord(msgs[i], headers)
 			records = append(records, r)
 		}
-		s.records, s.headers = records, headers
-		seq, ok := s.seq[g.key]
-		if !ok {
-			seq = s.firstSeq
-		}
-		batch, err := broker.AppendBatch(s.enc[:0], broker.BatchOptions{ProducerID: s.id.ID, ProducerEpoch: s.id.Epoch, BaseSequence: seq}, records)
+		a.records, a.headers = records, headers
+		batch, err := broker.AppendBatch(a.enc[:0], broker.BatchOptions{ProducerID: id.ID, ProducerEpoch: id.Epoch, BaseSequence: g.seq}, records)
 		// Encoded: the scratch lets go of the messages' bytes, which an
 		// idle relay would otherwise hold until the next batch.
 		clear(records)
@@ -815,13 +910,13 @@ func (s *Sink) appendGroup(ctx context.Context, b *broker.Broker, g *group, msgs
 		// The broker has written (and the journal copied) the batch when
 		// AppendAsync returns, so the buffer serves the next one.
 		if cap(batch) <= maxEncodeBuffer {
-			s.enc = batch
+			a.enc = batch
 		}
 		res, wait, err := b.AppendAsync(ctx, g.key.topic, g.key.partition, batch)
 		switch {
 		case err == nil:
-			s.seq[g.key] = nextSeq(seq, len(idx))
-			*batches = append(*batches, appended{key: g.key, wait: wait, end: res.BaseOffset + int64(len(idx))})
+			g.seq = nextSeq(g.seq, len(idx))
+			a.batches = append(a.batches, appended{key: g.key, wait: wait, end: res.BaseOffset + int64(len(idx))})
 			return nil
 		case errors.Is(err, broker.ErrMessageTooLarge) && len(idx) > 1:
 			half := len(idx) / 2
