@@ -110,15 +110,8 @@ func TestWriteBackBoundCountsCapacity(t *testing.T) {
 	dir := t.TempDir()
 	const limit, files, rounds = 64 << 10, 500, 40
 	fsys := newWriteBackFS(OSFS{}, limit).(writeBackFS)
-	var fs []*writeBackFile
+	fs := openWriteBackFiles(t, fsys, dir, files)
 	want := make([][]byte, files)
-	for i := range files {
-		f, err := fsys.OpenFile(segmentName(dir, int64(i), logSuffix), os.O_CREATE|os.O_RDWR|os.O_APPEND, 0o644)
-		if err != nil {
-			t.Fatal(err)
-		}
-		fs = append(fs, f.(*writeBackFile))
-	}
 	held := func() (caps int64) {
 		for _, f := range fs {
 			f.mu.Lock()
@@ -180,15 +173,8 @@ func TestWriteBackLoopWritesDown(t *testing.T) {
 		defer pool.mu.Unlock()
 		return pool.buffered
 	}
-	var fs []*writeBackFile
+	fs := openWriteBackFiles(t, fsys, dir, files)
 	want := make([][]byte, files)
-	for i := range files {
-		f, err := fsys.OpenFile(segmentName(dir, int64(i), logSuffix), os.O_CREATE|os.O_RDWR|os.O_APPEND, 0o644)
-		if err != nil {
-			t.Fatal(err)
-		}
-		fs = append(fs, f.(*writeBackFile))
-	}
 	for i := 0; buffered() <= limit/8*writeBackHigh; i++ {
 		if i == 10*files {
 			t.Fatalf("%d appends of 300 bytes left the pool at %d bytes", i, buffered())
@@ -244,4 +230,19 @@ func TestWriteBackLoopWritesDown(t *testing.T) {
 	if wrote == 0 {
 		t.Fatal("the write-back loop wrote no file")
 	}
+}
+
+// openWriteBackFiles opens n segment files in dir for appending through
+// fsys.
+func openWriteBackFiles(t *testing.T, fsys writeBackFS, dir string, n int) []*writeBackFile {
+	t.Helper()
+	fs := make([]*writeBackFile, 0, n)
+	for i := range n {
+		f, err := fsys.OpenFile(segmentName(dir, int64(i), logSuffix), os.O_CREATE|os.O_RDWR|os.O_APPEND, 0o644)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fs = append(fs, f.(*writeBackFile))
+	}
+	return fs
 }
