@@ -809,7 +809,8 @@ func (s *Sink) PublishAsync(ctx context.Context, msgs []relay.Message) (wait fun
 
 // appendGroups appends each group's messages, the groups split among up
 // to appendWorkers goroutines when there are many (see "Appends side by
-// side"), and returns the batches appended in the order of the groups.
+// side"), and returns the batches appended: one partition's in the order
+// they were appended, the partitions in no particular order.
 func (s *Sink) appendGroups(ctx context.Context, b *broker.Broker, fence func() error, msgs []relay.Message, groups []group) ([]appended, error) {
 	workers := min(appendWorkers, runtime.GOMAXPROCS(0), (len(groups)+groupsPerWorker-1)/groupsPerWorker)
 	workers = max(workers, 1)
