@@ -22,9 +22,10 @@ import (
 // memory than the broker's bound (their capacity counts, not only the
 // bytes in them; the file buffered longest is written first, by the
 // broker's write-back loop from three quarters of the bound on, so that
-// the system calls run beside the appends), when its oldest buffered byte is writeBackMaxAge old (so that `relay log dump` and
-// Inspect, which read the files of a running broker, lag by about that
-// much at most), or when the file is fsynced, truncated or closed. Reads
+// the system calls run beside the appends), when its oldest buffered
+// byte is writeBackMaxAge old (so that `relay log dump` and Inspect,
+// which read the files of a running broker, lag by about that much at
+// most), or when the file is fsynced, truncated or closed. Reads
 // see the buffered bytes, so a fetch of the freshest records is served
 // from memory.
 //
@@ -126,8 +127,8 @@ func (p *writeBackPool) trim() {
 	p.writeOut(func(*writeBackFile) bool { return p.buffered > p.limit })
 }
 
-// settle follows an append: past the bound it trims the pool, and past
-// writeBackHigh of it wakes the write-back loop to.
+// settle follows an append: past the bound it trims the pool itself, and
+// past writeBackHigh of it wakes the write-back loop to write it down.
 func (p *writeBackPool) settle() {
 	p.mu.Lock()
 	buffered := p.buffered
