@@ -457,9 +457,11 @@ func (b *Broker) start(ctx context.Context, h *health) error {
 // releaseFiles closes the partitions, journal and group offsets of the
 // current open. clean lets the journal go when every segment was fsynced.
 func (b *Broker) releaseFiles(clean bool) error {
-	perr := b.closeParts()
+	parts := b.allPartitions()
+	perr := closeParts(parts)
 	errs := []error{perr}
 	b.mu.Lock()
+	logID := b.meta.LogID
 	// The closed group store stays in place: readers of committed
 	// offsets keep working, commits fail with ErrClosed.
 	j, g, tc := b.journal, b.groups, b.txns
@@ -474,7 +476,11 @@ func (b *Broker) releaseFiles(clean bool) error {
 	if g != nil {
 		errs = append(errs, g.close())
 	}
-	return errors.Join(errs...)
+	err := errors.Join(errs...)
+	if clean && err == nil && b.health.Load().check() == nil {
+		b.writeCleanClose(parts, logID)
+	}
+	return err
 }
 
 // shutdownLocked stops the background work and closes the files of the
@@ -606,6 +612,12 @@ func (b *Broker) load(ctx context.Context, h *health) error {
 	b.mu.Unlock()
 	// What DeleteTopic moved aside and a crash left behind.
 	_ = removeAll(b.opts.FS, filepath.Join(b.opts.Dir, "deleted"))
+	// The clean-close manifest is taken (read and removed) before any
+	// partition opens: see cleanclose.go.
+	clean, err := takeCleanClose(b.opts.FS, b.opts.Dir, m.LogID, h, b.opts.Logger)
+	if err != nil {
+		return err
+	}
 	names := make([]string, 0, len(m.Topics))
 	for n := range m.Topics {
 		names = append(names, n)
@@ -620,7 +632,7 @@ func (b *Broker) load(ctx context.Context, h *health) error {
 			return err
 		}
 		var err error
-		opened[i], err = b.openTopic(names[i], m.Topics[names[i]], h, true)
+		opened[i], err = b.openTopic(names[i], m.Topics[names[i]], h, true, clean)
 		return err
 	})
 	if err := errors.Join(errs...); err != nil {
@@ -683,8 +695,9 @@ func parallel(n, workers int, fn func(i int) error) []error {
 }
 
 // openTopic opens a topic's partitions; known says meta.json lists it, so
-// a missing partition directory is lost data, not a new partition.
-func (b *Broker) openTopic(name string, cfg TopicConfig, h *health, known bool) (*topic, error) {
+// a missing partition directory is lost data, not a new partition. clean
+// is the clean-close manifest (nil without one).
+func (b *Broker) openTopic(name string, cfg TopicConfig, h *health, known bool, clean map[partitionKey]*cleanEntry) (*topic, error) {
 	set := &partitionSettings{
 		health:             h,
 		allowLost:          b.opts.AllowLostPartitions,
@@ -706,7 +719,7 @@ func (b *Broker) openTopic(name string, cfg TopicConfig, h *health, known bool) 
 	parts := make([]*partition, cfg.Partitions)
 	errs := parallel(int(cfg.Partitions), openParallelism, func(i int) error {
 		var err error
-		parts[i], err = openPartition(set, partitionDir(b.opts.Dir, name, int32(i)), name, int32(i), known)
+		parts[i], err = openPartition(set, partitionDir(b.opts.Dir, name, int32(i)), name, int32(i), known, clean[partitionKey{name, int32(i)}])
 		return err
 	})
 	for i, err := range errs {
@@ -811,7 +824,7 @@ func (b *Broker) CreateTopic(name string, cfg TopicConfig) (TopicInfo, error) {
 	if err := b.trashTopicDir(name); err != nil {
 		return TopicInfo{}, err
 	}
-	t, err := b.openTopic(name, cfg, h, false)
+	t, err := b.openTopic(name, cfg, h, false, nil)
 	if err != nil {
 		return TopicInfo{}, err
 	}
@@ -997,7 +1010,7 @@ func (b *Broker) EnsureTopics(names []string) error {
 	created := make([]*topic, len(todo))
 	openErrs := parallel(len(todo), openParallelism, func(i int) error {
 		var err error
-		created[i], err = b.openTopic(todo[i], cfg, h, false)
+		created[i], err = b.openTopic(todo[i], cfg, h, false, nil)
 		return err
 	})
 	closeAll := func() {
@@ -1462,12 +1475,11 @@ func (b *Broker) Close() error {
 	return errors.Join(b.shutdownLocked(true), b.lock.Close())
 }
 
-func (b *Broker) closeParts() error {
+func closeParts(parts []*partition) error {
 	// Each close fsyncs the active segment and writes a snapshot
 	// (another fsync and a directory fsync): in parallel, so that a
 	// clean stop of thousands of partitions does not take thousands of
 	// fsyncs one after another.
-	parts := b.allPartitions()
 	return errors.Join(parallel(len(parts), openParallelism, func(i int) error { return parts[i].close() })...)
 }
 

@@ -31,6 +31,8 @@ type FS interface {
 	Rename(oldpath, newpath string) error
 	MkdirAll(path string, perm os.FileMode) error
 	ReadDir(name string) ([]os.DirEntry, error)
+	// Stat describes the file at name.
+	Stat(name string) (os.FileInfo, error)
 	// SyncDir makes renames, creations and removals in dir durable.
 	SyncDir(dir string) error
 }
@@ -67,6 +69,9 @@ func openFile(name string, flag int, perm os.FileMode) (*os.File, error) {
 		}
 	}
 }
+
+// Stat describes a file, as os.Stat.
+func (OSFS) Stat(name string) (os.FileInfo, error) { return os.Stat(name) }
 
 // Remove removes a file.
 func (OSFS) Remove(name string) error { return os.Remove(name) }

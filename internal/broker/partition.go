@@ -119,14 +119,31 @@ func (p *partition) syncDirIfDirty() error {
 	return nil
 }
 
-func openPartition(set *partitionSettings, dir, topic string, id int32, mustExist bool) (*partition, error) {
+// openPartition opens the partition in dir; clean, when not nil, is its
+// entry in the clean-close manifest, used in place of listing dir when dir
+// is as the close left it.
+func openPartition(set *partitionSettings, dir, topic string, id int32, mustExist bool, clean *cleanEntry) (*partition, error) {
 	p := &partition{topic: topic, id: id, dir: dir, set: set}
 	fsys := set.fs
 	var vanished bool
-	// One directory read tells both whether the partition exists and what
-	// it holds: with thousands of partitions, a second read per partition
-	// was a visible share of the broker's open.
-	bases, snaps, present, err := listPartitionDir(fsys, dir, true)
+	var (
+		bases, snaps []int64
+		present      map[string]bool
+		cached       []byte
+		err          error
+		ok           bool
+	)
+	if clean != nil {
+		if bases, snaps, present, ok = clean.listing(fsys, dir); ok {
+			cached = clean.recovery
+		}
+	}
+	if !ok {
+		// One directory read tells both whether the partition exists and
+		// what it holds: with thousands of partitions, a second read per
+		// partition was a visible share of the broker's open.
+		bases, snaps, present, err = listPartitionDir(fsys, dir, true)
+	}
 	switch {
 	case errors.Is(err, os.ErrNotExist):
 		if mustExist {
@@ -164,7 +181,7 @@ func openPartition(set *partitionSettings, dir, topic string, id int32, mustExis
 	// The listing says whether the active segment has a recovery point:
 	// most partitions of a topic of many are empty, and looking for a
 	// file that is not there costs a path walk each.
-	cands, err := p.recoverActiveLocked(present[segmentName("", active.base, recoverySuffix)])
+	cands, err := p.recoverActiveLocked(present[segmentName("", active.base, recoverySuffix)], cached)
 	if err != nil {
 		p.closeAll()
 		return nil, err
@@ -258,8 +275,10 @@ func (p *partition) verifyRangeLocked(s *segment, f File, pos, limit, first, end
 // kept in a side file); when it was a whole batch whose CRC fails, it is a
 // candidate too. Only the active segment can have a torn tail: a segment is
 // fsynced before the next one is created. listed false says the
-// partition's directory, listed under the lock, holds no recovery point.
-func (p *partition) recoverActiveLocked(listed bool) ([]LostRange, error) {
+// partition's directory, listed under the lock, holds no recovery point;
+// cached, when not nil, is the recovery file's content, from the
+// clean-close manifest.
+func (p *partition) recoverActiveLocked(listed bool, cached []byte) ([]LostRange, error) {
 	fsys := p.set.fs
 	s := p.segs[len(p.segs)-1]
 	if s.log == nil {
@@ -283,7 +302,7 @@ func (p *partition) recoverActiveLocked(listed bool) ([]LostRange, error) {
 	s.hasLast, s.rpGen = false, s.rpGen+1
 	p.attachDamageLocked()
 	expect, start := s.base, int64(0)
-	if st, idx, tidx, clean, err := loadRecoveryPoint(fsys, s, s.log, size, listed); err == nil {
+	if st, idx, tidx, clean, err := loadRecoveryPoint(fsys, s, s.log, size, listed, cached); err == nil {
 		// Trust what an fsync covered and the point's check passed; scan
 		// the rest (see Recovery in doc.go).
 		s.idx, s.tidx, s.maxTS, s.created, s.bytesSinceIdx = idx, tidx, st.maxTS, st.created, st.sinceIdx
@@ -950,7 +969,7 @@ func (p *partition) rewindTo(offset int64) error {
 			return err
 		}
 	}
-	cands, err := p.recoverActiveLocked(true)
+	cands, err := p.recoverActiveLocked(true, nil)
 	if err != nil {
 		return err
 	}
@@ -1108,7 +1127,7 @@ func (p *partition) resetLocked(cause error) error {
 	p.torn = nil
 	p.resetPoints = append(p.resetPoints, resetPoint{durable: p.durable, cause: cause})
 	p.gen++
-	cands, err := p.recoverActiveLocked(true)
+	cands, err := p.recoverActiveLocked(true, nil)
 	if err != nil {
 		p.broken = err
 		return err

@@ -141,12 +141,16 @@ var errNoRecoveryPoint = errors.New("no recovery point")
 // frame against the log file f of size bytes (see the comment at the top).
 // clean is false when the file holds more than its sound frames, so the
 // next write rewrites it. listed false says the file is known not to
-// exist, and it is not looked for.
-func loadRecoveryPoint(fsys FS, s *segment, f File, size int64, listed bool) (st recoveryState, idx []offsetEntry, tidx []timeEntry, clean bool, err error) {
+// exist, and it is not looked for; cached not nil is its content, read
+// before (the clean-close manifest's copy), and it is not read again.
+func loadRecoveryPoint(fsys FS, s *segment, f File, size int64, listed bool, cached []byte) (st recoveryState, idx []offsetEntry, tidx []timeEntry, clean bool, err error) {
 	if !listed {
 		return st, nil, nil, false, errNoRecoveryPoint
 	}
-	b, err := readFile(fsys, segmentName(s.dir, s.base, recoverySuffix))
+	b, err := cached, error(nil)
+	if b == nil {
+		b, err = readFile(fsys, segmentName(s.dir, s.base, recoverySuffix))
+	}
 	if errors.Is(err, os.ErrNotExist) {
 		return st, nil, nil, false, errNoRecoveryPoint
 	}

@@ -148,7 +148,7 @@ func (b *Broker) AddPartitions(name string, count int32) (TopicInfo, error) {
 		}
 	}
 	for i := from; i < count; i++ {
-		p, err := openPartition(t.set, partitionDir(b.opts.Dir, name, i), name, i, false)
+		p, err := openPartition(t.set, partitionDir(b.opts.Dir, name, i), name, i, false, nil)
 		if err != nil {
 			closeAdded()
 			return TopicInfo{}, fmt.Errorf("open %s/%d: %w", name, i, err)
