@@ -214,8 +214,8 @@ type Options struct {
 	// segment and verifies its batches' CRCs, pass after pass (default
 	// 8 MiB/s; negative disables it).
 	ScrubBytesPerSecond int64
-	// ScrubPause is the rest between two passes of the check (default 1
-	// minute).
+	// ScrubPause is the rest after the open and between two passes of
+	// the check (default 1 minute).
 	ScrubPause time.Duration
 	// AllowLostPartitions opens a topic whose partition directory vanished
 	// by recreating it empty and reporting the loss (PartitionInfo.Lost);

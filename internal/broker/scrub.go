@@ -11,7 +11,7 @@ import (
 // batch by batch, and checks each batch's CRC, so damage in data nobody
 // reads (an old inactive segment) is found and reported before a consumer
 // needs it. It runs pass after pass at Options.ScrubBytesPerSecond, with
-// Options.ScrubPause between passes.
+// Options.ScrubPause before the first pass and between passes.
 
 // scrubStats are the background check's counters.
 type scrubStats struct {
@@ -115,6 +115,17 @@ func (b *Broker) scrubLoop() {
 		cancel()
 	}()
 	for {
+		// The first pass waits too: an open is followed by the catch-up
+		// of whatever queued while the broker was down, and at thousands
+		// of partitions a pass's per-batch reads took a few percent of
+		// the CPU that catch-up had.
+		timer := time.NewTimer(b.opts.ScrubPause)
+		select {
+		case <-stop:
+			timer.Stop()
+			return
+		case <-timer.C:
+		}
 		th := &throttle{rate: b.opts.ScrubBytesPerSecond, start: time.Now(), stop: stop}
 		rep, err := b.scrubPass(ctx, th)
 		if ctx.Err() != nil {
@@ -124,13 +135,6 @@ func (b *Broker) scrubLoop() {
 			b.opts.Logger.Error("background check failed", "err", err)
 		} else if rep.Lost > 0 {
 			b.opts.Logger.Error("background check found damaged batches", "ranges", rep.Lost, "bytes_checked", rep.Bytes)
-		}
-		timer := time.NewTimer(b.opts.ScrubPause)
-		select {
-		case <-stop:
-			timer.Stop()
-			return
-		case <-timer.C:
 		}
 	}
 }
