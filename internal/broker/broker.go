@@ -1074,6 +1074,18 @@ func (b *Broker) Topic(name string) (TopicInfo, error) {
 	return t.info(), nil
 }
 
+// TopicConfig returns one topic's configuration: Topic(name).Config,
+// without describing every partition.
+func (b *Broker) TopicConfig(name string) (TopicConfig, error) {
+	b.mu.RLock()
+	t := b.topics[name]
+	b.mu.RUnlock()
+	if t == nil {
+		return TopicConfig{}, fmt.Errorf("%w: %s", ErrUnknownTopicOrPartition, name)
+	}
+	return t.set.config(), nil
+}
+
 // Topics lists all topics sorted by name.
 func (b *Broker) Topics() []TopicInfo {
 	ts := b.topicList()

@@ -963,7 +963,7 @@ func (s *Sink) createTopics(b *broker.Broker, msgs []relay.Message) {
 			continue
 		}
 		seen[m.Topic] = true
-		if _, err := b.Topic(m.Topic); err != nil {
+		if _, err := b.TopicConfig(m.Topic); err != nil {
 			missing = append(missing, m.Topic)
 		}
 	}
@@ -983,10 +983,11 @@ func (s *Sink) topicConfig(b *broker.Broker, topic string) (broker.TopicConfig, 
 	if cfg, ok := s.topics[topic]; ok {
 		return cfg, nil
 	}
-	var info broker.TopicInfo
-	var err error
+	// Asked first without creating: a whole description (EnsureTopic's
+	// answer) costs a lock and an allocation per partition, which at
+	// thousands of topics showed in the first batches after a start.
+	cfg, err := b.TopicConfig(topic)
 	if s.cfg.WaitForTopics {
-		info, err = b.Topic(topic)
 		if errors.Is(err, broker.ErrUnknownTopicOrPartition) {
 			if verr := broker.ValidateTopicName(topic); verr != nil {
 				return broker.TopicConfig{}, verr
@@ -994,8 +995,10 @@ func (s *Sink) topicConfig(b *broker.Broker, topic string) (broker.TopicConfig, 
 			return broker.TopicConfig{}, &relay.DestinationError{Topic: topic, Reason: relay.WaitTopicMissing,
 				Err: fmt.Errorf("embedded sink: topic %s does not exist and topics are not created on first use (--create-topics=false); its events wait in the outbox until it is created", topic)}
 		}
-	} else {
+	} else if err != nil {
+		var info broker.TopicInfo
 		info, err = b.EnsureTopic(topic)
+		cfg = info.Config
 	}
 	if errors.Is(err, broker.ErrRecentlyDeleted) {
 		// The name can be used again once the broker reopened: the next
@@ -1007,8 +1010,8 @@ func (s *Sink) topicConfig(b *broker.Broker, topic string) (broker.TopicConfig, 
 	if err != nil {
 		return broker.TopicConfig{}, err
 	}
-	s.topics[topic] = info.Config
-	return info.Config, nil
+	s.topics[topic] = cfg
+	return cfg, nil
 }
 
 // admissible checks what the broker would refuse for this message alone: a
