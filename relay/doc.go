@@ -38,6 +38,18 @@
 // (TestStartupSurvivesALostConnection terminates the check's session
 // while it waits on a lock).
 //
+// Each session of the pipeline starts the source, then the sink, and
+// reads the source's first page while the sink starts (prefetch in
+// pipeline.go): after a restart that read is mostly the database's work
+// and the embedded sink's start is the broker's open, so each takes a
+// core. Nothing reaches the sink before its Start returned; the page
+// waits. Faults: the sink's start fails, or the lease is lost meanwhile:
+// the read is cancelled and has returned before the source is closed and
+// before the next session starts its own (TestSourceReadsWhileSinkStarts,
+// whose source reports a read that outlived its session). The process
+// killed meanwhile: nothing was handed on or acknowledged, so the next
+// leader reads the page again from the checkpoint.
+//
 // # Where the SQL lives
 //
 // Every statement the core runs (leadership, checkpoint, the

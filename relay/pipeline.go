@@ -102,11 +102,6 @@ func (r *Relay) runPipeline(ctx, hard context.Context, l *lease) error {
 		r.m.Errors.WithLabelValues("ack").Inc()
 		return err
 	}
-	if err := r.sink.Start(hard, Session{State: ck.state, Fence: l.Fence}); err != nil {
-		r.m.Errors.WithLabelValues("sink").Inc()
-		return fmt.Errorf("starting the sink: %w", err)
-	}
-	defer r.sink.Close(context.WithoutCancel(ctx))
 	if rs, ok := r.source.(Resetter); ok && ck.switched {
 		if err := rs.Reset(hard); err != nil {
 			r.m.Errors.WithLabelValues("source").Inc()
@@ -118,6 +113,20 @@ func (r *Relay) runPipeline(ctx, hard context.Context, l *lease) error {
 		return fmt.Errorf("starting the source: %w", err)
 	}
 	defer r.source.Close(context.WithoutCancel(ctx))
+	// The source reads its first page while the sink starts: after a
+	// restart the first read of a backlog is mostly the database's work
+	// (0.3-0.4 s for 200,000 rows waiting, on one core), and the
+	// embedded sink's start is the broker opening its partitions (0.2 s
+	// at 8,000 of them, on the other). Nothing is handed to the sink
+	// before its Start returned: the page waits in first.
+	page := newPageSizer(r.cfg.BatchSize, r.cfg.BatchBytes)
+	first := r.prefetch(hard, page)
+	if err := r.sink.Start(hard, Session{State: ck.state, Fence: l.Fence}); err != nil {
+		first.cancel()
+		r.m.Errors.WithLabelValues("sink").Inc()
+		return fmt.Errorf("starting the sink: %w", err)
+	}
+	defer r.sink.Close(context.WithoutCancel(ctx))
 	r.log.Info("pipeline started", "position", ck.position.String(), "epoch", l.epoch)
 	// Running again: readiness now follows the sink (which reports its own
 	// failures, a full disk for one) until the pipeline fails again.
@@ -149,7 +158,7 @@ func (r *Relay) runPipeline(ctx, hard context.Context, l *lease) error {
 	budget := newByteBudget(r.cfg.BatchBytes)
 	g.Go(func() error {
 		defer close(batches)
-		return r.readLoop(read, batches, ck.position, tracker, l, budget)
+		return r.readLoop(read, batches, ck.position, tracker, l, budget, page, first)
 	})
 	g.Go(func() error {
 		defer close(flights)
@@ -166,6 +175,49 @@ func (r *Relay) runPipeline(ctx, hard context.Context, l *lease) error {
 type liveBatch struct {
 	events []Event
 	err    error
+}
+
+// prefetched is the source's first page, read ahead while the sink
+// starts (runPipeline).
+type prefetched struct {
+	done   chan liveBatch // holds the page once read
+	cancel context.CancelFunc
+	taken  bool
+}
+
+// prefetch reads the source's first page of page.size() events in the
+// background.
+func (r *Relay) prefetch(ctx context.Context, page *pageSizer) *prefetched {
+	ctx, cancel := context.WithCancel(ctx)
+	f := &prefetched{done: make(chan liveBatch, 1)}
+	stopped := make(chan struct{})
+	f.cancel = func() {
+		cancel()
+		<-stopped
+	}
+	size := page.size()
+	go func() {
+		defer close(stopped)
+		events, err := r.source.Next(ctx, size)
+		f.done <- liveBatch{events, err}
+	}()
+	return f
+}
+
+// take returns the prefetched page the first time it is called (waiting
+// for it, unless ctx ends first); ok is false after that, and when ctx
+// ended.
+func (f *prefetched) take(ctx context.Context) (liveBatch, bool) {
+	if f.taken {
+		return liveBatch{}, false
+	}
+	select {
+	case lb := <-f.done:
+		f.taken = true
+		return lb, true
+	case <-ctx.Done():
+		return liveBatch{}, false
+	}
 }
 
 // stepEnds says whether the read loop ends after a release or replay step
@@ -201,7 +253,8 @@ func (r *Relay) pickWork(ctx context.Context, pick func(context.Context, store.D
 
 // readLoop hands the publisher live batches from the source and, between
 // them, chunks of running replays (see replayer.go).
-func (r *Relay) readLoop(ctx context.Context, out chan<- batch, after Position, tracker *ackTracker, l *lease, budget *byteBudget) error {
+func (r *Relay) readLoop(ctx context.Context, out chan<- batch, after Position, tracker *ackTracker, l *lease, budget *byteBudget, page *pageSizer, first *prefetched) error {
+	defer first.cancel()
 	last := after
 	rp := &replayer{r: r, tracker: tracker, lease: l, budget: budget}
 	rl := &releaser{r: r, tracker: tracker}
@@ -219,9 +272,16 @@ func (r *Relay) readLoop(ctx context.Context, out chan<- batch, after Position, 
 	go func() {
 		defer close(live)
 		defer r.fullPage.Store(nil)
-		page := newPageSizer(r.cfg.BatchSize, r.cfg.BatchBytes)
 		for {
-			events, err := r.source.Next(fetchCtx, page.size())
+			var events []Event
+			var err error
+			if lb, ok := first.take(fetchCtx); ok {
+				events, err = lb.events, lb.err
+			} else if fetchCtx.Err() != nil {
+				return
+			} else {
+				events, err = r.source.Next(fetchCtx, page.size())
+			}
 			now := time.Now()
 			for _, e := range events {
 				r.m.ReadLatency.Observe(now.Sub(e.CreatedAt).Seconds())

@@ -253,3 +253,86 @@ RETURNING id, event_id::text, key, payload, created_at`, n)
 	}
 	return events
 }
+
+// startWatchingSink is a flakySink whose Start waits until the source has
+// been asked for a page since the last start, and fails its first
+// failStarts starts after that.
+type startWatchingSink struct {
+	*flakySink
+	src        *tableSource
+	failStarts int
+
+	starts int
+	unread int // starts that saw no new read of the source
+	asked  int // the source's Next calls when the last start returned
+}
+
+func (s *startWatchingSink) Start(ctx context.Context, sess Session) error {
+	s.starts++
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		s.src.mu.Lock()
+		asked := len(s.src.asked)
+		s.src.mu.Unlock()
+		if asked > s.asked {
+			s.asked = asked
+			break
+		}
+		if time.Now().After(deadline) {
+			s.unread++
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if s.starts <= s.failStarts {
+		return fmt.Errorf("injected failure of sink start %d", s.starts)
+	}
+	return s.flakySink.Start(ctx, sess)
+}
+
+// The source reads its first page while the sink starts, and a sink that
+// fails to start leaves no read behind: the next session's source starts
+// only once the read-ahead ended (tableSource reports an overlap), and
+// every event is published once the sink starts.
+func TestSourceReadsWhileSinkStarts(t *testing.T) {
+	ctx := context.Background()
+	url, conn := pgtest.MigratedDatabase(t, "outbox")
+	const n = 120
+	src := &tableSource{events: insertOrders(t, conn, `SELECT 'orders', 'k' || (g % 5), convert_to('e' || g, 'UTF8') FROM generate_series(1, $1) AS g`, n)}
+	sink := &startWatchingSink{flakySink: &flakySink{}, src: src, failStarts: 2}
+	_, stop, done := runRelay(t, ctx, Config{DatabaseURL: url, BatchSize: 50, BacklogInterval: 10 * time.Millisecond,
+		Lease: time.Second, ReadyTimeout: -1, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, src, sink)
+	deadline := time.Now().Add(time.Minute)
+	for {
+		var left int
+		if err := conn.QueryRow(ctx, "SELECT count(*) FROM outbox.events").Scan(&left); err != nil {
+			t.Fatal(err)
+		}
+		if left == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d rows left in the outbox", left)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	stop()
+	if err := <-done; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if src.overlap != nil || sink.overlap != nil {
+		t.Fatalf("sessions overlapped: %v %v", src.overlap, sink.overlap)
+	}
+	if sink.starts != 3 || sink.unread != 0 {
+		t.Fatalf("%d sink starts, %d of them with no read of the source; want 3 and 0", sink.starts, sink.unread)
+	}
+	seen := map[string]int{}
+	for _, m := range sink.got {
+		seen[string(m.EventID())]++
+	}
+	for _, e := range src.events {
+		if seen[e.EventID] != 1 {
+			t.Errorf("event %d published %d times", e.ID, seen[e.EventID])
+		}
+	}
+}
