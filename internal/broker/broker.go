@@ -1065,11 +1065,9 @@ func (t *topic) info() TopicInfo {
 
 // Topic describes one topic.
 func (b *Broker) Topic(name string) (TopicInfo, error) {
-	b.mu.RLock()
-	t := b.topics[name]
-	b.mu.RUnlock()
-	if t == nil {
-		return TopicInfo{}, fmt.Errorf("%w: %s", ErrUnknownTopicOrPartition, name)
+	t, err := b.topicNamed(name)
+	if err != nil {
+		return TopicInfo{}, err
 	}
 	return t.info(), nil
 }
@@ -1077,13 +1075,21 @@ func (b *Broker) Topic(name string) (TopicInfo, error) {
 // TopicConfig returns one topic's configuration: Topic(name).Config,
 // without describing every partition.
 func (b *Broker) TopicConfig(name string) (TopicConfig, error) {
+	t, err := b.topicNamed(name)
+	if err != nil {
+		return TopicConfig{}, err
+	}
+	return t.set.config(), nil
+}
+
+func (b *Broker) topicNamed(name string) (*topic, error) {
 	b.mu.RLock()
 	t := b.topics[name]
 	b.mu.RUnlock()
 	if t == nil {
-		return TopicConfig{}, fmt.Errorf("%w: %s", ErrUnknownTopicOrPartition, name)
+		return nil, fmt.Errorf("%w: %s", ErrUnknownTopicOrPartition, name)
 	}
-	return t.set.config(), nil
+	return t, nil
 }
 
 // Topics lists all topics sorted by name.
