@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -325,7 +326,9 @@ func parseCleanClose(data []byte, logID string) (map[partitionKey]*cleanEntry, e
 			e.flags = f[0]
 		}
 		e.bases, e.snaps = r.list(), r.list()
-		e.recovery = r.take(int(r.u32()))
+		// A copy: the partition keeps parts of its recovery point (the
+		// producer state), which must not hold the whole manifest.
+		e.recovery = bytes.Clone(r.take(int(r.u32())))
 		if len(e.bases) == 0 {
 			r.bad = true
 		}
