@@ -185,24 +185,7 @@ func TestPipelineRestartsCleanly(t *testing.T) {
 	sink := &flakySink{failAt: map[int]bool{3: true, 9: true, 10: true, 20: true}}
 	_, stop, done := runRelay(t, ctx, Config{DatabaseURL: url, BatchSize: 50, BacklogInterval: 10 * time.Millisecond, Retain: time.Hour,
 		PruneInterval: 10 * time.Millisecond, Lease: time.Second, ReadyTimeout: -1, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, src, sink)
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
-		var left int
-		if err := conn.QueryRow(ctx, "SELECT count(*) FROM outbox.events").Scan(&left); err != nil {
-			t.Fatal(err)
-		}
-		if left == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d rows left in the outbox", left)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	stop()
-	if err := <-done; err != nil {
-		t.Fatalf("Run: %v", err)
-	}
+	drainThenStop(t, conn, 2*time.Minute, stop, done)
 	if src.overlap != nil || sink.overlap != nil {
 		t.Fatalf("sessions overlapped: %v %v", src.overlap, sink.overlap)
 	}
@@ -226,6 +209,31 @@ func TestPipelineRestartsCleanly(t *testing.T) {
 		t.Fatalf("%d rows archived, want %d", archived, n)
 	}
 	t.Logf("%d sessions, %d messages for %d events", sink.sessions, len(sink.got), n)
+}
+
+// drainThenStop waits until the outbox is empty (failing after within),
+// then stops the relay and checks that Run returned cleanly.
+func drainThenStop(t *testing.T, conn *pgx.Conn, within time.Duration, stop context.CancelFunc, done <-chan error) {
+	t.Helper()
+	ctx := context.Background()
+	deadline := time.Now().Add(within)
+	for {
+		var left int
+		if err := conn.QueryRow(ctx, "SELECT count(*) FROM outbox.events").Scan(&left); err != nil {
+			t.Fatal(err)
+		}
+		if left == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d rows left in the outbox", left)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	stop()
+	if err := <-done; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
 }
 
 // insertOrders inserts the rows select (taking the count as $1) makes
@@ -302,24 +310,7 @@ func TestSourceReadsWhileSinkStarts(t *testing.T) {
 	sink := &startWatchingSink{flakySink: &flakySink{}, src: src, failStarts: 2}
 	_, stop, done := runRelay(t, ctx, Config{DatabaseURL: url, BatchSize: 50, BacklogInterval: 10 * time.Millisecond,
 		Lease: time.Second, ReadyTimeout: -1, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}, src, sink)
-	deadline := time.Now().Add(time.Minute)
-	for {
-		var left int
-		if err := conn.QueryRow(ctx, "SELECT count(*) FROM outbox.events").Scan(&left); err != nil {
-			t.Fatal(err)
-		}
-		if left == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d rows left in the outbox", left)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	stop()
-	if err := <-done; err != nil {
-		t.Fatalf("Run: %v", err)
-	}
+	drainThenStop(t, conn, time.Minute, stop, done)
 	if src.overlap != nil || sink.overlap != nil {
 		t.Fatalf("sessions overlapped: %v %v", src.overlap, sink.overlap)
 	}
