@@ -126,31 +126,18 @@ func (e *cleanEntry) listing(fsys FS, dir string) (bases, snaps []int64, present
 // cleanEntryOf builds the manifest entry of the closed partition in dir;
 // ok is false for one the next open must list.
 func cleanEntryOf(fsys FS, dir string) (cleanEntry, bool) {
-	entries, err := fsys.ReadDir(dir)
-	if err != nil {
+	l, err := readPartitionDir(fsys, dir)
+	if err != nil || len(l.bases) == 0 || len(l.leftovers) > 0 {
 		return cleanEntry{}, false
 	}
-	bases, snaps, present, err := listPartitionDir(fsys, dir, false)
-	if err != nil || len(bases) == 0 {
-		return cleanEntry{}, false
-	}
-	for _, e := range entries {
-		name := e.Name()
-		if filepath.Ext(name) == ".tmp" || filepath.Ext(name) == cleanedSuffix {
-			return cleanEntry{}, false
-		}
-		if filepath.Ext(name) == recoverySuffix && name != segmentName("", bases[len(bases)-1], recoverySuffix) {
-			return cleanEntry{}, false
-		}
-	}
-	e := cleanEntry{bases: bases, snaps: snaps}
-	if present[lostFile] {
+	e := cleanEntry{bases: l.bases, snaps: l.snaps}
+	if l.others[lostFile] {
 		e.flags |= cleanLost
 	}
-	if present[logStartFile] {
+	if l.others[logStartFile] {
 		e.flags |= cleanLogStart
 	}
-	if rec := segmentName(dir, bases[len(bases)-1], recoverySuffix); present[filepath.Base(rec)] {
+	if rec := segmentName(dir, l.bases[len(l.bases)-1], recoverySuffix); l.others[filepath.Base(rec)] {
 		b, err := readFile(fsys, rec)
 		if err != nil || len(b) > cleanRecoveryMax {
 			return cleanEntry{}, false

@@ -322,25 +322,51 @@ func listSegmentBases(fsys FS, dir string, cleanup bool) ([]int64, []int64, erro
 // directory's other file names (recovery points among them), so that an
 // open reads lost.json, log-start and the active segment's recovery point
 // only when they are there: failed opens per partition were a visible
-// share of opening thousands of them.
+// share of opening thousands of them. cleanup removes the leftovers
+// (partitionListing.leftovers).
 func listPartitionDir(fsys FS, dir string, cleanup bool) ([]int64, []int64, map[string]bool, error) {
-	entries, err := fsys.ReadDir(dir)
+	l, err := readPartitionDir(fsys, dir)
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	var bases, snaps, recs []int64
-	others := map[string]bool{}
+	if cleanup {
+		for _, name := range l.leftovers {
+			_ = fsys.Remove(filepath.Join(dir, name))
+		}
+	}
+	return l.bases, l.snaps, l.others, nil
+}
+
+// partitionListing is what a partition directory holds.
+type partitionListing struct {
+	bases, snaps []int64 // segments and snapshots, ascending
+	// others are lost.json, log-start and the recovery files there.
+	others map[string]bool
+	// leftovers are files an open removes: those of interrupted index
+	// or compaction writes (.tmp, .cleaned), and recovery points of
+	// segments no longer active (only the active one's is used). They
+	// are not in bases, snaps or others.
+	leftovers []string
+}
+
+func readPartitionDir(fsys FS, dir string) (partitionListing, error) {
+	entries, err := fsys.ReadDir(dir)
+	if err != nil {
+		return partitionListing{}, err
+	}
+	l := partitionListing{others: map[string]bool{}}
+	var recs []int64
 	for _, e := range entries {
 		name := e.Name()
 		if name == lostFile || name == logStartFile {
-			others[name] = true
+			l.others[name] = true
 		}
 		if n, err := strconv.ParseInt(strings.TrimSuffix(name, recoverySuffix), 10, 64); err == nil && strings.HasSuffix(name, recoverySuffix) {
 			recs = append(recs, n)
-			others[name] = true
+			l.others[name] = true
 		}
-		if cleanup && (strings.HasSuffix(name, cleanedSuffix) || strings.HasSuffix(name, ".tmp")) {
-			_ = fsys.Remove(filepath.Join(dir, name))
+		if strings.HasSuffix(name, cleanedSuffix) || strings.HasSuffix(name, ".tmp") {
+			l.leftovers = append(l.leftovers, name)
 			continue
 		}
 		for _, suf := range []string{logSuffix, snapshotSuffix} {
@@ -352,24 +378,22 @@ func listPartitionDir(fsys FS, dir string, cleanup bool) ([]int64, []int64, map[
 				continue
 			}
 			if suf == logSuffix {
-				bases = append(bases, n)
+				l.bases = append(l.bases, n)
 			} else {
-				snaps = append(snaps, n)
+				l.snaps = append(l.snaps, n)
 			}
 		}
 	}
-	sort.Slice(bases, func(i, j int) bool { return bases[i] < bases[j] })
-	sort.Slice(snaps, func(i, j int) bool { return snaps[i] < snaps[j] })
-	if cleanup {
-		// Only the active segment's recovery point is used; one left by a
-		// segment that rolled since is removed.
-		for _, n := range recs {
-			if len(bases) == 0 || n != bases[len(bases)-1] {
-				_ = fsys.Remove(segmentName(dir, n, recoverySuffix))
-			}
+	sort.Slice(l.bases, func(i, j int) bool { return l.bases[i] < l.bases[j] })
+	sort.Slice(l.snaps, func(i, j int) bool { return l.snaps[i] < l.snaps[j] })
+	for _, n := range recs {
+		if len(l.bases) == 0 || n != l.bases[len(l.bases)-1] {
+			name := segmentName("", n, recoverySuffix)
+			delete(l.others, name)
+			l.leftovers = append(l.leftovers, name)
 		}
 	}
-	return bases, snaps, others, nil
+	return l, nil
 }
 
 // fileSize returns the size of an open file.
