@@ -119,8 +119,7 @@ func (r *Relay) runPipeline(ctx, hard context.Context, l *lease) error {
 	// embedded sink's start is the broker opening its partitions (0.2 s
 	// at 8,000 of them, on the other). Nothing is handed to the sink
 	// before its Start returned: the page waits in first.
-	page := newPageSizer(r.cfg.BatchSize, r.cfg.BatchBytes)
-	first := r.prefetch(hard, page)
+	first := r.prefetch(hard)
 	if err := r.sink.Start(hard, Session{State: ck.state, Fence: l.Fence}); err != nil {
 		first.cancel()
 		r.m.Errors.WithLabelValues("sink").Inc()
@@ -158,7 +157,7 @@ func (r *Relay) runPipeline(ctx, hard context.Context, l *lease) error {
 	budget := newByteBudget(r.cfg.BatchBytes)
 	g.Go(func() error {
 		defer close(batches)
-		return r.readLoop(read, batches, ck.position, tracker, l, budget, page, first)
+		return r.readLoop(read, batches, ck.position, tracker, l, budget, first)
 	})
 	g.Go(func() error {
 		defer close(flights)
@@ -178,42 +177,37 @@ type liveBatch struct {
 }
 
 // prefetched is the source's first page, read ahead while the sink
-// starts (runPipeline).
+// starts (runPipeline), and the page sizer that sized it, which sizes the
+// reads after it.
 type prefetched struct {
 	done   chan liveBatch // holds the page once read
 	cancel context.CancelFunc
-	taken  bool
+	page   *pageSizer
 }
 
-// prefetch reads the source's first page of page.size() events in the
-// background.
-func (r *Relay) prefetch(ctx context.Context, page *pageSizer) *prefetched {
+// prefetch reads the source's first page in the background.
+func (r *Relay) prefetch(ctx context.Context) *prefetched {
 	ctx, cancel := context.WithCancel(ctx)
-	f := &prefetched{done: make(chan liveBatch, 1)}
+	page := newPageSizer(r.cfg.BatchSize, r.cfg.BatchBytes)
+	f := &prefetched{done: make(chan liveBatch, 1), page: page}
 	stopped := make(chan struct{})
 	f.cancel = func() {
 		cancel()
 		<-stopped
 	}
-	size := page.size()
 	go func() {
 		defer close(stopped)
-		events, err := r.source.Next(ctx, size)
+		events, err := r.source.Next(ctx, page.size())
 		f.done <- liveBatch{events, err}
 	}()
 	return f
 }
 
-// take returns the prefetched page the first time it is called (waiting
-// for it, unless ctx ends first); ok is false after that, and when ctx
-// ended.
-func (f *prefetched) take(ctx context.Context) (liveBatch, bool) {
-	if f.taken {
-		return liveBatch{}, false
-	}
+// wait returns the prefetched page once read; ok is false when ctx ended
+// first.
+func (f *prefetched) wait(ctx context.Context) (liveBatch, bool) {
 	select {
 	case lb := <-f.done:
-		f.taken = true
 		return lb, true
 	case <-ctx.Done():
 		return liveBatch{}, false
@@ -253,7 +247,7 @@ func (r *Relay) pickWork(ctx context.Context, pick func(context.Context, store.D
 
 // readLoop hands the publisher live batches from the source and, between
 // them, chunks of running replays (see replayer.go).
-func (r *Relay) readLoop(ctx context.Context, out chan<- batch, after Position, tracker *ackTracker, l *lease, budget *byteBudget, page *pageSizer, first *prefetched) error {
+func (r *Relay) readLoop(ctx context.Context, out chan<- batch, after Position, tracker *ackTracker, l *lease, budget *byteBudget, first *prefetched) error {
 	defer first.cancel()
 	last := after
 	rp := &replayer{r: r, tracker: tracker, lease: l, budget: budget}
@@ -272,16 +266,12 @@ func (r *Relay) readLoop(ctx context.Context, out chan<- batch, after Position, 
 	go func() {
 		defer close(live)
 		defer r.fullPage.Store(nil)
-		for {
-			var events []Event
-			var err error
-			if lb, ok := first.take(fetchCtx); ok {
-				events, err = lb.events, lb.err
-			} else if fetchCtx.Err() != nil {
-				return
-			} else {
-				events, err = r.source.Next(fetchCtx, page.size())
-			}
+		lb, ok := first.wait(fetchCtx)
+		if !ok {
+			return
+		}
+		page := first.page
+		for events, err := lb.events, lb.err; ; events, err = r.source.Next(fetchCtx, page.size()) {
 			now := time.Now()
 			for _, e := range events {
 				r.m.ReadLatency.Observe(now.Sub(e.CreatedAt).Seconds())
