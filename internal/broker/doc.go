@@ -548,4 +548,32 @@
 // not repaired: the journal only covers active segments once they rolled
 // and were fsynced); under SyncIntervalUnsafe, anything written since the
 // last interval fsync.
+//
+// # Source files
+//
+// Each file owns one theme; a reader finds a function by what it does:
+//
+//	broker.go            the Broker type, its health, Reopen, Sync and Close
+//	options.go           Options and SyncPolicy, their defaults and checks
+//	open.go              Open: the directory lock, meta.json, the load of topics
+//	topics.go            the topic table: create, alter, ensure, look up
+//	topic_admin.go       partition increases, key movement, topic deletion
+//	topic_config.go      TopicConfig, cleanup policies, Kafka config names
+//	produce.go           Append, ProduceAsync, producer identities
+//	fetch.go             Fetch, Wait, Watch, offsets and time lookups
+//	partition.go         one partition: its state, readers, info and close
+//	partition_recover.go a partition's open, tail recovery and reset
+//	partition_append.go  a partition's appends and segment rolls
+//	partition_sync.go    a partition's durability: waits, fsyncs, roll-back
+//	partition_read.go    a partition's reads and verified batches
+//	segment.go, batch.go, compress.go    segment files and record batches
+//	producer.go, txn.go, txnindex.go     producer state, transactions
+//	groups.go, offsetmap.go              consumer group offsets
+//	journal.go, framelog.go, writeback.go, recoverypoint.go, cleanclose.go
+//	                     the write path's durability and the open's shortcuts
+//	janitor.go, scrub.go, delete_records.go, lost.go  retention, compaction,
+//	                     background checks, DeleteRecords, lost ranges
+//	health.go, fs.go, fdcache.go, errors.go          fsync health, the
+//	                     FS interface, the file descriptor cache, errors
+//	inspect.go, dump.go  read-only views for the relay's commands
 package broker

@@ -167,4 +167,15 @@
 //     or sees another leader (Standby).
 //   - Two brokers never have the directory open at once: the flock still
 //     decides; the request only asks.
+//
+// # Source files
+//
+//	embedded.go  the Sink type, its configuration, readiness and Close
+//	start.go     Start: the takeover of the data directory and the scan for
+//	             events written but not acknowledged; Standby; the linger
+//	publish.go   Publish: events grouped per partition and appended, side
+//	             by side when partitions are many
+//	state.go     the sink's acknowledged positions and held ranges
+//	statejson.go their JSON encoding
+//	topics.go    topic creation and configuration lookups
 package embedded
