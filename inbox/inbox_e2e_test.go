@@ -282,4 +282,3 @@ func TestInboxMembersKilledKafka(t *testing.T) {
 	})
 	relay.Stop(time.Minute)
 }
-
