@@ -1,11 +1,13 @@
 package doctest
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
+	"unicode"
 )
 
 // root is the repository, from this package's directory.
@@ -108,8 +110,9 @@ func TestEveryAlertHasARunbookEntry(t *testing.T) {
 }
 
 // TestDocsLinksResolve: every relative link in README.md and docs/*.md
-// names a file or directory of the repository, and no page refers to paths
-// outside it.
+// names a file or directory of the repository, every #anchor a heading of
+// its page (as GitHub makes anchors), and no page refers to paths outside
+// the repository.
 func TestDocsLinksResolve(t *testing.T) {
 	pages, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
 	if err != nil {
@@ -130,13 +133,58 @@ func TestDocsLinksResolve(t *testing.T) {
 		}
 		for _, m := range link.FindAllStringSubmatch(text, -1) {
 			target := m[1]
-			if strings.Contains(target, "://") || strings.HasPrefix(target, "#") || strings.HasPrefix(target, "mailto:") {
+			if strings.Contains(target, "://") || strings.HasPrefix(target, "mailto:") {
 				continue
 			}
-			target, _, _ = strings.Cut(target, "#")
-			if _, err := os.Stat(filepath.Join(filepath.Dir(page), target)); err != nil {
+			target, anchor, _ := strings.Cut(target, "#")
+			file := page
+			if target != "" {
+				file = filepath.Join(filepath.Dir(page), target)
+			}
+			if _, err := os.Stat(file); err != nil {
 				t.Errorf("%s links to %s, which does not exist", page, m[1])
+				continue
+			}
+			if anchor != "" && !anchors(t, file)[anchor] {
+				t.Errorf("%s links to %s, but %s has no heading with the anchor #%s", page, m[1], file, anchor)
 			}
 		}
 	}
+}
+
+// anchors returns the anchors GitHub gives the headings of a markdown
+// file: lower case, punctuation dropped, spaces as dashes, -1, -2, ... for
+// repeats.
+func anchors(t *testing.T, file string) map[string]bool {
+	t.Helper()
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]bool{}
+	inCode := false
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(line, "```") {
+			inCode = !inCode
+		}
+		if inCode || !strings.HasPrefix(line, "#") {
+			continue
+		}
+		title := strings.TrimSpace(strings.TrimLeft(line, "#"))
+		var slug strings.Builder
+		for _, r := range strings.ToLower(title) {
+			switch {
+			case r == ' ':
+				slug.WriteRune('-')
+			case r == '-' || r == '_' || unicode.IsLetter(r) || unicode.IsDigit(r):
+				slug.WriteRune(r)
+			}
+		}
+		a := slug.String()
+		for i := 1; out[a]; i++ {
+			a = fmt.Sprintf("%s-%d", slug.String(), i)
+		}
+		out[a] = true
+	}
+	return out
 }
