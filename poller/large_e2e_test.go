@@ -19,7 +19,7 @@ import (
 // four writers commit 10,000 small events, two others 1,000 events of
 // 0.95 MB each, and five rows above the message limit arrive among them:
 // 50 MiB for the poll reader, which never loads them; 2 MiB for the WAL
-// reader, which receives every row whole from pgoutput (see the README's
+// reader, which receives every row whole from pgoutput (see docs/operating.md,
 // "Memory"). The relay's peak RSS stays within 256 MiB, it never restarts
 // its pipeline and never dies, the five rows are in the dead letters with
 // their whole payload, and the log holds every other committed event

@@ -1,4 +1,4 @@
-// Command relay is the transactional outbox relay daemon. See the README.
+// Command relay is the transactional outbox relay daemon. See README.md and docs/
 package main
 
 import (

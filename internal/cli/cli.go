@@ -27,6 +27,10 @@ type IO struct {
 	Stderr io.Writer
 	// Getenv reads the environment; tests pass their own.
 	Getenv func(string) string
+	// describe, when set, receives a command's FlagSet in place of
+	// parsing it, and the command returns flag.ErrHelp: how [Reference]
+	// lists flags without running anything.
+	describe func(*flag.FlagSet)
 }
 
 // Command is a command another binary adds to the relay's own.
@@ -36,6 +40,9 @@ type Command struct {
 	// Run executes the command with its arguments; errors from [Usagef]
 	// and [Parse] exit 2, others 1.
 	Run func(ctx context.Context, stdio IO, args []string) error
+	// Subcommands name the subcommands Run dispatches on its first
+	// argument, each with its summary, for [Reference].
+	Subcommands []Command
 }
 
 type command struct {
@@ -202,6 +209,10 @@ func EnvName(flagName string) string {
 // RELAY_* environment variable when that is set. Positional arguments are
 // refused unless allowed.
 func parse(fs *flag.FlagSet, args []string, stdio IO, positional bool) error {
+	if stdio.describe != nil {
+		stdio.describe(fs)
+		return flag.ErrHelp
+	}
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage of %s (every flag may also be set as RELAY_<FLAG>, e.g. %s):\n", fs.Name(), EnvName("database-url"))
 		fs.PrintDefaults()

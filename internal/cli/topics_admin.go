@@ -188,7 +188,7 @@ func topicsAlter(ctx context.Context, stdio IO, args []string) error {
 		}
 		fmt.Fprintln(stdio.Stdout, report)
 		if !*allow {
-			return errors.New("a partition increase is a migration: read the report above and the README's procedure, then run again with --allow-repartition")
+			return errors.New("a partition increase is a migration: read the report above and the procedure in docs/topics.md, then run again with --allow-repartition")
 		}
 		if err := st.grow(ctx, name, int32(*partitions)); err != nil {
 			return err

@@ -13,6 +13,9 @@ import "github.com/outboxrelay/relay/internal/cli"
 func Commands() []cli.Command {
 	return []cli.Command{
 		{Name: "demo", Summary: "everything on embedded defaults: Postgres, relay, a sample service and a Kafka consumer", Run: runDemo},
-		{Name: "bench", Summary: "measure the relay end to end against its baseline", Run: runBench},
+		{Name: "bench", Summary: "measure the relay end to end against its baseline", Run: runBench, Subcommands: []cli.Command{
+			{Name: "broker", Summary: "measure the embedded broker alone: fill a data directory, then time its open"},
+			{Name: "bigtx", Summary: "one large transaction through the WAL reader, with and without streaming"},
+		}},
 	}
 }

@@ -13,7 +13,7 @@ import (
 // TestRowsDeletedBeforeAck: while the relay's acknowledgements are held
 // back (it keeps publishing into the log, with --ack-interval 1s), an
 // operator deletes outbox rows (past the immutability trigger, with
-// relay.allow_outbox_changes set as the README says) (the oldest 300, which the relay has
+// relay.allow_outbox_changes set as docs/writing-events.md says) (the oldest 300, which the relay has
 // published, and every fifth row besides), and the relay is SIGKILLed
 // before its acknowledgement commits; three rounds, writers running
 // throughout. The deleted events may or may not be in the log (at most

@@ -52,7 +52,7 @@ func (f *File) Apply(ctx context.Context, b *broker.Broker, allowRepartition boo
 				return fail(t.PartitionsLine, "topic %s: %v", t.Name, err)
 			}
 			if !allowRepartition && !t.AllowRepartition {
-				return fail(t.PartitionsLine, "%s: a partition increase is a migration, refused unless confirmed by allow-repartition: true on the topic (or --allow-repartition); see the README", report)
+				return fail(t.PartitionsLine, "%s: a partition increase is a migration, refused unless confirmed by allow-repartition: true on the topic (or --allow-repartition); see docs/topics.md", report)
 			}
 			log.Warn("raising a declared topic's partition count", "topic", t.Name, "from", have, "to", want,
 				"keys", report.Keys, "keys_moved", report.Moving)

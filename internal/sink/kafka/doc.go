@@ -108,7 +108,7 @@
 //
 // # Failures
 //
-// Publish sorts what goes wrong into three kinds (the README's table of
+// Publish sorts what goes wrong into three kinds (docs/operating.md's table of
 // errors gives each and why):
 //
 //   - Refusals of the event, reported per message in PublishResult.Failed,

@@ -517,7 +517,7 @@ func isTopicRefusal(err error) bool {
 
 // destinationError returns err as a relay.DestinationError when it is a
 // fact about the cluster that an operator (or time) changes, after which
-// the same records are accepted: the README's table of errors says which
+// the same records are accepted: the table of errors in docs/operating.md says which
 // and why. Nil for any other error.
 func destinationError(topic string, err error) *relay.DestinationError {
 	var reason string

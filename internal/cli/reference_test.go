@@ -9,18 +9,19 @@ import (
 	"testing"
 )
 
-// TestREADMEFlagTableMatchesRun: the README's table of `relay run` flags
-// names every flag the binary has, with its real default, and no other.
-// On a mismatch the test prints the rows as they should be.
-func TestREADMEFlagTableMatchesRun(t *testing.T) {
-	readme, err := os.ReadFile("../../README.md")
+// TestReferenceFlagTableMatchesRun: the table of `relay run` flags in
+// docs/reference.md names every flag the binary has, with its real
+// default, and no other. On a mismatch the test prints the rows as they
+// should be; go run ./internal/devcli/docgen rewrites the page.
+func TestReferenceFlagTableMatchesRun(t *testing.T) {
+	readme, err := os.ReadFile("../../docs/reference.md")
 	if err != nil {
 		t.Fatal(err)
 	}
 	text := string(readme)
 	start := strings.Index(text, "`relay run` flags:")
 	if start < 0 {
-		t.Fatal("README has no \"`relay run` flags:\" table")
+		t.Fatal("docs/reference.md has no \"`relay run` flags:\" table")
 	}
 	row := regexp.MustCompile("^\\| `--([a-z0-9-]+)` \\| ([^|]*) \\| (.+) \\|$")
 	documented := map[string]string{}
@@ -38,7 +39,7 @@ func TestREADMEFlagTableMatchesRun(t *testing.T) {
 		}
 		m := row.FindStringSubmatch(line)
 		if m == nil {
-			t.Errorf("README flag row not of the form | `--flag` | default | meaning |: %s", line)
+			t.Errorf("docs/reference.md flag row not of the form | `--flag` | default | meaning |: %s", line)
 			continue
 		}
 		documented[m[1]] = strings.Trim(strings.TrimSpace(m[2]), "`")
@@ -60,16 +61,16 @@ func TestREADMEFlagTableMatchesRun(t *testing.T) {
 		got, listed := documented[fl.Name]
 		switch {
 		case !listed:
-			t.Errorf("--%s is not in the README's table", fl.Name)
+			t.Errorf("--%s is not in the table of docs/reference.md (run go run ./internal/devcli/docgen)", fl.Name)
 			ok = false
 		case got != def:
-			t.Errorf("--%s: the README says the default is %q, the binary has %q", fl.Name, got, def)
+			t.Errorf("--%s: docs/reference.md says the default is %q, the binary has %q", fl.Name, got, def)
 			ok = false
 		}
 		delete(documented, fl.Name)
 	})
 	for name := range documented {
-		t.Errorf("the README lists --%s, which relay run does not have", name)
+		t.Errorf("docs/reference.md lists --%s, which relay run does not have", name)
 		ok = false
 	}
 	if !ok {
