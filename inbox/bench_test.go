@@ -12,11 +12,13 @@ import (
 	"github.com/outboxrelay/relay/inbox"
 )
 
-// BenchmarkInbox drains 5,000 records through the inbox (id insert and
-// handler in one transaction per record or per batch, offsets committed
-// after) and through the bare handler (the same insert, one transaction
-// per record, offsets committed after each poll, no deduplication), each
-// time in a new group: records/s for each, in the same process.
+// BenchmarkInbox drains 5,000 records of 4 partitions through the inbox
+// (id insert and handler in one transaction per record or per batch,
+// offsets committed after) and through the bare handler (the same insert,
+// one transaction per record, one partition after another, offsets
+// committed after each poll, no deduplication), each time in a new group:
+// records/s for each, in the same process. The like-for-like ratio is
+// inbox/batch=1/partitions-side-by-side=1 over bare.
 //
 //	go test -run '^$' -bench BenchmarkInbox -benchtime 3x ./inbox/
 func BenchmarkInbox(b *testing.B) {
@@ -44,12 +46,13 @@ func BenchmarkInbox(b *testing.B) {
 			b.ReportMetric(n/time.Since(start).Seconds(), "records/s")
 		}
 	})
-	for _, batch := range []int{1, 20} {
-		b.Run(fmt.Sprint("inbox/batch=", batch), func(b *testing.B) {
+	for _, shape := range []struct{ batch, concurrency int }{{1, 1}, {1, 8}, {20, 8}} {
+		batch := shape.batch
+		b.Run(fmt.Sprintf("inbox/batch=%d/partitions-side-by-side=%d", batch, shape.concurrency), func(b *testing.B) {
 			for i := 0; i < b.N; i++ {
 				run++
 				group := fmt.Sprint("inbox-", run)
-				c, err := inbox.New(inbox.Config{DB: f.db, Group: group, Topics: []string{"bench"}, Handler: handler, BatchSize: batch,
+				c, err := inbox.New(inbox.Config{DB: f.db, Group: group, Topics: []string{"bench"}, Handler: handler, BatchSize: batch, Concurrency: shape.concurrency,
 					PruneInterval: -1, Kafka: []kgo.Opt{kgo.SeedBrokers(f.brokers), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())}})
 				if err != nil {
 					b.Fatal(err)
