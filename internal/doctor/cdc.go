@@ -141,10 +141,14 @@ func (d *Doctor) Publication(ctx context.Context) Result {
 			return pass("publication %q publishes the inserts of %s", name, table)
 		}
 		var exists, canCreate bool
+		// From the catalog, which any role may read: to_regclass needs
+		// USAGE on the schema.
 		err = conn.QueryRow(ctx, `SELECT c.oid IS NOT NULL,
     coalesce((SELECT rolsuper FROM pg_roles WHERE rolname = current_user)
         OR (has_database_privilege(current_database(), 'CREATE') AND pg_has_role(c.relowner, 'USAGE')), false)
-FROM (SELECT to_regclass($1) AS oid) AS t LEFT JOIN pg_class AS c ON c.oid = t.oid`, table).Scan(&exists, &canCreate)
+FROM (SELECT 1) AS one
+LEFT JOIN pg_namespace AS n ON n.nspname = $1
+LEFT JOIN pg_class AS c ON c.relnamespace = n.oid AND c.relname = 'events'`, d.cfg.Schema).Scan(&exists, &canCreate)
 		if err != nil {
 			return d.queryFailed("reading the right to create the publication", err)
 		}

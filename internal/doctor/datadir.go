@@ -31,7 +31,7 @@ func existingAncestor(dir string) (string, bool, error) {
 	for p := abs; ; p = filepath.Dir(p) {
 		if _, err := os.Stat(p); err == nil {
 			return p, p == abs, nil
-		} else if !errors.Is(err, os.ErrNotExist) {
+		} else if !errors.Is(err, os.ErrNotExist) && !errors.Is(err, syscall.ENOTDIR) {
 			return p, false, err
 		}
 		if p == filepath.Dir(p) {
