@@ -278,6 +278,9 @@ func (f *runFlags) serve(ctx context.Context, log *slog.Logger) error {
 		return err
 	}
 	f.preflight(ctx, log)
+	if ctx.Err() != nil {
+		return nil // stopped during the checks, before anything started
+	}
 	metrics := relay.NewMetrics()
 	metrics.Registry.MustRegister(buildInfoGauge())
 	source, err := f.newSource(log, metrics)

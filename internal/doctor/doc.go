@@ -8,13 +8,15 @@
 // [Result]: PASS, WARN or FAIL, what was found, and the fix in one line.
 // `relay doctor` prints them all and exits non-zero on a failure; `relay
 // run` runs the same checks at start and logs each failure and warning once,
-// in the same words. No check stops `relay run`: each failure the relay
-// cannot survive is refused right after by the relay's own path with the
-// same cause (a schema at the wrong version, a missing REPLICATION right,
-// wal_level below logical, the HTTP address in use), and the others are
-// ones the relay waits out and retries (PostgreSQL or Kafka not reachable
-// yet, the data directory's lock held by a relay still stopping, the
-// Kafka listener's address still held).
+// in the same words. No check stops `relay run`: what follows is run's own
+// behaviour for that cause, unchanged. Run ends with an error on what
+// waiting cannot change (a database that does not exist, a login or a
+// privilege refused, the HTTP address in use) and retries with backoff
+// what may change (PostgreSQL or Kafka not up yet, wal_level or the
+// REPLICATION right fixed by an operator, the data directory's lock held by
+// a relay still stopping, the Kafka listener's address not yet free). The
+// check's line names the cause and the fix once, at start, before run's
+// retries report the error in their own words.
 //
 // The checks change nothing: the SQL runs in read-only transactions
 // (default_transaction_read_only) under a statement timeout, reads the

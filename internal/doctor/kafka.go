@@ -117,6 +117,7 @@ func (d *Doctor) KafkaTopics(ctx context.Context) Result {
 		return Result{Status: Skip, Detail: fmt.Sprintf("the Kafka brokers do not answer (see the kafka-brokers check): %v", err)}
 	}
 	var problems, fixes, creatable []string
+	waiting := false // a missing topic the sink will not create
 	for _, t := range topics {
 		td, ok := md.Topics[t]
 		var terr error
@@ -130,6 +131,7 @@ func (d *Doctor) KafkaTopics(ctx context.Context) Result {
 			createdBySink := d.cfg.Kafka.CreateTopics || (d.cfg.Kafka.TransactionalID != "" && t == d.cfg.Kafka.ProgressTopic)
 			if !createdBySink {
 				problems = append(problems, t+" is missing (its events wait in the outbox)")
+				waiting = true
 				fixes = append(fixes, "create "+t)
 				continue
 			}
@@ -159,7 +161,7 @@ func (d *Doctor) KafkaTopics(ctx context.Context) Result {
 		}
 	}
 	if len(problems) > 0 {
-		if !d.cfg.Kafka.CreateTopics {
+		if waiting {
 			fixes = append(fixes, "or run with --kafka-create-topics")
 		}
 		return fail(strings.Join(fixes, "; "), "%s", strings.Join(problems, "; "))
