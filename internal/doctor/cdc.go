@@ -186,12 +186,12 @@ func (d *Doctor) Slot(ctx context.Context) Result {
 			return d.queryFailed("reading the database name", err)
 		}
 		switch {
-		case st.Type != "logical" || st.Plugin != "pgoutput" || st.Database != database:
-			return fail("choose another --slot, or drop this one (SELECT pg_drop_replication_slot('"+name+"'))",
-				"slot %q is a %s slot with plugin %q in database %q; the relay needs a logical pgoutput slot in %q", name, st.Type, st.Plugin, st.Database, database)
 		case st.WALStatus == "lost":
 			return fail("raise max_slot_wal_keep_size (or keep the relay running) so it does not recur; the relay recreates the slot at start and publishes every unpublished outbox row again from the table",
 				"slot %q was invalidated by the server (wal_status = lost): WAL it needed was removed", name)
+		case st.Type != "logical" || st.Plugin != "pgoutput" || st.Database != database:
+			return fail("choose another --slot, or drop this one (SELECT pg_drop_replication_slot('"+name+"'))",
+				"slot %q is a %s slot with plugin %q in database %q; the relay needs a logical pgoutput slot in %q", name, st.Type, st.Plugin, st.Database, database)
 		case st.ActivePID != 0:
 			return warn("if no other relay should be streaming this outbox, stop process "+fmt.Sprint(st.ActivePID)+" (SELECT pg_terminate_backend("+fmt.Sprint(st.ActivePID)+"))",
 				"slot %q is streaming to server process %d (another relay leading this outbox?); this relay waits as a standby", name, st.ActivePID)

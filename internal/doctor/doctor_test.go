@@ -170,12 +170,13 @@ func TestSlots(t *testing.T) {
 }
 
 // TestWALLevelReplica: against a server with wal_level = replica, the cdc
-// checks fail naming wal_level and the fix, and `relay doctor --source
-// cdc`, the real binary, exits 1 saying so.
+// checks fail naming wal_level and the fix, a slot the server invalidated
+// fails, and `relay doctor --source cdc`, the real binary, exits 1 saying
+// so.
 func TestWALLevelReplica(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	c, err := pgcluster.Start(ctx, pgcluster.Options{Settings: map[string]string{"wal_level": "replica", "max_wal_senders": "2"}})
+	c, err := pgcluster.Start(ctx, pgcluster.Options{Settings: map[string]string{"wal_level": "replica", "max_slot_wal_keep_size": "1MB"}})
 	if err != nil {
 		t.Fatalf("starting a server with wal_level = replica: %v", err)
 	}
@@ -184,11 +185,40 @@ func TestWALLevelReplica(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer conn.Close(ctx)
 	pgtest.Migrate(t, conn, "outbox")
-	conn.Close(ctx)
 
 	cfg := config(t, c.URL(), "cdc")
 	expect(t, run(t, cfg)["wal_level"], doctor.Fail, "wal_level = replica", "ALTER SYSTEM SET wal_level = logical")
+
+	// A slot the server invalidates (max_slot_wal_keep_size exceeded)
+	// fails the slot check.
+	cfg.Slot = "doctor_lost"
+	if _, err := conn.Exec(ctx, "SELECT pg_create_physical_replication_slot($1, true)", cfg.Slot); err != nil {
+		t.Fatal(err)
+	}
+	lost := ""
+	for i := 0; i < 10 && lost != "lost"; i++ {
+		if _, err := conn.Exec(ctx, "CREATE TABLE IF NOT EXISTS doctor_wal (b text); INSERT INTO doctor_wal SELECT repeat('x', 1000) FROM generate_series(1, 2000)"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := conn.Exec(ctx, "SELECT pg_switch_wal()"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := conn.Exec(ctx, "CHECKPOINT"); err != nil {
+			t.Fatal(err)
+		}
+		if err := conn.QueryRow(ctx, "SELECT coalesce(wal_status, '') FROM pg_replication_slots WHERE slot_name = $1", cfg.Slot).Scan(&lost); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if lost != "lost" {
+		t.Fatalf("the slot's wal_status is %q after ten WAL segments past max_slot_wal_keep_size", lost)
+	}
+	d := doctor.New(cfg)
+	defer d.Close(ctx)
+	expect(t, d.Slot(ctx), doctor.Fail, "wal_status = lost", "max_slot_wal_keep_size")
+	cfg.Slot = ""
 
 	res, err := testbin.Run(ctx, testbin.Relay(t), nil, "doctor", "--source", "cdc", "--database-url", c.URL(),
 		"--data-dir", cfg.DataDir, "--kafka-addr", cfg.KafkaAddr, "--http-addr", cfg.HTTPAddr)
