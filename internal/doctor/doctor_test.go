@@ -324,3 +324,30 @@ func TestKafkaSink(t *testing.T) {
 	}
 	expect(t, run(t, cfg)["kafka-topics"], doctor.Pass, "present and writable: doctor.orders")
 }
+
+// TestUnreachablePostgresNamesNoSecret: a server that does not answer
+// fails the postgres check, skips those that need it, and the report
+// holds no password.
+func TestUnreachablePostgresNamesNoSecret(t *testing.T) {
+	cfg := config(t, "postgres://relay:s3cretPassw0rd@"+freeAddr(t)+"/app", "cdc")
+	d := doctor.New(cfg)
+	defer d.Close(context.Background())
+	rs := d.Run(context.Background())
+	var out strings.Builder
+	doctor.Print(&out, rs)
+	if err := doctor.PrintJSON(&out, "v0", rs); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(out.String(), "s3cretPassw0rd") {
+		t.Errorf("the report names the password:\n%s", out.String())
+	}
+	byName := map[string]doctor.Result{}
+	for _, r := range rs {
+		byName[r.Check] = r
+	}
+	expect(t, byName["postgres"], doctor.Fail, "cannot connect", "--database-url")
+	expect(t, byName["wal_level"], doctor.Skip, "not reachable")
+	if doctor.Failed(rs) != 1 {
+		t.Errorf("%d failures, want the postgres check's only:\n%s", doctor.Failed(rs), out.String())
+	}
+}
