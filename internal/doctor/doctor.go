@@ -78,6 +78,9 @@ type Doctor struct {
 	conn    *pgx.Conn
 	connErr error
 	tried   bool
+	// kafkaDown is set when KafkaBrokers found no broker answering:
+	// KafkaTopics then skips instead of waiting for them again.
+	kafkaDown bool
 }
 
 // New returns a Doctor for cfg.

@@ -48,6 +48,7 @@ func (d *Doctor) KafkaBrokers(ctx context.Context) Result {
 	defer cancel()
 	m, err := adm.BrokerMetadata(ctx)
 	if err != nil {
+		d.kafkaDown = true
 		return fail(fix, "the Kafka brokers %s do not answer: %v", seeds, err)
 	}
 	return pass("Kafka cluster %q answers at %s: %d brokers", m.Cluster, seeds, len(m.Brokers))
@@ -98,6 +99,9 @@ func (d *Doctor) kafkaTopics(ctx context.Context) ([]string, error) {
 // writable, or missing and creatable (the cluster validates the creation
 // without performing it) when the sink creates topics.
 func (d *Doctor) KafkaTopics(ctx context.Context) Result {
+	if d.kafkaDown {
+		return Result{Status: Skip, Detail: "the Kafka brokers do not answer (see the kafka-brokers check)"}
+	}
 	ctx, cancel := context.WithTimeout(ctx, 2*d.cfg.Timeout)
 	defer cancel()
 	topics, err := d.kafkaTopics(ctx)
