@@ -80,7 +80,7 @@ func (c Config) WithDefaults() Config {
 		c.Schema = migrations.DefaultSchema
 	}
 	if c.PublicationName == "" {
-		c.PublicationName = "relay_" + c.Schema
+		c.PublicationName = DefaultPublicationName(c.Schema)
 	}
 	if c.HeartbeatInterval <= 0 {
 		c.HeartbeatInterval = 10 * time.Second

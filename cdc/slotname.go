@@ -7,6 +7,8 @@ import (
 	"strconv"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/outboxrelay/relay/relay/store"
 )
 
 // legacySlotName is the default slot name of relays before the default
@@ -64,3 +66,22 @@ func (s *Source) slotName() string {
 	}
 	return s.cfg.SlotName
 }
+
+// DefaultSlotName is the slot a Source whose Config.SlotName is empty
+// streams from in the database db is connected to (the choice of
+// resolveSlot), for tools that inspect it without streaming (relay
+// doctor).
+func DefaultSlotName(ctx context.Context, db store.DB, schema string) (string, error) {
+	oid, legacy, err := store.NewCDCReader(schema).SlotNameFacts(ctx, db, legacySlotName(schema))
+	if err != nil {
+		return "", fmt.Errorf("cdc: choosing the slot name: %w", err)
+	}
+	if legacy {
+		return legacySlotName(schema), nil
+	}
+	return defaultSlotName(schema, oid), nil
+}
+
+// DefaultPublicationName is the publication a Source whose
+// Config.PublicationName is empty reads: "relay_<schema>".
+func DefaultPublicationName(schema string) string { return "relay_" + schema }

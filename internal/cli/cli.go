@@ -86,6 +86,8 @@ func commands(name string, extra []Command) *command {
 			listenerUsersCommand(),
 			schemaCommand(),
 			tableCommand(),
+			versionCommand(name),
+			doctorCommand(),
 		},
 	}
 	for _, c := range extra {
@@ -113,6 +115,9 @@ func MainWith(name string, extra []Command, args []string, stdio IO) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if len(args) > 0 && isVersionFlag(args[0]) {
+		args = append([]string{"version"}, args[1:]...)
+	}
 	cmd, rest, path := resolve(commands(name, extra), args)
 	if cmd.run == nil {
 		switch {

@@ -194,9 +194,18 @@ func (f *runFlags) logger(stdio IO) *slog.Logger {
 }
 
 func parseRun(stdio IO, args []string) (*runFlags, error) {
+	return parseRunAs("relay run", stdio, args, nil)
+}
+
+// parseRunAs parses run's flags, and those extra adds, for the command
+// called name (relay doctor takes run's flags and config).
+func parseRunAs(name string, stdio IO, args []string, extra func(*flag.FlagSet)) (*runFlags, error) {
 	var f runFlags
-	fs := flagSet("relay run", stdio)
+	fs := flagSet(name, stdio)
 	f.register(fs)
+	if extra != nil {
+		extra(fs)
+	}
 	if err := parse(fs, args, stdio, false); err != nil {
 		return nil, err
 	}
@@ -268,7 +277,12 @@ func (f *runFlags) serve(ctx context.Context, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	f.preflight(ctx, log)
+	if ctx.Err() != nil {
+		return nil // stopped during the checks, before anything started
+	}
 	metrics := relay.NewMetrics()
+	metrics.Registry.MustRegister(buildInfoGauge())
 	source, err := f.newSource(log, metrics)
 	if err != nil {
 		return err

@@ -2,11 +2,15 @@ package cli_test
 
 import (
 	"fmt"
+	"io"
 	"net"
+	"net/http"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/outboxrelay/relay/internal/buildinfo"
 	"github.com/outboxrelay/relay/internal/e2e"
 	"github.com/outboxrelay/relay/internal/testbin"
 )
@@ -84,6 +88,30 @@ func TestKafkaListenerThatCannotBindIsNotReady(t *testing.T) {
 	if !strings.Contains(reason, taken.Addr().String()) {
 		t.Errorf("the reason does not name the address: %q", reason)
 	}
+	// relay run's checks at start said it once, in relay doctor's words.
+	if n := strings.Count(p.Output(), "check=kafka-listener"); n != 1 {
+		t.Errorf("the kafka-listener check's failure was logged %d times, want once:\n%s", n, p.Output())
+	}
+	if !strings.Contains(p.Output(), "address in use") {
+		t.Errorf("the log does not say the address is in use:\n%s", p.Output())
+	}
+	metrics, err := httpBody("http://" + httpAddr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !regexp.MustCompile(`(?m)^relay_build_info\{commit="[^"]+",goversion="go[^"]+",version="` + regexp.QuoteMeta(buildinfo.Version) + `"\} 1$`).MatchString(metrics) {
+		t.Errorf("/metrics has no relay_build_info of version %s", buildinfo.Version)
+	}
 	taken.Close()
 	e2e.WaitReady(t, p, true, time.Minute)
+}
+
+func httpBody(url string) (string, error) {
+	resp, err := http.Get(url)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return string(b), err
 }

@@ -261,6 +261,11 @@ func (c Config) saslMechanism() sasl.Mechanism {
 	return nil
 }
 
+// ClientOpts are the options every client of the sink shares
+// (connection, security, logging), for tools that talk to the same
+// cluster without producing (relay doctor).
+func (c Config) ClientOpts() ([]kgo.Opt, error) { return c.clientOpts() }
+
 // clientOpts are the options every client of the sink shares: connection,
 // security and logging.
 func (c Config) clientOpts() ([]kgo.Opt, error) {
