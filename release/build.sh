@@ -88,6 +88,12 @@ for platform in $platforms; do
 	env -u GOFLAGS -u GOAMD64 -u GOARM64 -u GOEXPERIMENT \
 		CGO_ENABLED=0 GOOS="$goos" GOARCH="$goarch" \
 		go build -trimpath -buildvcs=true -ldflags "$ldflags" -o "$out/$name" ./cmd/relay
+	# Go stamps the commit only where .git is a directory (not in a git
+	# worktree); a release binary must say which commit it is.
+	if ! go version -m "$out/$name" | grep -q "vcs.revision=$commit"; then
+		echo "release/build.sh: go build did not stamp commit $commit into $name (build from a clone, not a git worktree)" >&2
+		exit 1
+	fi
 	names+=("$name")
 done
 (cd "$out" && sha256sum "${names[@]}" >SHA256SUMS)

