@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"io/fs"
+	"os/exec"
+	"strings"
 	"sync"
 	"testing"
 	"testing/fstest"
@@ -11,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/outboxrelay/relay/internal/pgtest"
+	"github.com/outboxrelay/relay/internal/testbin"
 	"github.com/outboxrelay/relay/migrations"
 )
 
@@ -387,20 +390,40 @@ func TestCompatibleRange(t *testing.T) {
 	})
 }
 
-// TestEmbeddedCompatibility: every migration after the first release
-// (release/RELEASES: v0.1.0 ended at 013) keeps the relays of the previous
-// minor release running, as docs/upgrading.md promises: it declares
-// compatible-from at most the previous release's latest version. A
-// contract step (dropping what an older relay uses) belongs in the
-// release after the one that stopped using it, which then declares its
-// own predecessor.
+// TestEmbeddedCompatibility: every migration after the latest release
+// (release/RELEASES, its migrations read from git history) keeps that
+// release's relays running, as docs/upgrading.md promises: it declares
+// compatible-from at most the release's latest version. A contract step
+// (dropping what an older relay uses) belongs in the release after the one
+// that stopped using it, and then declares that release's latest.
 func TestEmbeddedCompatibility(t *testing.T) {
-	const v010Latest = 13
-	m := migrator(t, nil, migrations.DefaultSchema)
-	for _, mig := range m.Migrations() {
-		if mig.Version > v010Latest && mig.CompatibleFrom > v010Latest {
-			t.Errorf("migration %03d_%s declares compatible-from %d: relays of v0.1.0 (latest %d) would refuse the schema during a rolling upgrade; see docs/upgrading.md",
-				mig.Version, mig.Name, mig.CompatibleFrom, v010Latest)
+	releases, err := testbin.Releases()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rel := releases[len(releases)-1]
+	out, err := exec.Command("git", "ls-tree", "--name-only", rel.Commit, "./").CombinedOutput()
+	if err != nil {
+		t.Fatalf("listing the migrations of %s (%s): %v: %s; the clone needs its history (git fetch --unshallow)", rel.Version, rel.Commit, err, out)
+	}
+	released := 0
+	for _, name := range strings.Fields(string(out)) {
+		if strings.HasSuffix(name, ".up.sql") {
+			released++
 		}
 	}
+	if released == 0 {
+		t.Fatalf("%s has no migrations in git", rel.Version)
+	}
+	m := migrator(t, nil, migrations.DefaultSchema)
+	if m.Latest() < released {
+		t.Fatalf("this relay knows %d migrations, %s had %d", m.Latest(), rel.Version, released)
+	}
+	for _, mig := range m.Migrations() {
+		if mig.Version > released && mig.CompatibleFrom > released {
+			t.Errorf("migration %03d_%s declares compatible-from %d: relays of %s (latest %d) would refuse the schema during a rolling upgrade; see docs/upgrading.md",
+				mig.Version, mig.Name, mig.CompatibleFrom, rel.Version, released)
+		}
+	}
+	t.Logf("%s ended at migration %d; %d migrations since", rel.Version, released, m.Latest()-released)
 }
