@@ -144,7 +144,7 @@ func rollingUpgrade(t *testing.T, old, cur release, source, sink string) {
 	e2e.WaitRole(t, b.start(old).proc, "standby", time.Minute)
 	e2e.WaitRole(t, c.start(old).proc, "standby", time.Minute)
 	ledger := e2e.NewLedger()
-	cfg := e2e.WriterConfig{URL: r.url, Schema: "outbox", Topic: "orders", Writers: 4, Events: 400, Keys: 200,
+	cfg := e2e.WriterConfig{URL: r.url, Schema: "outbox", Topic: "orders", Writers: 4, Events: 2000, Keys: 200,
 		PerTx: 10, RollbackEvery: 25, PayloadBytes: 100}
 	stopWriting := e2e.WriteSteadily(context.Background(), cfg, ledger, 50*time.Millisecond)
 	admin := pgtest.Connect(t, r.url)
@@ -175,11 +175,12 @@ func rollingUpgrade(t *testing.T, old, cur release, source, sink string) {
 	leaders = append(leaders, first.String())
 	for round := 0; round < 2; round++ {
 		killed := leaderOf(t, nodes...)
+		was := killed.String()
 		killed.proc.Kill()
 		next := leaderOf(t, nodes...)
 		leaders = append(leaders, next.String())
 		e2e.WaitRole(t, killed.start(cur).proc, "standby", time.Minute)
-		progress(fmt.Sprintf("round %d: %s killed, %s leads", round+1, killed, next))
+		progress(fmt.Sprintf("round %d: %s killed (back as the current release), %s leads", round+1, was, next))
 	}
 	// Replace whatever old relay is left, leader or standby.
 	for _, n := range nodes {
