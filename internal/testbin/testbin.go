@@ -181,7 +181,8 @@ var prevMu sync.Mutex
 func buildRelease(commit string) (string, error) {
 	cache, err := os.UserCacheDir()
 	if err != nil {
-		return "", err
+		// No $HOME (some CI runners): the temp dir still serves reruns.
+		cache = os.TempDir()
 	}
 	dir := filepath.Join(cache, "relay-releases", commit)
 	path := filepath.Join(dir, "relay")
