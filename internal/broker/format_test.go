@@ -32,6 +32,12 @@ func readMetaVersion(t *testing.T, dir string) int {
 // setMetaVersion rewrites meta.json's format version in dir.
 func setMetaVersion(t *testing.T, dir string, version int) {
 	t.Helper()
+	setMetaField(t, dir, "version", version)
+}
+
+// setMetaField rewrites one field of meta.json in dir.
+func setMetaField(t *testing.T, dir, field string, value int) {
+	t.Helper()
 	path := filepath.Join(dir, metaFile)
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -41,7 +47,7 @@ func setMetaVersion(t *testing.T, dir string, version int) {
 	if err := json.Unmarshal(data, &m); err != nil {
 		t.Fatal(err)
 	}
-	m["version"] = version
+	m[field] = value
 	if data, err = json.Marshal(m); err != nil {
 		t.Fatal(err)
 	}
@@ -53,8 +59,10 @@ func setMetaVersion(t *testing.T, dir string, version int) {
 // TestFormatVersion: a new data directory records FormatVersion; one whose
 // meta.json names a newer format is refused with ErrFormatTooNew, naming
 // both formats, and left as it was (the broker writes nothing and opens no
-// partition); an invalid version is refused; the directory opens again
-// once its version is one this broker reads.
+// partition); a newer format whose compatible_from is this broker's format
+// opens, and keeps both fields through this broker's rewrites; an invalid
+// version is refused; the directory opens again once its version is one
+// this broker reads.
 func TestFormatVersion(t *testing.T) {
 	dir := t.TempDir()
 	b := openWithTopic(t, dir, nil, "orders", TopicConfig{Partitions: 2})
@@ -85,6 +93,30 @@ func TestFormatVersion(t *testing.T) {
 	}
 	if string(after) != string(before) {
 		t.Fatalf("a refused open rewrote meta.json:\n%s\nbecame\n%s", before, after)
+	}
+
+	// A newer format that says this broker may open it is opened, and
+	// meta.json keeps both fields through this broker's rewrites.
+	setMetaField(t, dir, "compatible_from", FormatVersion)
+	if err := CheckFormat(dir); err != nil {
+		t.Fatalf("CheckFormat of a newer format compatible with this one = %v", err)
+	}
+	b = openTest(t, dir, nil)
+	if _, err := b.CreateTopic("more", TopicConfig{Partitions: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := readMetaVersion(t, dir); got != FormatVersion+1 {
+		t.Fatalf("meta.json format version %d after this broker rewrote it, want %d", got, FormatVersion+1)
+	}
+	if err := CheckFormat(dir); err != nil {
+		t.Fatalf("compatible_from lost by this broker's rewrite: %v", err)
+	}
+	setMetaField(t, dir, "compatible_from", FormatVersion+1)
+	if err := CheckFormat(dir); !errors.Is(err, ErrFormatTooNew) {
+		t.Fatalf("CheckFormat of a newer format compatible only with itself = %v, want ErrFormatTooNew", err)
 	}
 
 	setMetaVersion(t, dir, 0)

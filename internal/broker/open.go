@@ -137,7 +137,7 @@ func (b *Broker) load(ctx context.Context, h *health) error {
 		if err := json.Unmarshal(data, &m); err != nil {
 			return fmt.Errorf("broker: parse %s: %w", metaFile, err)
 		}
-		if err := checkFormat(b.opts.Dir, m.Version); err != nil {
+		if err := checkFormat(b.opts.Dir, m.Version, m.CompatibleFrom); err != nil {
 			return err
 		}
 		if m.Producers == nil {
