@@ -48,6 +48,11 @@ func TestBuildIsReproducible(t *testing.T) {
 				t.Errorf("%s: build info lacks %q:\n%s", bin, want, info)
 			}
 		}
+		// The version given to build.sh is the one the binary reports.
+		res, err = testbin.Run(ctx, bin, nil, "version")
+		if err != nil || res.Code != 0 || !strings.HasPrefix(res.Stdout, "relay v0.0.0-reproducible\n") || !strings.Contains(res.Stdout, head[:12]) {
+			t.Errorf("%s version: %v (exit %d)\n%s%s", bin, err, res.Code, res.Stdout, res.Stderr)
+		}
 	}
 	if sums[0] != sums[1] {
 		t.Fatalf("two builds of %s differ:\n%s\n%s", head, sums[0], sums[1])
