@@ -9,9 +9,28 @@
 // migration runs in its own transaction together with its version row, so a
 // failure leaves the database at the previous version. A Postgres advisory
 // lock, keyed by the schema, serialises migrators: of several relays started
-// at once, one migrates and the others find the work done. A database whose
-// recorded version is newer than any this binary knows is refused with
-// ErrSchemaTooNew instead of being guessed at.
+// at once, one migrates and the others find the work done.
+//
+// # Compatibility range
+//
+// A rolling upgrade runs release N's `relay migrate up` while relays of
+// release N-1 still run, so a migration says which older relays may run on
+// a schema that has it: an up file may declare, in a line of its own,
+//
+//	-- compatible-from: K
+//
+// meaning that a relay whose latest migration is K or later works with
+// this migration applied (it only adds what older relays ignore: the
+// "expand" half of expand-then-contract, docs/upgrading.md). Without the
+// line K is the migration's own version: only relays that know it may run.
+// The version table records K for each applied migration
+// (schema_migrations.compatible_from), so a relay reads the range of
+// migrations it does not know from the database. Check accepts a database
+// ahead of the binary when every migration beyond the binary's latest
+// allows it, and refuses it otherwise with ErrSchemaTooNew instead of
+// guessing. Migrations recorded by a relay older than the column (NULL)
+// count as strict. Up and Down refuse any database ahead of the binary:
+// only the newer relay may change its schema.
 package migrations
 
 import (
@@ -53,6 +72,30 @@ type Migration struct {
 	Name    string
 	Up      string
 	Down    string
+	// CompatibleFrom is the oldest latest-version a relay may have to run
+	// with this migration applied: the up file's "-- compatible-from: K"
+	// line, or Version without one.
+	CompatibleFrom int
+}
+
+// compatPattern finds an up file's compatibility declaration.
+var compatPattern = regexp.MustCompile(`(?m)^-- compatible-from: *(\S*) *$`)
+
+// compatibleFrom reads the declaration of migration version from its up SQL.
+func compatibleFrom(version int, up string) (int, error) {
+	found := compatPattern.FindAllStringSubmatch(up, -1)
+	switch len(found) {
+	case 0:
+		return version, nil
+	case 1:
+	default:
+		return 0, fmt.Errorf("%w: version %d declares compatible-from %d times", ErrInvalidSet, version, len(found))
+	}
+	k, err := strconv.Atoi(found[0][1])
+	if err != nil || k < 1 || k > version {
+		return 0, fmt.Errorf("%w: version %d: compatible-from %q must be a version from 1 to %d", ErrInvalidSet, version, found[0][1], version)
+	}
+	return k, nil
 }
 
 // Migrator applies a loaded migration set to one schema.
@@ -128,6 +171,9 @@ func Load(fsys fs.FS, schema string) (*Migrator, error) {
 		if mig.Up == "" || mig.Down == "" {
 			return nil, fmt.Errorf("%w: version %d (%s) needs both an up and a down file", ErrInvalidSet, v, mig.Name)
 		}
+		if mig.CompatibleFrom, err = compatibleFrom(v, mig.Up); err != nil {
+			return nil, err
+		}
 		migrator.migrations = append(migrator.migrations, *mig)
 	}
 	return migrator, nil
@@ -148,6 +194,8 @@ type Step struct {
 	Name      string
 	Direction string
 	SQL       string
+	// CompatibleFrom is recorded with an up step (Migration.CompatibleFrom).
+	CompatibleFrom int
 }
 
 // Up applies every pending migration in order. With dryRun it takes the
@@ -162,7 +210,7 @@ func (m *Migrator) Up(ctx context.Context, conn *pgx.Conn, dryRun bool) ([]Step,
 			if applied[mig.Version] {
 				continue
 			}
-			if err := m.take(ctx, conn, Step{Version: mig.Version, Name: mig.Name, Direction: "up", SQL: mig.Up}, dryRun, &steps); err != nil {
+			if err := m.take(ctx, conn, Step{Version: mig.Version, Name: mig.Name, Direction: "up", SQL: mig.Up, CompatibleFrom: mig.CompatibleFrom}, dryRun, &steps); err != nil {
 				return err
 			}
 		}
@@ -217,6 +265,9 @@ type VersionStatus struct {
 	// Unknown marks a version recorded in the database that this binary does
 	// not have: the database was migrated by a newer relay.
 	Unknown bool
+	// CompatibleFrom is what the database recorded for an applied version
+	// (0 when the relay that applied it did not record it).
+	CompatibleFrom int
 }
 
 // Status is what Status found.
@@ -225,6 +276,25 @@ type Status struct {
 	Current  int
 	Latest   int
 	Versions []VersionStatus
+}
+
+// Requires is the oldest latest-version a relay may have to run on this
+// database: the highest compatibility bound among the applied versions
+// (a version recorded without one counts as its own). It is 0 for an
+// empty database.
+func (s Status) Requires() int {
+	req := 0
+	for _, v := range s.Versions {
+		if !v.Applied {
+			continue
+		}
+		bound := v.CompatibleFrom
+		if bound == 0 {
+			bound = v.Version
+		}
+		req = max(req, bound)
+	}
+	return req
 }
 
 // Pending lists the versions not yet applied.
@@ -264,16 +334,24 @@ func (m *Migrator) Status(ctx context.Context, conn *pgx.Conn) (Status, error) {
 	return st, nil
 }
 
-// Check returns nil when the database is at exactly this binary's latest
-// version, ErrPending when migrations remain, and ErrSchemaTooNew when the
-// database is ahead.
+// Check returns nil when this binary may run on the database: it is at
+// exactly the binary's latest version, or ahead with every newer migration
+// compatible with it (see the package comment). It returns ErrPending when
+// migrations remain, and ErrSchemaTooNew when the database is ahead beyond
+// the binary's compatibility.
 func (m *Migrator) Check(ctx context.Context, conn *pgx.Conn) error {
 	st, err := m.Status(ctx, conn)
 	if err != nil {
 		return err
 	}
-	if err := m.tooNew(st.Current); err != nil {
-		return err
+	return m.CheckStatus(st)
+}
+
+// CheckStatus is Check on a Status already read.
+func (m *Migrator) CheckStatus(st Status) error {
+	if st.Current > m.Latest() && st.Requires() > m.Latest() {
+		return fmt.Errorf("%w: schema %q is at version %d, whose migrations need a relay that knows version %d, and this relay knows versions up to %d; it was migrated by a newer relay: run that version, or roll back with its `relay migrate down --to %d`",
+			ErrSchemaTooNew, m.schema, st.Current, st.Requires(), m.Latest(), m.Latest())
 	}
 	if p := st.Pending(); len(p) > 0 {
 		return fmt.Errorf("%w: schema %q is at version %d, this relay needs %d; run `relay migrate up`", ErrPending, m.schema, st.Current, m.Latest())
@@ -331,12 +409,16 @@ func (m *Migrator) ensureVersionTable(ctx context.Context, conn *pgx.Conn, dryRu
 	if dryRun {
 		return nil
 	}
+	// compatible_from came after the table (v0.2.0): added to a table an
+	// older relay made. Relays older than it ignore the column and leave
+	// it NULL in the rows they insert.
 	_, err := conn.Exec(ctx, fmt.Sprintf(`CREATE SCHEMA IF NOT EXISTS %s;
 CREATE TABLE IF NOT EXISTS %s (
     version    integer PRIMARY KEY,
     name       text NOT NULL,
     applied_at timestamptz NOT NULL DEFAULT now()
-)`, pgx.Identifier{m.schema}.Sanitize(), m.table()))
+);
+ALTER TABLE %[2]s ADD COLUMN IF NOT EXISTS compatible_from integer`, pgx.Identifier{m.schema}.Sanitize(), m.table()))
 	if err != nil {
 		return fmt.Errorf("creating the version table: %w", err)
 	}
@@ -353,13 +435,23 @@ func (m *Migrator) appliedRows(ctx context.Context, conn *pgx.Conn) ([]VersionSt
 	if !exists {
 		return nil, nil
 	}
-	rows, err := conn.Query(ctx, "SELECT version, name, applied_at FROM "+m.table()+" ORDER BY version")
+	var withCompat bool
+	err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_attribute
+    WHERE attrelid = $1::regclass AND attname = 'compatible_from' AND NOT attisdropped)`, m.table()).Scan(&withCompat)
+	if err != nil {
+		return nil, fmt.Errorf("reading migration versions: %w", err)
+	}
+	compat := "NULL::integer"
+	if withCompat {
+		compat = "compatible_from"
+	}
+	rows, err := conn.Query(ctx, "SELECT version, name, applied_at, coalesce("+compat+", 0) FROM "+m.table()+" ORDER BY version")
 	if err != nil {
 		return nil, fmt.Errorf("reading migration versions: %w", err)
 	}
 	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (VersionStatus, error) {
 		var v VersionStatus
-		err := row.Scan(&v.Version, &v.Name, &v.AppliedAt)
+		err := row.Scan(&v.Version, &v.Name, &v.AppliedAt, &v.CompatibleFrom)
 		v.Applied = true
 		return v, err
 	})
@@ -377,7 +469,7 @@ func (m *Migrator) run(ctx context.Context, conn *pgx.Conn, step Step) error {
 		}
 		var err error
 		if step.Direction == "up" {
-			_, err = tx.Exec(ctx, "INSERT INTO "+m.table()+" (version, name) VALUES ($1, $2)", step.Version, step.Name)
+			_, err = tx.Exec(ctx, "INSERT INTO "+m.table()+" (version, name, compatible_from) VALUES ($1, $2, $3)", step.Version, step.Name, step.CompatibleFrom)
 		} else {
 			_, err = tx.Exec(ctx, "DELETE FROM "+m.table()+" WHERE version = $1", step.Version)
 		}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"io/fs"
+	"os/exec"
+	"strings"
 	"sync"
 	"testing"
 	"testing/fstest"
@@ -11,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/outboxrelay/relay/internal/pgtest"
+	"github.com/outboxrelay/relay/internal/testbin"
 	"github.com/outboxrelay/relay/migrations"
 )
 
@@ -318,4 +321,109 @@ func TestNewerDatabaseIsRefused(t *testing.T) {
 	if !tableExists(t, conn, "outbox.events") {
 		t.Fatal("a refused Down still dropped the outbox")
 	}
+}
+
+// TestCompatibleRange: a relay whose latest migration is 2 runs on a
+// database at 3 when migration 3 declares compatible-from 2 (and 1), and is
+// refused when 3 declares nothing; a declaration beyond the range it may
+// name makes the set invalid; rows recorded before the column existed
+// count as strict.
+func TestCompatibleRange(t *testing.T) {
+	t.Parallel()
+	older := threeStep("")
+	delete(older, "003_c.up.sql")
+	delete(older, "003_c.down.sql")
+	for _, tc := range []struct {
+		name, third string
+		compatible  bool
+	}{
+		{"declared 2", "-- An expand step.\n-- compatible-from: 2\nCREATE TABLE {{schema}}.c (x int);", true},
+		{"declared 1", "-- compatible-from: 1\nCREATE TABLE {{schema}}.c (x int);", true},
+		{"undeclared", "CREATE TABLE {{schema}}.c (x int);", false},
+		{"declared 3", "-- compatible-from: 3\nCREATE TABLE {{schema}}.c (x int);", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, conn, newer := setup(t, threeStep(tc.third), "outbox")
+			old := migrator(t, older, "outbox")
+			mustUp(t, old, conn)
+			mustUp(t, newer, conn)
+			err := old.Check(ctx, conn)
+			if tc.compatible && err != nil {
+				t.Fatalf("the older relay's Check = %v, want nil", err)
+			}
+			if !tc.compatible && !errors.Is(err, migrations.ErrSchemaTooNew) {
+				t.Fatalf("the older relay's Check = %v, want ErrSchemaTooNew", err)
+			}
+			// Only the newer relay changes its schema.
+			if _, err := old.Up(ctx, conn, false); !errors.Is(err, migrations.ErrSchemaTooNew) {
+				t.Fatalf("the older relay's Up = %v, want ErrSchemaTooNew", err)
+			}
+			if err := newer.Check(ctx, conn); err != nil {
+				t.Fatalf("the newer relay's Check = %v", err)
+			}
+		})
+	}
+	t.Run("out of range", func(t *testing.T) {
+		for _, decl := range []string{"-- compatible-from: 4", "-- compatible-from: 0", "-- compatible-from: x", "-- compatible-from: 1\n-- compatible-from: 2"} {
+			if _, err := migrations.Load(threeStep(decl+"\nSELECT 1"), "outbox"); !errors.Is(err, migrations.ErrInvalidSet) {
+				t.Errorf("Load with %q = %v, want ErrInvalidSet", decl, err)
+			}
+		}
+	})
+	t.Run("recorded without the column", func(t *testing.T) {
+		ctx, conn, newer := setup(t, threeStep("-- compatible-from: 2\nCREATE TABLE {{schema}}.c (x int);"), "outbox")
+		mustUp(t, newer, conn)
+		// As a relay older than the column left it: the column gone.
+		if _, err := conn.Exec(ctx, "ALTER TABLE outbox.schema_migrations DROP COLUMN compatible_from"); err != nil {
+			t.Fatal(err)
+		}
+		old := migrator(t, older, "outbox")
+		if err := old.Check(ctx, conn); !errors.Is(err, migrations.ErrSchemaTooNew) {
+			t.Fatalf("Check without recorded bounds = %v, want ErrSchemaTooNew", err)
+		}
+		// The next Up of the newer relay adds the column back, NULL for
+		// the rows it did not record: still strict.
+		mustUp(t, newer, conn)
+		if got := status(t, newer, conn).Requires(); got != 3 {
+			t.Fatalf("Requires = %d, want 3", got)
+		}
+	})
+}
+
+// TestEmbeddedCompatibility: every migration after the latest release
+// (release/RELEASES, its migrations read from git history) keeps that
+// release's relays running, as docs/upgrading.md promises: it declares
+// compatible-from at most the release's latest version. A contract step
+// (dropping what an older relay uses) belongs in the release after the one
+// that stopped using it, and then declares that release's latest.
+func TestEmbeddedCompatibility(t *testing.T) {
+	releases, err := testbin.Releases()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rel := releases[len(releases)-1]
+	out, err := exec.Command("git", "ls-tree", "--name-only", rel.Commit, "./").CombinedOutput()
+	if err != nil {
+		t.Fatalf("listing the migrations of %s (%s): %v: %s; the clone needs its history (git fetch --unshallow)", rel.Version, rel.Commit, err, out)
+	}
+	released := 0
+	for _, name := range strings.Fields(string(out)) {
+		if strings.HasSuffix(name, ".up.sql") {
+			released++
+		}
+	}
+	if released == 0 {
+		t.Fatalf("%s has no migrations in git", rel.Version)
+	}
+	m := migrator(t, nil, migrations.DefaultSchema)
+	if m.Latest() < released {
+		t.Fatalf("this relay knows %d migrations, %s had %d", m.Latest(), rel.Version, released)
+	}
+	for _, mig := range m.Migrations() {
+		if mig.Version > released && mig.CompatibleFrom > released {
+			t.Errorf("migration %03d_%s declares compatible-from %d: relays of %s (latest %d) would refuse the schema during a rolling upgrade; see docs/upgrading.md",
+				mig.Version, mig.Name, mig.CompatibleFrom, rel.Version, released)
+		}
+	}
+	t.Logf("%s ended at migration %d; %d migrations since", rel.Version, released, m.Latest()-released)
 }

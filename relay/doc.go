@@ -25,12 +25,15 @@
 //
 // # Starting
 //
-// Run first checks that the schema is at exactly this binary's version.
-// A database behind it (migrations pending) or ahead of it (migrated by a
-// newer relay) ends Run with that error: the operator must act, and no
-// statement of another version ever runs. So does a refusal that asking
-// again will not change (pgconfig.Refused: the login refused, no such
-// database, a missing privilege; TestStartupRefusedExits). Any other
+// Run first checks that the schema is at this binary's version. A
+// database behind it (migrations pending) or ahead of it beyond the
+// compatibility range the newer migrations recorded (migrations' package
+// comment; docs/upgrading.md) ends Run with that error: the operator must
+// act. So does a refusal that asking again will not change
+// (pgconfig.Refused: the login refused, no such database, a missing
+// privilege; TestStartupRefusedExits). A database ahead within that range,
+// during a rolling upgrade, is logged as a warning and run on
+// (TestNewerSchemaWithinRange in internal/upgrade). Any other
 // failure of the check (the connection refused or lost, the server
 // restarting) is not an answer: the relay logs it and asks again with the
 // leader loop's backoff, until it gets one or is stopped, so a relay

@@ -173,7 +173,9 @@ func (r *Relay) connectPool(ctx context.Context) (*pgxpool.Pool, error) {
 }
 
 // checkSchema refuses to run against a database that is not migrated to
-// exactly this binary's version.
+// this binary's version, or ahead of it beyond the compatibility range its
+// newer migrations record (migrations' package comment). Running on a
+// compatible newer schema, during a rolling upgrade, is logged.
 func (r *Relay) checkSchema(ctx context.Context) error {
 	m, err := migrations.New(r.cfg.Schema)
 	if err != nil {
@@ -184,7 +186,18 @@ func (r *Relay) checkSchema(ctx context.Context) error {
 		return pgconfig.Wrap(err, r.cfg.DatabaseURL, "connecting to PostgreSQL")
 	}
 	defer conn.Release()
-	return m.Check(ctx, conn.Conn())
+	st, err := m.Status(ctx, conn.Conn())
+	if err != nil {
+		return err
+	}
+	if err := m.CheckStatus(st); err != nil {
+		return err
+	}
+	if st.Current > st.Latest {
+		r.log.Warn("the schema was migrated by a newer relay whose migrations keep this one compatible; replace this relay with the newer release",
+			"schema", st.Schema, "schema_version", st.Current, "relay_schema_version", st.Latest)
+	}
+	return nil
 }
 
 // leadOnce waits for the leadership and runs the pipeline while it holds

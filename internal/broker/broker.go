@@ -19,7 +19,10 @@ type topic struct {
 
 // metadata is the broker-wide state in meta.json.
 type metadata struct {
-	Version int `json:"version"`
+	// Version is the directory's format and CompatibleFrom the oldest
+	// format a broker may know to open it anyway (format.go).
+	Version        int `json:"version"`
+	CompatibleFrom int `json:"compatible_from,omitempty"`
 	// LogID names this log, made when the data directory is created, so a
 	// writer can tell a replaced directory from the one it wrote to.
 	LogID          string                    `json:"log_id,omitempty"`

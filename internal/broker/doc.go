@@ -9,7 +9,7 @@
 // # Directory layout
 //
 //	DIR/LOCK                     flock held by the open Broker
-//	DIR/meta.json                topics and configs, producer id allocation
+//	DIR/meta.json                format version (format.go), topics and configs, producer id allocation
 //	DIR/clean-close              what the last clean Close left, for the next open
 //	DIR/groups/offsets.log       committed consumer group offsets
 //	DIR/txns/state.log           transaction coordinator state

@@ -130,12 +130,15 @@ func lockDir(dir string) (*os.File, error) {
 const lockRetry = 2 * time.Second
 
 func (b *Broker) load(ctx context.Context, h *health) error {
-	m := metadata{Version: 1, NextProducerID: 1, Producers: map[string]stableProducer{}, Topics: map[string]TopicConfig{}}
+	m := metadata{Version: FormatVersion, NextProducerID: 1, Producers: map[string]stableProducer{}, Topics: map[string]TopicConfig{}}
 	data, err := readFile(b.opts.FS, filepath.Join(b.opts.Dir, metaFile))
 	switch {
 	case err == nil:
 		if err := json.Unmarshal(data, &m); err != nil {
 			return fmt.Errorf("broker: parse %s: %w", metaFile, err)
+		}
+		if err := checkFormat(b.opts.Dir, m.Version, m.CompatibleFrom); err != nil {
+			return err
 		}
 		if m.Producers == nil {
 			m.Producers = map[string]stableProducer{}

@@ -310,6 +310,13 @@ func (f *runFlags) serve(ctx context.Context, log *slog.Logger) error {
 		metrics.Registry.MustRegister(bs)
 		onOpen = bs.attach
 	}
+	if f.sink == "embedded" {
+		// A data directory a newer relay wrote is refused before this
+		// relay stands by or leads: see broker.FormatVersion.
+		if err := broker.CheckFormat(f.dataDir); err != nil {
+			return err
+		}
+	}
 	var sink relay.Sink
 	if f.sink == "kafka" {
 		cfg, err := f.kafka.config(log)

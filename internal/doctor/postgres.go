@@ -36,8 +36,9 @@ func (d *Doctor) Postgres(ctx context.Context) Result {
 	return pass("PostgreSQL %s at %s", version, at)
 }
 
-// Schema checks that the outbox schema is migrated to exactly this
-// relay's version.
+// Schema checks that the outbox schema is migrated to this relay's
+// version: a schema ahead of it within the compatibility range its newer
+// migrations recorded (a rolling upgrade in progress) is a warning.
 func (d *Doctor) Schema(ctx context.Context) Result {
 	return d.withDB(ctx, func(ctx context.Context, conn *pgx.Conn) Result {
 		m, err := migrations.New(d.cfg.Schema)
@@ -52,6 +53,9 @@ func (d *Doctor) Schema(ctx context.Context) Result {
 		switch {
 		case st.Current == 0:
 			return fail(up, "schema %q holds no relay tables (migration version 0, this relay needs %d)", d.cfg.Schema, st.Latest)
+		case st.Current > st.Latest && m.CheckStatus(st) == nil:
+			return warn("replace this relay with the release that migrated the schema (docs/upgrading.md)",
+				"schema %q is at version %d, ahead of this relay's %d; its newer migrations keep this relay compatible", d.cfg.Schema, st.Current, st.Latest)
 		case st.Current > st.Latest:
 			return fail(fmt.Sprintf("run the newer relay, or roll back with its `relay migrate down --to %d`", st.Latest),
 				"this relay is older than the schema: %q is at version %d, this relay knows versions up to %d", d.cfg.Schema, st.Current, st.Latest)
