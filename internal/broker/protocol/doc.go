@@ -229,8 +229,11 @@
 //     and shows the bytes in flight never pass the budget, the process's
 //     peak RSS stays under its soft limit, and the relay keeps relaying).
 //   - Exhaust connections or goroutines: only up to Config.MaxConnections
-//     in all and Config.MaxConnectionsPerAddress from one address; more
-//     are closed as soon as accepted (TestConnectionLimits). Idle
+//     in all and Config.MaxConnectionsPerAddress from one address (by
+//     default, as in Kafka, no per-address limit: 500 connections from
+//     one address are served, TestDefaultLimitsServe500FromOneAddress);
+//     more are closed as soon as accepted, counted and logged
+//     (TestConnectionLimits, TestRefusalLogInterval). Idle
 //     connections are closed after Config.IdleTimeout (TestIdleTimeout).
 //   - Crash the process or corrupt the log: no. Frames that do not decode,
 //     unknown keys and versions close that connection only (fuzz_test.go);
