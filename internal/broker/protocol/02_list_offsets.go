@@ -69,6 +69,9 @@ func (s *Server) listOffset(topic string, rp kmsg.ListOffsetsRequestTopicPartiti
 	if since, ok := specialSince[rp.Timestamp]; ok && version < since {
 		return kerr.InvalidRequest.Code
 	}
+	if isOffsetsTopic(topic) {
+		return offsetsTopicListOffset(rp, p)
+	}
 	switch ts := rp.Timestamp; ts {
 	case listEarliest, listLatest, listEarliestLocal:
 		earliest, latest, err := s.b.Offsets(topic, rp.Partition)
