@@ -117,7 +117,9 @@ func TestConsumerOffsetsServedReadOnly(t *testing.T) {
 		if err := ctx.Err(); err != nil {
 			t.Fatalf("read %d of 3 records: %v", got, err)
 		}
-		fs.EachError(func(topic string, p int32, err error) { fetchErrs = append(fetchErrs, fmt.Errorf("%s/%d: %w", topic, p, err)) })
+		fs.EachError(func(topic string, p int32, err error) {
+			fetchErrs = append(fetchErrs, fmt.Errorf("%s/%d: %w", topic, p, err))
+		})
 		fs.EachRecord(func(r *kgo.Record) {
 			if r.Topic != "orders" {
 				t.Fatalf("read a record of %q", r.Topic)
