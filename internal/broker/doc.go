@@ -398,7 +398,11 @@
 // meta.json names the new count, so a crash in between leaves empty
 // directories that no topic uses and the next AddPartitions reuses. It is
 // a migration for the callers to confirm (keys move); KeyMovement counts,
-// by reading the whole log, how many distinct keys would. DeleteTopic
+// by reading the whole log, how many distinct keys would, and
+// AddPartitionsMovingNoKey makes an increase that moves none without
+// confirmation (reading the log again, from where the first reading
+// ended, under the metadata lock just before meta.json changes; its doc
+// says which window remains). DeleteTopic
 // removes the topic from meta.json first, then moves its directory into
 // DIR/deleted/ and removes it; a crash in between leaves either a
 // topics/T no topic names (moved aside when T is created again) or

@@ -2,6 +2,7 @@ package broker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"strconv"
@@ -54,40 +55,65 @@ func (m KeyMovement) String() string {
 // move. It fails with ErrInvalidPartitions when to is not above the
 // current count.
 func (b *Broker) KeyMovement(ctx context.Context, name string, to int32) (KeyMovement, error) {
+	m, _, err := b.keyMovement(ctx, name, to)
+	return m, err
+}
+
+// keyMovement is KeyMovement, also returning the keys it saw and where
+// each partition's reading ended, for a later reading of what came since.
+func (b *Broker) keyMovement(ctx context.Context, name string, to int32) (KeyMovement, *keyScan, error) {
 	ti, err := b.Topic(name)
 	if err != nil {
-		return KeyMovement{}, err
+		return KeyMovement{}, nil, err
 	}
 	from := int32(len(ti.Partitions))
 	m := KeyMovement{Topic: name, From: from, To: to}
 	if err := checkIncrease(name, from, to); err != nil {
-		return m, err
+		return m, nil, err
 	}
-	seen := map[keyHash]struct{}{}
-	var buf []byte
+	ks := &keyScan{seen: map[keyHash]struct{}{}, next: make([]int64, from)}
 	for part := range from {
-		offset := ti.Partitions[part].LogStartOffset
+		ks.next[part] = ti.Partitions[part].LogStartOffset
+	}
+	err = b.scanKeys(ctx, &m, ks)
+	return m, ks, err
+}
+
+// keyScan is a reading of a topic's keys under way: the keys seen, and
+// the next offset to read of each partition.
+type keyScan struct {
+	seen map[keyHash]struct{}
+	next []int64
+	buf  []byte
+}
+
+// scanKeys reads each partition from ks.next to its high watermark, adding
+// the keys not seen yet to m.
+func (b *Broker) scanKeys(ctx context.Context, m *KeyMovement, ks *keyScan) error {
+	name, from, to := m.Topic, m.From, m.To
+	for part := range from {
+		offset := ks.next[part]
 		for {
 			if err := ctx.Err(); err != nil {
-				return m, err
+				return err
 			}
-			res, err := b.FetchInto(ctx, name, part, offset, 1<<20, buf[:0])
+			res, err := b.FetchInto(ctx, name, part, offset, 1<<20, ks.buf[:0])
 			if err != nil {
-				return m, err
+				return err
 			}
-			buf = res.Batches
+			ks.buf = res.Batches
 			if len(res.Batches) == 0 || offset >= res.HighWatermark {
 				break
 			}
 			for rest := res.Batches; len(rest) >= BatchHeaderSize; {
 				h, err := ParseBatchHeader(rest)
 				if err != nil || h.Size() > len(rest) {
-					return m, fmt.Errorf("%s/%d at offset %d: %w", name, part, offset, ErrCorruptBatch)
+					return fmt.Errorf("%s/%d at offset %d: %w", name, part, offset, ErrCorruptBatch)
 				}
 				if !h.Control() {
 					_, recs, err := DecodeBatch(rest[:h.Size()])
 					if err != nil {
-						return m, fmt.Errorf("%s/%d at offset %d: %w", name, part, h.BaseOffset, err)
+						return fmt.Errorf("%s/%d at offset %d: %w", name, part, h.BaseOffset, err)
 					}
 					for _, r := range recs {
 						if r.Key == nil {
@@ -95,10 +121,10 @@ func (b *Broker) KeyMovement(ctx context.Context, name string, to int32) (KeyMov
 							continue
 						}
 						k := hashKey(r.Key)
-						if _, ok := seen[k]; ok {
+						if _, ok := ks.seen[k]; ok {
 							continue
 						}
-						seen[k] = struct{}{}
+						ks.seen[k] = struct{}{}
 						m.Keys++
 						if PartitionForKey(r.Key, from) != PartitionForKey(r.Key, to) {
 							m.Moving++
@@ -109,8 +135,54 @@ func (b *Broker) KeyMovement(ctx context.Context, name string, to int32) (KeyMov
 				rest = rest[h.Size():]
 			}
 		}
+		ks.next[part] = offset
 	}
-	return m, nil
+	return nil
+}
+
+// ErrKeysWouldMove means a partition increase asked to move no key would
+// move some: it is a migration, to be confirmed (AddPartitions).
+var ErrKeysWouldMove = errors.New("broker: the partition increase would move keys")
+
+// AddPartitionsMovingNoKey raises a topic's partition count to count if
+// that moves none of the keys in its log (an empty topic, only keyless
+// records, or keys that all stay where they are): then no key's order is
+// at stake, and the increase needs no confirmation. Otherwise it changes
+// nothing and fails with ErrKeysWouldMove, with the report.
+//
+// Fault model: the log is read once in full, then, with the topic's
+// metadata locked against other changes, again from where that reading
+// ended, just before the new count is written to meta.json; a keyed record
+// that would move, appended by then, refuses the increase. What it does
+// not cover: a keyed record appended during the meta.json write itself
+// (milliseconds), and producers that keep routing by a count they cached
+// before the change; Kafka has both windows for every increase.
+// TestAddPartitionsMovingNoKey shows an empty topic, a keyless one and one
+// whose keys all stay raised, and one whose keys would move refused and
+// unchanged.
+func (b *Broker) AddPartitionsMovingNoKey(ctx context.Context, name string, count int32) (KeyMovement, error) {
+	m, ks, err := b.keyMovement(ctx, name, count)
+	if err != nil {
+		return m, err
+	}
+	if m.Moving > 0 {
+		return m, fmt.Errorf("%w: %s", ErrKeysWouldMove, m)
+	}
+	b.metaMu.Lock()
+	defer b.metaMu.Unlock()
+	if t, err := b.changingTopic(name); err != nil {
+		return m, err
+	} else if int32(len(t.parts)) != m.From {
+		return m, fmt.Errorf("%w: %s changed from %d to %d partitions meanwhile", ErrInvalidPartitions, name, m.From, len(t.parts))
+	}
+	if err := b.scanKeys(ctx, &m, ks); err != nil {
+		return m, err
+	}
+	if m.Moving > 0 {
+		return m, fmt.Errorf("%w: %s (appended while it was read)", ErrKeysWouldMove, m)
+	}
+	_, err = b.addPartitionsLocked(name, count)
+	return m, err
 }
 
 func checkIncrease(name string, from, to int32) error {
@@ -133,6 +205,11 @@ func checkIncrease(name string, from, to int32) error {
 func (b *Broker) AddPartitions(name string, count int32) (TopicInfo, error) {
 	b.metaMu.Lock()
 	defer b.metaMu.Unlock()
+	return b.addPartitionsLocked(name, count)
+}
+
+// addPartitionsLocked is AddPartitions with b.metaMu held.
+func (b *Broker) addPartitionsLocked(name string, count int32) (TopicInfo, error) {
 	t, err := b.changingTopic(name)
 	if err != nil {
 		return TopicInfo{}, err

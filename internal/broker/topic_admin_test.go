@@ -171,3 +171,71 @@ func TestDeleteTopicUnderAPinnedReader(t *testing.T) {
 		t.Fatal("the last unpin left the deleted topic's segment open")
 	}
 }
+
+// TestAddPartitionsMovingNoKey: an increase that moves no key in the log
+// (an empty topic, keyless records, keys that all stay on their partition)
+// is made; one that would move a key is refused with the report and
+// changes nothing.
+func TestAddPartitionsMovingNoKey(t *testing.T) {
+	t.Parallel()
+	b := openTest(t, t.TempDir(), nil)
+	ctx := context.Background()
+	// keys finds n keys that do (stay) or do not stay on their partition
+	// when 2 partitions become 4.
+	keys := func(stay bool, n int) [][]byte {
+		var out [][]byte
+		for i := 0; len(out) < n; i++ {
+			k := []byte(fmt.Sprint("key-", i))
+			if (PartitionForKey(k, 2) == PartitionForKey(k, 4)) == stay {
+				out = append(out, k)
+			}
+		}
+		return out
+	}
+	appendKeys := func(topic string, ks [][]byte) {
+		for _, k := range ks {
+			mustAppend(t, b, topic, PartitionForKey(k, 2), EncodeBatch(-1, -1, -1, []Record{{Key: k, Value: k, Timestamp: time.Now()}}))
+		}
+	}
+	mustCreate(t, b, "empty", TopicConfig{Partitions: 2})
+	mustCreate(t, b, "keyless", TopicConfig{Partitions: 2})
+	mustCreate(t, b, "staying", TopicConfig{Partitions: 2})
+	mustCreate(t, b, "moving", TopicConfig{Partitions: 2})
+	for i := range 6 {
+		mustAppend(t, b, "keyless", int32(i%2), EncodeBatch(-1, -1, -1, []Record{{Value: []byte("v"), Timestamp: time.Now()}}))
+	}
+	appendKeys("staying", keys(true, 5))
+	appendKeys("moving", append(keys(true, 5), keys(false, 1)...))
+
+	for _, c := range []struct {
+		topic        string
+		keys, moving int64
+		keyless      int64
+		refused      bool
+	}{
+		{"empty", 0, 0, 0, false},
+		{"keyless", 0, 0, 6, false},
+		{"staying", 5, 0, 0, false},
+		{"moving", 6, 1, 0, true},
+	} {
+		m, err := b.AddPartitionsMovingNoKey(ctx, c.topic, 4)
+		if m.Keys != c.keys || m.Moving != c.moving || m.KeylessRecords != c.keyless {
+			t.Errorf("%s: report %+v, want %d keys, %d moving, %d keyless", c.topic, m, c.keys, c.moving, c.keyless)
+		}
+		want := 4
+		if c.refused {
+			want = 2
+			if !errors.Is(err, ErrKeysWouldMove) {
+				t.Errorf("%s: %v, want ErrKeysWouldMove", c.topic, err)
+			}
+		} else if err != nil {
+			t.Errorf("%s: %v", c.topic, err)
+		}
+		if ti, err := b.Topic(c.topic); err != nil || len(ti.Partitions) != want {
+			t.Errorf("%s after the increase: %d partitions (%v), want %d", c.topic, len(ti.Partitions), err, want)
+		}
+	}
+	if _, err := b.AddPartitionsMovingNoKey(ctx, "empty", 4); !errors.Is(err, ErrInvalidPartitions) {
+		t.Errorf("the same count again: %v, want ErrInvalidPartitions", err)
+	}
+}

@@ -43,8 +43,8 @@ func (f *listenerFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.aclDefault, "listener-acl-default", "allow", "embedded broker: what the Kafka listener allows on a topic or group no ACL names: allow or deny (writing to the relay's topics and managing ACLs always need an ACL)")
 	fs.StringVar(&f.writable, "listener-writable-topics", "", "embedded broker: topic prefixes Kafka clients may produce to without an ACL, as prefix[,prefix]; every other topic is the relay's and read-only for clients")
 	fs.Int64Var(&f.limits.inflight, "listener-max-inflight-bytes", 64<<20, "embedded broker: server-wide budget of Kafka request and fetch response bytes in flight; clients over it wait (0: none). A request may be a quarter of it at most")
-	fs.IntVar(&f.limits.conns, "listener-max-connections", 1000, "embedded broker: most open Kafka client connections; more are closed at once (0: no limit)")
-	fs.IntVar(&f.limits.perAddress, "listener-max-connections-per-address", 200, "embedded broker: most open Kafka client connections from one IP address (0: no limit)")
+	fs.IntVar(&f.limits.conns, "listener-max-connections", protocol.DefaultMaxConnections, "embedded broker: most open Kafka client connections; more are closed at once, logged and counted (0: no limit)")
+	fs.IntVar(&f.limits.perAddress, "listener-max-connections-per-address", 0, "embedded broker: most open Kafka client connections from one IP address, as Kafka's max.connections.per.ip; more are closed at once, logged and counted (0: no limit, Kafka's default)")
 	fs.DurationVar(&f.limits.idle, "listener-idle-timeout", 10*time.Minute, "embedded broker: close a Kafka client connection that sent nothing for this long (0: never)")
 	fs.StringVar(&f.mechanisms, "listener-sasl-mechanisms", "SCRAM-SHA-256,SCRAM-SHA-512", "embedded broker: SASL mechanisms offered with --listener-users-file: SCRAM-SHA-256, SCRAM-SHA-512, PLAIN (PLAIN needs TLS)")
 }

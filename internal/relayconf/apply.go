@@ -15,9 +15,10 @@ import (
 // topic-defaults; an existing one gets its declared configs, the rest
 // from topic-defaults (a change made through AlterConfigs to a declared
 // topic lasts until the next Apply). A declared partition count above the
-// current one is a migration: refused, with the report of the keys it
-// would move, unless allowRepartition (the allow-repartition setting) or
-// the topic's own allow-repartition confirms it. A lower count is always
+// current one that moves keys is a migration: refused, with the report of
+// the keys it would move, unless allowRepartition (the allow-repartition
+// setting) or the topic's own allow-repartition confirms it; one that
+// moves none of the keys in the log is made. A lower count is always
 // refused. Topics the file does not declare keep their configuration;
 // topic-defaults applies to those created from now on. The janitor then
 // runs a pass, so a shorter retention takes effect at once.
@@ -29,6 +30,9 @@ func (f *File) Apply(ctx context.Context, b *broker.Broker, allowRepartition boo
 		t      Topic
 		exists bool
 		grow   bool
+		// confirmed: the increase may move keys; otherwise it is made
+		// only if it still moves none.
+		confirmed bool
 	}
 	var plan []step
 	for _, t := range f.Topics {
@@ -51,8 +55,9 @@ func (f *File) Apply(ctx context.Context, b *broker.Broker, allowRepartition boo
 			if err != nil {
 				return fail(t.PartitionsLine, "topic %s: %v", t.Name, err)
 			}
-			if !allowRepartition && !t.AllowRepartition {
-				return fail(t.PartitionsLine, "%s: a partition increase is a migration, refused unless confirmed by allow-repartition: true on the topic (or --allow-repartition); see docs/topics.md", report)
+			s.confirmed = allowRepartition || t.AllowRepartition
+			if !s.confirmed && report.Moving > 0 {
+				return fail(t.PartitionsLine, "%s: a partition increase that moves keys is a migration, refused unless confirmed by allow-repartition: true on the topic (or --allow-repartition); see docs/topics.md", report)
 			}
 			log.Warn("raising a declared topic's partition count", "topic", t.Name, "from", have, "to", want,
 				"keys", report.Keys, "keys_moved", report.Moving)
@@ -74,8 +79,12 @@ func (f *File) Apply(ctx context.Context, b *broker.Broker, allowRepartition boo
 			log.Info("created declared topic", "topic", t.Name)
 			continue
 		}
-		if s.grow {
+		if s.grow && s.confirmed {
 			if _, err := b.AddPartitions(t.Name, cfg.Partitions); err != nil {
+				return fail(t.PartitionsLine, "topic %s: %v", t.Name, err)
+			}
+		} else if s.grow {
+			if _, err := b.AddPartitionsMovingNoKey(ctx, t.Name, cfg.Partitions); err != nil {
 				return fail(t.PartitionsLine, "topic %s: %v", t.Name, err)
 			}
 		}

@@ -49,6 +49,11 @@ func (s *Server) handleProduce(ctx context.Context, req *kmsg.ProduceRequest) (k
 				p.ErrorCode = code
 				continue
 			}
+			if isOffsetsTopic(rt.Topic) {
+				// As Kafka: clients cannot append to an internal topic.
+				p.ErrorCode = kerr.InvalidTopicException.Code
+				continue
+			}
 			var res broker.AppendResult
 			var wait func() error
 			var err error

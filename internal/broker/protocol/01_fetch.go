@@ -120,6 +120,12 @@ func (s *Server) fetchWatches(req *kmsg.FetchRequest, deadline time.Time) []<-ch
 	var chs []<-chan struct{}
 	for _, rt := range req.Topics {
 		for _, rp := range rt.Partitions {
+			if isOffsetsTopic(rt.Topic) {
+				// Never written: a nil channel, so that a fetch of it
+				// alone waits out MaxWaitMillis.
+				chs = append(chs, nil)
+				continue
+			}
 			if ch, err := s.b.Watch(rt.Topic, rp.Partition); err == nil {
 				chs = append(chs, ch)
 			}
@@ -150,6 +156,12 @@ func (s *Server) fillFetch(ctx context.Context, req *kmsg.FetchRequest, resp *km
 			if rp.CurrentLeaderEpoch > 0 {
 				p.ErrorCode = kerr.UnknownLeaderEpoch.Code
 				stop = true
+				t.Partitions = append(t.Partitions, p)
+				continue
+			}
+			if isOffsetsTopic(rt.Topic) {
+				offsetsTopicFetch(rp, &p)
+				stop = stop || p.ErrorCode != 0
 				t.Partitions = append(t.Partitions, p)
 				continue
 			}

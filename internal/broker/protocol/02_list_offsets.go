@@ -10,16 +10,36 @@ import (
 
 // ListOffsets special timestamps.
 const (
-	listLatest   = -1
-	listEarliest = -2
-	listMaxTime  = -3
+	listLatest         = -1
+	listEarliest       = -2
+	listMaxTime        = -3 // v7+, KIP-734
+	listEarliestLocal  = -4 // v8+, KIP-405
+	listLatestTiered   = -5 // v9+, KIP-1005
+	listEarliestUpload = -6 // v11+, KIP-1023: not advertised
 )
 
-// handleListOffsets answers earliest (-2: the log start offset), latest
-// (-1: the high watermark; under read_committed the last stable offset)
-// and, for a timestamp, the first offset whose
-// record is at least that recent (-1 when none is), from the time index.
-// The max-timestamp query (-3) is not supported.
+// handleListOffsets answers every version it advertises (1 to 10) as
+// Kafka does:
+//   - earliest (-2): the log start offset;
+//   - latest (-1): the high watermark, under read_committed the last
+//     stable offset;
+//   - max-timestamp (-3, v7+): the offset and timestamp of the record with
+//     the largest timestamp (the first one if several share it), -1 when
+//     the partition holds none or, under read_committed, when it is not
+//     yet below the last stable offset;
+//   - earliest-local (-4, v8+): the log start offset with its
+//     timestamp -1, as a broker without tiered storage answers (its local
+//     log is all of it);
+//   - latest-tiered (-5, v9+): -1, as a broker without tiered storage
+//     answers (nothing is in remote storage);
+//   - a timestamp: the first offset whose record is at least that recent
+//     (-1 when none is), from the time index.
+//
+// Version 10's timeout bounds a remote-storage lookup; with none, every
+// answer is immediate. A special timestamp below the version that defines
+// it, or an unknown negative one, is refused with INVALID_REQUEST per
+// partition; v11's -6 (earliest pending upload, KIP-1023) is not
+// advertised.
 func (s *Server) handleListOffsets(req *kmsg.ListOffsetsRequest, resp *kmsg.ListOffsetsResponse) {
 	for _, rt := range req.Topics {
 		t := kmsg.NewListOffsetsResponseTopic()
@@ -28,7 +48,7 @@ func (s *Server) handleListOffsets(req *kmsg.ListOffsetsRequest, resp *kmsg.List
 			p := kmsg.NewListOffsetsResponseTopicPartition()
 			p.Partition = rp.Partition
 			p.Offset, p.Timestamp, p.LeaderEpoch = -1, -1, 0
-			p.ErrorCode = s.listOffset(rt.Topic, rp, req.IsolationLevel == 1, &p)
+			p.ErrorCode = s.listOffset(rt.Topic, rp, req.Version, req.IsolationLevel == 1, &p)
 			if p.ErrorCode != 0 {
 				p.LeaderEpoch = -1
 			}
@@ -38,18 +58,28 @@ func (s *Server) handleListOffsets(req *kmsg.ListOffsetsRequest, resp *kmsg.List
 	}
 }
 
-func (s *Server) listOffset(topic string, rp kmsg.ListOffsetsRequestTopicPartition, committed bool, p *kmsg.ListOffsetsResponseTopicPartition) int16 {
+// specialSince is the first ListOffsets version defining each special
+// timestamp beyond latest and earliest.
+var specialSince = map[int64]int16{listMaxTime: 7, listEarliestLocal: 8, listLatestTiered: 9}
+
+func (s *Server) listOffset(topic string, rp kmsg.ListOffsetsRequestTopicPartition, version int16, committed bool, p *kmsg.ListOffsetsResponseTopicPartition) int16 {
 	if rp.CurrentLeaderEpoch > 0 {
 		return kerr.UnknownLeaderEpoch.Code
 	}
+	if since, ok := specialSince[rp.Timestamp]; ok && version < since {
+		return kerr.InvalidRequest.Code
+	}
+	if isOffsetsTopic(topic) {
+		return offsetsTopicListOffset(rp, p)
+	}
 	switch ts := rp.Timestamp; ts {
-	case listEarliest, listLatest:
+	case listEarliest, listLatest, listEarliestLocal:
 		earliest, latest, err := s.b.Offsets(topic, rp.Partition)
 		if err != nil {
 			return broker.KafkaErrorCode(err)
 		}
 		p.Offset = latest
-		if ts == listEarliest {
+		if ts != listLatest {
 			p.Offset = earliest
 		} else if committed {
 			if p.Offset, err = s.b.LastStableOffset(topic, rp.Partition); err != nil {
@@ -57,8 +87,31 @@ func (s *Server) listOffset(topic string, rp kmsg.ListOffsetsRequestTopicPartiti
 			}
 		}
 		return 0
+	case listLatestTiered:
+		if _, _, err := s.b.Offsets(topic, rp.Partition); err != nil {
+			return broker.KafkaErrorCode(err)
+		}
+		p.LeaderEpoch = -1
+		return 0
 	case listMaxTime:
-		return kerr.UnsupportedVersion.Code
+		off, at, err := s.b.MaxTimestamp(topic, rp.Partition)
+		if err != nil {
+			return broker.KafkaErrorCode(err)
+		}
+		if off >= 0 && committed {
+			lso, err := s.b.LastStableOffset(topic, rp.Partition)
+			if err != nil {
+				return broker.KafkaErrorCode(err)
+			}
+			if off >= lso {
+				off, at = -1, -1
+			}
+		}
+		p.Offset, p.Timestamp = off, at
+		if off < 0 {
+			p.LeaderEpoch = -1
+		}
+		return 0
 	default:
 		if ts < 0 {
 			return kerr.InvalidRequest.Code

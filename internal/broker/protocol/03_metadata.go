@@ -53,6 +53,7 @@ func (s *Server) handleMetadata(c *conn, req *kmsg.MetadataRequest, resp *kmsg.M
 				for _, ti := range s.b.Topics() {
 					byID[topicID(ti.Name)] = ti.Name
 				}
+				byID[topicID(topicname.ConsumerOffsets)] = topicname.ConsumerOffsets
 			}
 			n, ok := byID[rt.TopicID]
 			if !ok {
@@ -100,9 +101,11 @@ func (s *Server) handleMetadata(c *conn, req *kmsg.MetadataRequest, resp *kmsg.M
 // offsetsTopicMetadata describes __consumer_offsets as Kafka lists it:
 // internal, so that clients (regex subscriptions, admin tools) tell it from
 // the users' topics. Group offsets live in the broker's own file, not in a
-// topic: the listed partition holds nothing, and a Fetch, ListOffsets or
-// Produce naming it is answered UNKNOWN_TOPIC_OR_PARTITION, as for any
-// topic the broker does not have.
+// topic: its one partition is served read-only and empty (ListOffsets
+// answers 0, a Fetch from offset 0 waits and returns nothing, a Produce
+// is refused with INVALID_TOPIC_EXCEPTION as Kafka refuses clients'
+// appends to internal topics), and a KIP-848 regex resolved by the
+// coordinator matches it, as Kafka's does (offsets_topic.go).
 func offsetsTopicMetadata() kmsg.MetadataResponseTopic {
 	t := metadataTopic(broker.TopicInfo{Name: topicname.ConsumerOffsets, Partitions: []broker.PartitionInfo{{Partition: 0}}})
 	t.IsInternal = true

@@ -11,12 +11,14 @@ import (
 	"github.com/outboxrelay/relay/internal/broker"
 )
 
-// handleCreatePartitions raises partition counts. More partitions move
-// keys to other partitions, so this is a migration: each topic's answer
-// carries, as its error message, the report of how many of the keys in
-// its log would move (also on a validate-only request, which succeeds),
-// and the increase is refused with POLICY_VIOLATION unless
-// Config.AllowRepartition says yes. A lower count is always refused
+// handleCreatePartitions raises partition counts. More partitions may
+// move keys to other partitions: each topic's answer carries, as its
+// error message, the report of how many of the keys in its log would move
+// (also on a validate-only request, which succeeds). An increase that
+// moves no key (an empty topic, only keyless records, or keys that all
+// stay) is made; one that moves keys is a migration, refused with
+// POLICY_VIOLATION unless Config.AllowRepartition says yes
+// (broker.AddPartitionsMovingNoKey). A lower count is always refused
 // (INVALID_PARTITIONS), and so are manual replica assignments.
 func (s *Server) handleCreatePartitions(ctx context.Context, req *kmsg.CreatePartitionsRequest, resp *kmsg.CreatePartitionsResponse) {
 	seen := timesNamed(req.Topics, func(rt kmsg.CreatePartitionsRequestTopic) string { return rt.Topic })
@@ -39,15 +41,26 @@ func (s *Server) createPartitions(ctx context.Context, rt kmsg.CreatePartitionsR
 	case len(rt.Assignment) > 0:
 		return kerr.InvalidReplicaAssignment.Code, "manual replica assignment is not supported"
 	}
+	if !validateOnly && (s.cfg.AllowRepartition == nil || !s.cfg.AllowRepartition()) {
+		report, err := s.b.AddPartitionsMovingNoKey(ctx, rt.Topic, rt.Count)
+		switch {
+		case errors.Is(err, broker.ErrKeysWouldMove):
+			return kerr.PolicyViolation.Code, report.String() + ": a partition increase that moves keys is a migration, refused unless the relay runs with --allow-repartition (see docs/topics.md)"
+		case errors.Is(err, broker.ErrInvalidPartitions):
+			return kerr.InvalidPartitions.Code, err.Error()
+		case err != nil:
+			return broker.KafkaErrorCode(err), err.Error()
+		}
+		s.log.Info("raised a topic's partition count, moving no key", "topic", rt.Topic, "from", report.From, "to", report.To,
+			"keys", report.Keys, "keyless_records", report.KeylessRecords)
+		return 0, report.String()
+	}
 	report, err := s.b.KeyMovement(ctx, rt.Topic, rt.Count)
 	if err != nil {
 		return broker.KafkaErrorCode(err), err.Error()
 	}
 	if validateOnly {
 		return 0, report.String()
-	}
-	if s.cfg.AllowRepartition == nil || !s.cfg.AllowRepartition() {
-		return kerr.PolicyViolation.Code, report.String() + ": a partition increase is a migration, refused unless the relay runs with --allow-repartition (see the README)"
 	}
 	if _, err := s.b.AddPartitions(rt.Topic, rt.Count); err != nil {
 		if errors.Is(err, broker.ErrInvalidPartitions) {

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
+
+	"github.com/outboxrelay/relay/internal/topicname"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
@@ -282,5 +284,6 @@ func (c *coordinator) topicNames() map[[16]byte]string {
 	for _, ti := range c.s.b.Topics() {
 		names[topicID(ti.Name)] = ti.Name
 	}
+	names[topicID(topicname.ConsumerOffsets)] = topicname.ConsumerOffsets
 	return names
 }

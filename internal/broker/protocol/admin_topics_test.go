@@ -235,3 +235,49 @@ func TestEveryAPIIsAuthorized(t *testing.T) {
 		}
 	}
 }
+
+// TestCreatePartitionsMovingNoKey: without AllowRepartition, kadm's
+// increase of an empty topic and of one holding only keyless records is
+// made (no key's order is at stake), and a producer then writes to a new
+// partition; an increase of a keyed topic that would move keys
+// stays refused with POLICY_VIOLATION and changes nothing.
+func TestCreatePartitionsMovingNoKey(t *testing.T) {
+	t.Parallel()
+	f := setup(t, nil)
+	ctx := testContext(t, 30*time.Second)
+	f.createTopic(t, "empty", 2)
+	f.createTopic(t, "keyless", 2)
+	f.createTopic(t, "keyed", 2)
+	for i := range 10 {
+		if _, err := f.b.Append(ctx, "keyless", int32(i%2), broker.EncodeBatch(-1, -1, -1, []broker.Record{{Value: []byte("v"), Timestamp: time.Now()}})); err != nil {
+			t.Fatal(err)
+		}
+		k := []byte(fmt.Sprint("key-", i))
+		if _, err := f.b.Append(ctx, "keyed", broker.PartitionForKey(k, 2), broker.EncodeBatch(-1, -1, -1, []broker.Record{{Key: k, Value: []byte("v"), Timestamp: time.Now()}})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cl := newKgo(t, f.addr, kgo.RequestRetries(1), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	adm := kadm.NewClient(cl)
+	r, err := adm.UpdatePartitions(ctx, 4, "empty", "keyless", "keyed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for topic, want := range map[string]int{"empty": 4, "keyless": 4, "keyed": 2} {
+		if want == 4 && r[topic].Err != nil {
+			t.Errorf("%s: %v %q; want the increase made", topic, r[topic].Err, r[topic].ErrMessage)
+		}
+		if want == 2 && (!errors.Is(r[topic].Err, kerr.PolicyViolation) || !strings.Contains(r[topic].ErrMessage, "moves keys is a migration")) {
+			t.Errorf("%s: %v %q; want POLICY_VIOLATION", topic, r[topic].Err, r[topic].ErrMessage)
+		}
+		if ti, err := f.b.Topic(topic); err != nil || len(ti.Partitions) != want {
+			t.Errorf("%s: %d partitions (%v), want %d", topic, len(ti.Partitions), err, want)
+		}
+	}
+	if err := cl.ProduceSync(ctx, &kgo.Record{Topic: "keyless", Partition: 3, Value: []byte("new")}).FirstErr(); err != nil {
+		t.Fatalf("producing to a new partition: %v", err)
+	}
+	if _, end, err := f.b.Offsets("keyless", 3); err != nil || end != 1 {
+		t.Fatalf("keyless/3 ends at %d (%v), want 1", end, err)
+	}
+}

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
+
+	"github.com/outboxrelay/relay/internal/topicname"
 )
 
 // KIP-848 consumer groups (the "consumer" group protocol). The coordinator
@@ -366,6 +368,7 @@ func (g *cgroup) topicCounts() map[string]int32 {
 	for _, ti := range g.c.s.b.Topics() {
 		counts[ti.Name] = int32(len(ti.Partitions))
 	}
+	counts[topicname.ConsumerOffsets] = offsetsTopicPartitions
 	return counts
 }
 

@@ -18,7 +18,7 @@
 // Requests and responses are franz-go kmsg types. ApiVersions advertises
 // exactly these ranges:
 //
-//	Produce 3-9          Fetch 4-12            ListOffsets 1-7
+//	Produce 3-9          Fetch 4-12            ListOffsets 1-10
 //	Metadata 0-12        OffsetCommit 0-9      OffsetFetch 0-8
 //	FindCoordinator 0-4  JoinGroup 0-9         Heartbeat 0-4
 //	LeaveGroup 0-5       SyncGroup 0-5         DescribeGroups 0-5
@@ -40,8 +40,9 @@
 // reports one equal to the broker's default with the default source, any
 // other as a topic config; alterations are durable (meta.json) before they
 // answer, and a partition count is never changed by them: only
-// CreatePartitions raises it, and only when Config.AllowRepartition says
-// so (keys move), answering with the count of keys that would move. Altering the
+// CreatePartitions raises it: when it moves no key in the log at once,
+// otherwise only when Config.AllowRepartition says so, answering with the
+// count of keys that would move. Altering the
 // configs of a topic the relay publishes needs an ACL that allows it, as
 // writing to it does (see Authorization).
 //
@@ -51,6 +52,8 @@
 // decode closes that connection; other connections are unaffected.
 // OffsetForLeaderEpoch is deliberately not offered, so clients do not
 // validate positions against leader epochs (the leader epoch is always 0).
+// The repository's docs/kafka-compatibility.md lists every API with its versions
+// and what is refused by design.
 //
 // # Produce and fetch
 //
@@ -75,8 +78,9 @@
 // (fetch_session.go): an incremental fetch lists only the partitions whose
 // position changed and is answered only with those that have something
 // new.
-// ListOffsets answers earliest, latest and by timestamp (not -3, max
-// timestamp). read_uncommitted reads to the high watermark, which only
+// ListOffsets answers earliest, latest, by timestamp, max timestamp (-3),
+// earliest-local (-4) and latest-tiered (-5), the last two as a broker
+// without tiered storage does (02_list_offsets.go). read_uncommitted reads to the high watermark, which only
 // advances over durable data; read_committed to the last stable offset
 // (see Transactions).
 //
@@ -229,8 +233,11 @@
 //     and shows the bytes in flight never pass the budget, the process's
 //     peak RSS stays under its soft limit, and the relay keeps relaying).
 //   - Exhaust connections or goroutines: only up to Config.MaxConnections
-//     in all and Config.MaxConnectionsPerAddress from one address; more
-//     are closed as soon as accepted (TestConnectionLimits). Idle
+//     in all and Config.MaxConnectionsPerAddress from one address (by
+//     default, as in Kafka, no per-address limit: 500 connections from
+//     one address are served, TestDefaultLimitsServe500FromOneAddress);
+//     more are closed as soon as accepted, counted and logged
+//     (TestConnectionLimits, TestRefusalLogInterval). Idle
 //     connections are closed after Config.IdleTimeout (TestIdleTimeout).
 //   - Crash the process or corrupt the log: no. Frames that do not decode,
 //     unknown keys and versions close that connection only (fuzz_test.go);

@@ -1,7 +1,10 @@
 package protocol
 
 import (
+	"context"
 	"errors"
+	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -70,5 +73,72 @@ func TestConsumerOffsetsIsListedInternal(t *testing.T) {
 			}
 			got++
 		})
+	}
+}
+
+// TestConsumerOffsetsServedReadOnly: __consumer_offsets is served as an
+// empty, read-only partition, as franz-go's Test848RegexBrokerResolves
+// needs of it: ListOffsets answers 0 (kadm), a Produce is refused with
+// INVALID_TOPIC_EXCEPTION as Kafka refuses clients' appends to internal
+// topics, and a KIP-848 consumer whose regex the coordinator resolves is
+// assigned it beside the users' topic, consumes the users' records, and
+// fetches the internal topic without error.
+func TestConsumerOffsetsServedReadOnly(t *testing.T) {
+	t.Parallel()
+	f := setup(t, nil)
+	ctx := testContext(t, 30*time.Second)
+	f.createTopic(t, "orders", 1)
+	cl := newKgo(t, f.addr, kgo.RequestRetries(1))
+	adm := kadm.NewClient(cl)
+	for what, list := range map[string]func(context.Context, ...string) (kadm.ListedOffsets, error){
+		"start": adm.ListStartOffsets, "end": adm.ListEndOffsets,
+	} {
+		listed, err := list(ctx, "__consumer_offsets")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if o, ok := listed.Lookup("__consumer_offsets", 0); !ok || o.Err != nil || o.Offset != 0 {
+			t.Fatalf("__consumer_offsets %s offset: %+v (listed %v), want 0", what, o, ok)
+		}
+	}
+	if err := cl.ProduceSync(ctx, &kgo.Record{Topic: "__consumer_offsets", Value: []byte("x")}).FirstErr(); !errors.Is(err, kerr.InvalidTopicException) {
+		t.Fatalf("producing to __consumer_offsets: %v, want INVALID_TOPIC_EXCEPTION", err)
+	}
+	produceKeyed(t, ctx, cl, "orders", 3)
+
+	var fetchErrs []error
+	consumer := newKgo(t, f.addr, kgo.ConsumerGroup("regex-848"), kgo.ServerSideBalancer(), kgo.ConsumeRegex(),
+		kgo.ConsumeTopics("orders", "__consumer_offsets"), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.FetchMaxWait(200*time.Millisecond))
+	defer consumer.Close()
+	got := 0
+	for got < 3 {
+		fs := consumer.PollFetches(ctx)
+		if err := ctx.Err(); err != nil {
+			t.Fatalf("read %d of 3 records: %v", got, err)
+		}
+		fs.EachError(func(topic string, p int32, err error) {
+			fetchErrs = append(fetchErrs, fmt.Errorf("%s/%d: %w", topic, p, err))
+		})
+		fs.EachRecord(func(r *kgo.Record) {
+			if r.Topic != "orders" {
+				t.Fatalf("read a record of %q", r.Topic)
+			}
+			got++
+		})
+	}
+	if len(fetchErrs) > 0 {
+		t.Fatalf("fetch errors: %v", fetchErrs)
+	}
+	for {
+		if topics := consumer.GetConsumeTopics(); slices.Contains(topics, "__consumer_offsets") {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("the coordinator did not assign __consumer_offsets; consuming %v", consumer.GetConsumeTopics())
+		}
+		pctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+		consumer.PollFetches(pctx)
+		cancel()
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -78,23 +79,67 @@ func (b *budget) fetchReserve() int64 {
 	return max(b.total/2, 1)
 }
 
+// refusalLogInterval is how often, at most, the listener logs that it
+// refused connections over one limit; the refusals in between are
+// counted in the next line (and always in the metric).
+const refusalLogInterval = 10 * time.Second
+
+// refusalLog rate-limits the log lines of refused connections: one per
+// limit per refusalLogInterval, naming the limit, the address of the
+// refusal that logged and how many were refused since the last line.
+type refusalLog struct {
+	mu         sync.Mutex
+	last       map[string]time.Time
+	suppressed map[string]int64
+}
+
+// note reports whether the refusal over limit should be logged now, and
+// how many refusals over it went unlogged before it.
+func (r *refusalLog) note(limit string, now time.Time) (log bool, unlogged int64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.last == nil {
+		r.last, r.suppressed = map[string]time.Time{}, map[string]int64{}
+	}
+	if last, ok := r.last[limit]; ok && now.Sub(last) < refusalLogInterval {
+		r.suppressed[limit]++
+		return false, 0
+	}
+	unlogged = r.suppressed[limit]
+	r.last[limit], r.suppressed[limit] = now, 0
+	return true, unlogged
+}
+
 // admit counts nc against the connection limits; false means it must be
 // closed at once. Callers release admitted connections with leave.
+// Refusals are counted in the metric and logged (rate-limited) with the
+// limit and the address.
 func (s *Server) admit(nc net.Conn) bool {
 	host := remoteHost(nc)
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	var limit string
+	var value, open int
 	switch {
 	case s.cfg.MaxConnections > 0 && s.open >= s.cfg.MaxConnections:
 		s.stats.refusedTotal.Add(1)
-		return false
+		limit, value, open = "total", s.cfg.MaxConnections, s.open
 	case s.cfg.MaxConnectionsPerAddress > 0 && s.perHost[host] >= s.cfg.MaxConnectionsPerAddress:
 		s.stats.refusedPerAddress.Add(1)
-		return false
+		limit, value, open = "per_address", s.cfg.MaxConnectionsPerAddress, s.perHost[host]
+	default:
+		s.open++
+		s.perHost[host]++
+		s.mu.Unlock()
+		return true
 	}
-	s.open++
-	s.perHost[host]++
-	return true
+	s.mu.Unlock()
+	if ok, unlogged := s.refusals.note(limit, time.Now()); ok {
+		flag := map[string]string{"total": "--listener-max-connections", "per_address": "--listener-max-connections-per-address"}[limit]
+		s.log.Warn("kafka connection refused: connection limit reached; closing it",
+			"limit", limit, "max", value, "open", open, "remote", host, "setting", flag,
+			"also_refused_since_last_line", unlogged)
+	}
+	return false
 }
 
 func (s *Server) leave(nc net.Conn) {

@@ -3,7 +3,9 @@ package protocol
 import (
 	"bytes"
 	"encoding/binary"
+	"log/slog"
 	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -14,10 +16,16 @@ import (
 )
 
 // TestConnectionLimits: past the per-address limit a connection is closed
-// at once, while another address still gets in up to the total limit.
+// at once, while another address still gets in up to the total limit;
+// each limit's refusals are counted and logged with the limit and the
+// address, once per limit in the log interval.
 func TestConnectionLimits(t *testing.T) {
 	t.Parallel()
-	f := setup(t, func(c *Config) { c.MaxConnections, c.MaxConnectionsPerAddress = 5, 3 })
+	var logged lockedBuffer
+	f := setup(t, func(c *Config) {
+		c.MaxConnections, c.MaxConnectionsPerAddress = 5, 3
+		c.Logger = slog.New(slog.NewTextHandler(&logged, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	})
 	dialFrom := func(local string) *rawConn {
 		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(local)}}
 		nc, err := d.Dial("tcp", f.addr)
@@ -39,11 +47,74 @@ func TestConnectionLimits(t *testing.T) {
 		works(dialFrom("127.0.0.1"))
 	}
 	dialFrom("127.0.0.1").expectClosed()
+	dialFrom("127.0.0.1").expectClosed()
 	works(dialFrom("127.0.0.2"))
 	works(dialFrom("127.0.0.2"))
 	dialFrom("127.0.0.3").expectClosed()
-	if n := f.srv.stats.refusedPerAddress.Load() + f.srv.stats.refusedTotal.Load(); n != 2 {
-		t.Errorf("%d refused connections counted, want 2", n)
+	if a, b := f.srv.stats.refusedPerAddress.Load(), f.srv.stats.refusedTotal.Load(); a != 2 || b != 1 {
+		t.Errorf("refused connections counted: %d per address, %d in all; want 2 and 1", a, b)
+	}
+	lines := strings.Split(strings.TrimSpace(logged.String()), "\n")
+	want := []string{
+		`limit=per_address max=3 open=3 remote=127.0.0.1`,
+		`limit=total max=5 open=5 remote=127.0.0.3`,
+	}
+	if len(lines) != len(want) {
+		t.Fatalf("log lines:\n%s\nwant one per limit (the second refusal from 127.0.0.1 within the interval unlogged)", logged.String())
+	}
+	for i, w := range want {
+		if !strings.Contains(lines[i], "kafka connection refused") || !strings.Contains(lines[i], w) {
+			t.Errorf("log line %q, want it to say %q", lines[i], w)
+		}
+	}
+}
+
+// TestRefusalLogInterval: refusals over one limit are logged once per
+// interval, the next line counting those left unlogged; each limit has
+// its own interval.
+func TestRefusalLogInterval(t *testing.T) {
+	var r refusalLog
+	t0 := time.Now()
+	for i, c := range []struct {
+		limit    string
+		at       time.Duration
+		log      bool
+		unlogged int64
+	}{
+		{"per_address", 0, true, 0},
+		{"per_address", time.Second, false, 0},
+		{"per_address", 2 * time.Second, false, 0},
+		{"total", 3 * time.Second, true, 0},
+		{"per_address", refusalLogInterval, true, 2},
+		{"per_address", refusalLogInterval + time.Second, false, 0},
+	} {
+		if log, unlogged := r.note(c.limit, t0.Add(c.at)); log != c.log || unlogged != c.unlogged {
+			t.Errorf("refusal %d (%s at %v): log %v, %d unlogged; want %v, %d", i, c.limit, c.at, log, unlogged, c.log, c.unlogged)
+		}
+	}
+}
+
+// TestDefaultLimitsServe500FromOneAddress: with the limits a relay has by
+// default (no per-address limit, the total at DefaultMaxConnections), 500
+// connections from 127.0.0.1 at once are all served; 200 from one
+// address were once the most a relay let in, which failed clients of
+// several ecosystems run side by side on one host.
+func TestDefaultLimitsServe500FromOneAddress(t *testing.T) {
+	t.Parallel()
+	f := setup(t, func(c *Config) { c.MaxConnections = DefaultMaxConnections })
+	conns := make([]*rawConn, 500)
+	for i := range conns {
+		conns[i] = dialRaw(t, f.addr)
+	}
+	for i, rc := range conns {
+		req := kmsg.NewPtrApiVersionsRequest()
+		corr := rc.send(req)
+		if got := rc.recv(req.ResponseKind()); got != corr {
+			t.Fatalf("connection %d: corr %d, want %d", i, got, corr)
+		}
+	}
+	if n := f.srv.stats.refusedPerAddress.Load() + f.srv.stats.refusedTotal.Load(); n != 0 {
+		t.Errorf("%d connections refused", n)
 	}
 }
 
@@ -181,4 +252,22 @@ func TestFetchAnsweredWhileRequestsHoldBudget(t *testing.T) {
 	if used := f.srv.budget.used.Load(); used != 7<<19 {
 		t.Errorf("the fetch was answered only after the trickled frames let go (%d bytes held)", used)
 	}
+}
+
+// lockedBuffer is a bytes.Buffer safe for a logger's concurrent writes.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }

@@ -113,8 +113,13 @@ type Config struct {
 	// fetch response is cut to a quarter too.
 	MaxInFlightBytes int64
 	// MaxConnections and MaxConnectionsPerAddress bound the open
-	// connections, in all and from one client IP address (0: no limit);
-	// a connection over either is closed as soon as it is accepted.
+	// connections, in all and from one client IP address (0: no limit,
+	// as Kafka's max.connections and max.connections.per.ip are by
+	// default; the relay's command sets DefaultMaxConnections in all and
+	// no per-address limit); a connection over either is closed as soon
+	// as it is accepted, counted in
+	// relay_listener_connections_refused_total{limit} and logged at most
+	// once per limit every 10 seconds with the limit and the address.
 	MaxConnections           int
 	MaxConnectionsPerAddress int
 	// IdleTimeout closes a connection that sent no request for this long
@@ -141,6 +146,11 @@ const (
 	DefaultClusterID                 = "relay"
 	DefaultHandshakeTimeout          = 10 * time.Second
 	DefaultIOTimeout                 = 30 * time.Second
+	// DefaultMaxConnections is the total connection limit the relay's
+	// command sets: room for a fleet of thousands of clients (each
+	// holds a connection per broker it knows, plus one to its group
+	// coordinator), below the process's open-file limit.
+	DefaultMaxConnections = 10000
 )
 
 // nodeID is the broker id of the one node this server is.
@@ -250,6 +260,7 @@ type Server struct {
 	fetchSessions *fetchSessionCache
 	mechanisms    []string
 	stats         listenerStats
+	refusals      refusalLog
 
 	mu        sync.Mutex
 	closed    bool
@@ -358,7 +369,6 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		}
 		backoff = 0
 		if !s.admit(nc) {
-			s.log.Debug("kafka connection over the connection limits; closing", "remote", nc.RemoteAddr().String())
 			_ = nc.Close()
 			continue
 		}

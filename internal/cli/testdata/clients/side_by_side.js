@@ -1,0 +1,33 @@
+// One kafkajs client of TestClientsSideBySide (internal/cli): reads N
+// records of TOPIC from the start in consumer group GROUP, and prints
+// {"read": n}.
+// Usage: node side_by_side.js BOOTSTRAP TOPIC GROUP N
+const { Kafka, logLevel } = require("kafkajs");
+
+const [bootstrap, topic, group, wantArg] = process.argv.slice(2);
+const want = Number(wantArg);
+
+async function main() {
+  const kafka = new Kafka({ clientId: "side-by-side", brokers: [bootstrap], logLevel: logLevel.ERROR });
+  const consumer = kafka.consumer({ groupId: group });
+  await consumer.connect();
+  await consumer.subscribe({ topic, fromBeginning: true });
+  let read = 0;
+  const done = new Promise((resolve) => {
+    consumer.run({
+      autoCommit: false,
+      eachMessage: async () => {
+        read++;
+        if (read >= want) resolve();
+      },
+    });
+  });
+  await Promise.race([done, new Promise((resolve) => setTimeout(resolve, 50000))]);
+  await consumer.disconnect();
+  console.log(JSON.stringify({ read }));
+}
+
+main().catch((err) => {
+  console.error(`kafkajs: ${err.stack || err}`);
+  process.exit(1);
+});
