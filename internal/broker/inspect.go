@@ -78,15 +78,11 @@ func Inspect(ctx context.Context, dir string) (Inspection, error) {
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return ins, fmt.Errorf("broker: read group offsets: %w", err)
 	}
-	latest := map[groupKey]CommittedOffset{}
-	for pos := 0; pos < len(data); {
-		k, c, n, err := parseOffsetFrame(data[pos:])
-		if err != nil {
-			break // a frame being written, or a torn tail
-		}
-		latest[k] = c
-		pos += n
-	}
+	// What follows the valid frames is a frame being written, or a torn
+	// tail the next open cuts off. Membership frames (partition -1) and
+	// deletions are applied as the open applies them: the groups shown
+	// are the ones a broker opened on this directory would have.
+	latest, _, _ := readOffsets(data)
 	byGroup := map[string]*GroupInspection{}
 	for k, c := range latest {
 		g := byGroup[k.group]
@@ -96,7 +92,7 @@ func Inspect(ctx context.Context, dir string) (Inspection, error) {
 		}
 		o := InspectedOffset{PartitionLag: PartitionLag{Topic: k.topic, Partition: k.partition, Committed: c.Offset},
 			CommitTime: c.CommitTime, Metadata: c.Metadata}
-		if parts := offsets[k.topic]; int(k.partition) < len(parts) {
+		if parts := offsets[k.topic]; k.partition >= 0 && int(k.partition) < len(parts) {
 			pi := parts[k.partition]
 			o.LogStartOffset, o.HighWatermark = pi.LogStartOffset, pi.HighWatermark
 			o.Lag = max(pi.HighWatermark-max(c.Offset, pi.LogStartOffset), 0)
