@@ -13,7 +13,7 @@ import (
 )
 
 func groupsCommand() *command {
-	return &command{name: "groups", summary: "list consumer groups: members, committed offsets, lag, lag against retention", run: groups}
+	return &command{name: "groups", summary: "list consumer groups: members, committed offsets, lag, lag against retention", run: groups, readOnly: true}
 }
 
 type groupJSON struct {
