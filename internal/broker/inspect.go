@@ -62,6 +62,15 @@ func Inspect(ctx context.Context, dir string) (Inspection, error) {
 			return ins, err
 		}
 		cfg := meta.Topics[n]
+		// A broker only writes names and counts it validated: anything
+		// else is not its metadata, and a name must not lead the reads
+		// out of dir.
+		if err := ValidateTopicName(n); err != nil {
+			return ins, fmt.Errorf("broker: %s: %w", metaFile, err)
+		}
+		if cfg.Partitions < 0 || cfg.Partitions > maxPartitions {
+			return ins, fmt.Errorf("broker: %s: topic %s has %d partitions", metaFile, n, cfg.Partitions)
+		}
 		ti := TopicInfo{Name: n, Config: cfg}
 		for p := int32(0); p < cfg.Partitions; p++ {
 			pi, err := inspectPartition(partitionDir(dir, n, p), p)
@@ -166,3 +175,7 @@ func inspectPartition(dir string, id int32) (PartitionInfo, error) {
 	}
 	return pi, nil
 }
+
+// maxPartitions is the most partitions a topic may have (TopicConfig's
+// validation, AddPartitions).
+const maxPartitions = 100000

@@ -326,3 +326,90 @@ type topicJSON struct {
 	Name          string `json:"name"`
 	CleanupPolicy string `json:"cleanup_policy"`
 }
+
+// TestReadOnlyCommandsOnGarbage points the read-only commands at what is
+// not a relay's data directory or database: each refuses in one line with
+// a non-zero exit, and a database password never shows.
+func TestReadOnlyCommandsOnGarbage(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	write := func(path string, data []byte) {
+		t.Helper()
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	noise := func(n int) []byte {
+		b := make([]byte, n)
+		for i := range b {
+			b[i] = byte(i*7919 + i/3)
+		}
+		return b
+	}
+	const meta = `{"version":1,"topics":{"orders":{"partitions":2,"retention_ms":-1,"retention_bytes":-1,"cleanup_policy":"delete"}}}`
+	dirs := map[string]string{
+		"a nonexistent data dir":           filepath.Join(root, "nope"),
+		"a file":                           filepath.Join(root, "file"),
+		"random files":                     filepath.Join(root, "random"),
+		"an empty meta.json":               filepath.Join(root, "empty-meta"),
+		"a meta.json of noise":             filepath.Join(root, "noise-meta"),
+		"a meta.json of 2^31-1 partitions": filepath.Join(root, "huge-meta"),
+		"a topic named ../..":              filepath.Join(root, "escape-meta"),
+	}
+	write(dirs["a file"], noise(100))
+	for _, name := range []string{"topics", "groups", "x.log", "00000000000000000000.log"} {
+		write(filepath.Join(dirs["random files"], name), noise(300))
+	}
+	write(filepath.Join(dirs["an empty meta.json"], "meta.json"), nil)
+	write(filepath.Join(dirs["a meta.json of noise"], "meta.json"), noise(64))
+	write(filepath.Join(dirs["a meta.json of 2^31-1 partitions"], "meta.json"), []byte(`{"topics":{"orders":{"partitions":2147483647}}}`))
+	write(filepath.Join(dirs["a topic named ../.."], "meta.json"), []byte(`{"topics":{"../..":{"partitions":1}}}`))
+	for what, dir := range dirs {
+		for _, args := range [][]string{
+			{"topics", "--data-dir", dir}, {"groups", "--json", "--data-dir", dir, "--kafka-addr", ""},
+		} {
+			oneLineFailure(t, what+": relay "+strings.Join(args, " "), relay(t, nil, args...))
+		}
+		if what == "a meta.json of 2^31-1 partitions" || what == "a topic named ../.." || what == "an empty meta.json" || what == "a meta.json of noise" {
+			continue // log dump reads the topics directory, not meta.json
+		}
+		oneLineFailure(t, what+": relay log dump", relay(t, nil, "log", "dump", "--data-dir", dir))
+	}
+
+	// Truncated and noisy group offsets: what precedes the first bad
+	// frame is a commit being written or a torn tail (a crash mid-write),
+	// which the broker's next open cuts off. The groups before it show.
+	good := filepath.Join(root, "torn-offsets")
+	write(filepath.Join(good, "meta.json"), []byte(meta))
+	write(filepath.Join(good, "groups", "offsets.log"), noise(50))
+	if out := succeeds(t, "groups", "--data-dir", good, "--kafka-addr", ""); !strings.Contains(out, "no consumer groups") {
+		t.Errorf("groups on an offsets file of noise: %q", out)
+	}
+	succeeds(t, "topics", "--data-dir", good)
+
+	schemas := t.TempDir()
+	write(filepath.Join(schemas, "orders-value.json"), []byte(`{"type":"object"}`))
+	for _, url := range []string{
+		"postgres://relay:hunter2@127.0.0.1:1/relay",
+		"not a url",
+		"postgres://relay:hunter2@127.0.0.1:1/relay?sslmode=bogus",
+	} {
+		for _, cmd := range [][]string{
+			{"status", "--http-addr", ""}, {"dead-letters", "list", "--json"}, {"dead-letters", "show"},
+			{"schema", "check", "--dir", schemas}, {"migrate", "status"},
+		} {
+			args := append(append([]string{}, cmd...), "--database-url", url)
+			if cmd[1] == "show" {
+				args = append(args, "1")
+			}
+			r := relay(t, nil, args...)
+			oneLineFailure(t, "relay "+strings.Join(args, " "), r)
+			if strings.Contains(r.Stdout+r.Stderr, "hunter2") {
+				t.Errorf("relay %s shows the password: %s", strings.Join(args, " "), r.Stdout+r.Stderr)
+			}
+		}
+	}
+}
