@@ -17,6 +17,10 @@ import (
 type Inspection struct {
 	Topics []TopicInfo
 	Groups []GroupInspection
+	// OffsetsUnread is how many bytes of groups/offsets.log follow its
+	// last valid frame: a commit being written, or a torn or damaged tail
+	// the broker's next open cuts aside.
+	OffsetsUnread int
 }
 
 // GroupInspection is one group's committed offsets and lag per partition.
@@ -91,7 +95,8 @@ func Inspect(ctx context.Context, dir string) (Inspection, error) {
 	// tail the next open cuts off. Membership frames (partition -1) and
 	// deletions are applied as the open applies them: the groups shown
 	// are the ones a broker opened on this directory would have.
-	latest, _, _ := readOffsets(data)
+	latest, _, valid := readOffsets(data)
+	ins.OffsetsUnread = len(data) - valid
 	byGroup := map[string]*GroupInspection{}
 	for k, c := range latest {
 		g := byGroup[k.group]

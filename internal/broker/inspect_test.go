@@ -46,6 +46,9 @@ func TestInspectGroupsAsTheOpenReadsThem(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", when, err)
 		}
+		if ins.OffsetsUnread != 0 && when != "with a torn tail" {
+			t.Fatalf("%s: %d unread bytes of offsets", when, ins.OffsetsUnread)
+		}
 		type row struct {
 			group     string
 			partition int32
@@ -84,4 +87,7 @@ func TestInspectGroupsAsTheOpenReadsThem(t *testing.T) {
 	}
 	f.Close()
 	check("with a torn tail")
+	if ins, err := Inspect(ctx, dir); err != nil || ins.OffsetsUnread != len(frame)-1 {
+		t.Fatalf("unread offsets bytes %d, %v; want %d", ins.OffsetsUnread, err, len(frame)-1)
+	}
 }
