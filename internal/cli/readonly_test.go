@@ -250,6 +250,9 @@ func TestReadOnlyCommandsOnLeftovers(t *testing.T) {
 				t.Errorf("log dump of the transactional topic lacks its markers:\n%s", dump)
 			}
 			succeeds(t, "log", "dump", "--data-dir", dataDir)
+			if dump := succeeds(t, "log", "dump", "--data-dir", dataDir, "--format", "json", "--topic", "prices"); strings.Count(dump, `"value":null`) != 2 {
+				t.Errorf("log dump of the compacted topic: want its 2 tombstones:\n%s", dump)
+			}
 			var dls []deadLetterJSON
 			if err := json.Unmarshal([]byte(succeeds(t, "dead-letters", "list", "--json", "--database-url", url)), &dls); err != nil || len(dls) != 4 {
 				t.Errorf("dead-letters list --json: %d dead letters, %v; want 4", len(dls), err)
