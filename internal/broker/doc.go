@@ -360,7 +360,11 @@
 // time it becomes Stable or Empty, fsynced, and restores them when it
 // starts, so a restart or takeover keeps the group; a binary older than
 // it would list that frame as an offset of topic ""). A torn tail is cut
-// aside like a segment's. The
+// aside like a segment's. Inspect (relay groups) reads the file through
+// the same frame parser and the same application of frames as the open
+// (readOffsets, applyOffsetFrame), without cutting anything, so it shows
+// exactly the offsets a broker opened on the directory would have
+// (TestInspectGroupsAsTheOpenReadsThem, FuzzInspectOffsets). The
 // file is rewritten atomically with only live entries once it passes
 // OffsetsCompactBytes and is at least half superseded frames.
 //

@@ -133,6 +133,39 @@ func parseOffsetFrame(b []byte) (groupKey, CommittedOffset, int, error) {
 	return k, c, int(8 + n), nil
 }
 
+// applyOffsetFrame applies one parsed frame of the offsets file: a
+// membership state, a committed offset, or the deletion of either. The
+// open and Inspect both read the file through it, so that they agree on
+// what it holds.
+func applyOffsetFrame(offsets map[groupKey]CommittedOffset, memberships map[string]string, k groupKey, c CommittedOffset) {
+	switch {
+	case k.isMembership() && c.Offset == deletedOffset:
+		delete(memberships, k.group)
+	case k.isMembership():
+		memberships[k.group] = c.Metadata
+	case c.Offset == deletedOffset:
+		delete(offsets, k)
+	default:
+		offsets[k] = c
+	}
+}
+
+// readOffsets reads the frames of an offsets file's contents up to the
+// first torn or damaged one and returns the committed offsets and
+// membership states they leave, and how many bytes were valid.
+func readOffsets(data []byte) (offsets map[groupKey]CommittedOffset, memberships map[string]string, valid int) {
+	offsets, memberships = map[groupKey]CommittedOffset{}, map[string]string{}
+	for valid < len(data) {
+		k, c, n, err := parseOffsetFrame(data[valid:])
+		if err != nil {
+			break
+		}
+		applyOffsetFrame(offsets, memberships, k, c)
+		valid += n
+	}
+	return offsets, memberships, valid
+}
+
 func openGroupStore(fsys FS, dir string, compactBytes int64, logger *slog.Logger, h *health) (*groupStore, error) {
 	if err := fsys.MkdirAll(dir, 0o755); err != nil {
 		return nil, storageErr("create groups dir", err)
@@ -144,16 +177,7 @@ func openGroupStore(fsys FS, dir string, compactBytes int64, logger *slog.Logger
 		if err != nil {
 			return 0, err
 		}
-		switch {
-		case k.isMembership() && c.Offset == deletedOffset:
-			delete(g.memberships, k.group)
-		case k.isMembership():
-			g.memberships[k.group] = c.Metadata
-		case c.Offset == deletedOffset:
-			delete(g.offsets, k)
-		default:
-			g.offsets[k] = c
-		}
+		applyOffsetFrame(g.offsets, g.memberships, k, c)
 		return n, nil
 	})
 	if err != nil {

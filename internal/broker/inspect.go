@@ -17,6 +17,10 @@ import (
 type Inspection struct {
 	Topics []TopicInfo
 	Groups []GroupInspection
+	// OffsetsUnread is how many bytes of groups/offsets.log follow its
+	// last valid frame: a commit being written, or a torn or damaged tail
+	// the broker's next open cuts aside.
+	OffsetsUnread int
 }
 
 // GroupInspection is one group's committed offsets and lag per partition.
@@ -62,6 +66,15 @@ func Inspect(ctx context.Context, dir string) (Inspection, error) {
 			return ins, err
 		}
 		cfg := meta.Topics[n]
+		// A broker only writes names and counts it validated: anything
+		// else is not its metadata, and a name must not lead the reads
+		// out of dir.
+		if err := ValidateTopicName(n); err != nil {
+			return ins, fmt.Errorf("broker: %s: %w", metaFile, err)
+		}
+		if cfg.Partitions < 0 || cfg.Partitions > maxPartitions {
+			return ins, fmt.Errorf("broker: %s: topic %s has %d partitions", metaFile, n, cfg.Partitions)
+		}
 		ti := TopicInfo{Name: n, Config: cfg}
 		for p := int32(0); p < cfg.Partitions; p++ {
 			pi, err := inspectPartition(partitionDir(dir, n, p), p)
@@ -78,15 +91,12 @@ func Inspect(ctx context.Context, dir string) (Inspection, error) {
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return ins, fmt.Errorf("broker: read group offsets: %w", err)
 	}
-	latest := map[groupKey]CommittedOffset{}
-	for pos := 0; pos < len(data); {
-		k, c, n, err := parseOffsetFrame(data[pos:])
-		if err != nil {
-			break // a frame being written, or a torn tail
-		}
-		latest[k] = c
-		pos += n
-	}
+	// What follows the valid frames is a frame being written, or a torn
+	// tail the next open cuts off. Membership frames (partition -1) and
+	// deletions are applied as the open applies them: the groups shown
+	// are the ones a broker opened on this directory would have.
+	latest, _, valid := readOffsets(data)
+	ins.OffsetsUnread = len(data) - valid
 	byGroup := map[string]*GroupInspection{}
 	for k, c := range latest {
 		g := byGroup[k.group]
@@ -96,7 +106,7 @@ func Inspect(ctx context.Context, dir string) (Inspection, error) {
 		}
 		o := InspectedOffset{PartitionLag: PartitionLag{Topic: k.topic, Partition: k.partition, Committed: c.Offset},
 			CommitTime: c.CommitTime, Metadata: c.Metadata}
-		if parts := offsets[k.topic]; int(k.partition) < len(parts) {
+		if parts := offsets[k.topic]; k.partition >= 0 && int(k.partition) < len(parts) {
 			pi := parts[k.partition]
 			o.LogStartOffset, o.HighWatermark = pi.LogStartOffset, pi.HighWatermark
 			o.Lag = max(pi.HighWatermark-max(c.Offset, pi.LogStartOffset), 0)
@@ -170,3 +180,7 @@ func inspectPartition(dir string, id int32) (PartitionInfo, error) {
 	}
 	return pi, nil
 }
+
+// maxPartitions is the most partitions a topic may have (TopicConfig's
+// validation, AddPartitions).
+const maxPartitions = 100000

@@ -17,8 +17,8 @@ import (
 
 func deadLettersCommand() *command {
 	return group("dead-letters", "list, show, retry or discard events that could not be published",
-		&command{name: "list", summary: "list dead letters (unresolved ones unless --resolved)", run: deadLettersList},
-		&command{name: "show", summary: "show one dead letter whole: relay dead-letters show ID", run: deadLettersShow},
+		&command{name: "list", summary: "list dead letters (unresolved ones unless --resolved)", run: deadLettersList, readOnly: true},
+		&command{name: "show", summary: "show one dead letter whole: relay dead-letters show ID", run: deadLettersShow, readOnly: true},
 		&command{name: "retry", summary: "put events back into the outbox with their original event ids: ids, or filters", run: deadLettersRetry},
 		&command{name: "discard", summary: "mark dead letters discarded, with --note: ids, or filters", run: deadLettersDiscard})
 }

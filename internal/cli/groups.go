@@ -13,7 +13,7 @@ import (
 )
 
 func groupsCommand() *command {
-	return &command{name: "groups", summary: "list consumer groups: members, committed offsets, lag, lag against retention", run: groups}
+	return &command{name: "groups", summary: "list consumer groups: members, committed offsets, lag, lag against retention", run: groups, readOnly: true}
 }
 
 type groupJSON struct {
@@ -73,6 +73,10 @@ func groups(ctx context.Context, stdio IO, args []string) error {
 	}
 	if asJSON {
 		return writeJSON(stdio.Stdout, out)
+	}
+	if ins.OffsetsUnread > 0 {
+		fmt.Fprintf(stdio.Stdout, "note: the last %d bytes of groups/offsets.log are no valid commit (one being written, or a torn or damaged tail, which the relay's next start sets aside)\n",
+			ins.OffsetsUnread)
 	}
 	if len(out) == 0 {
 		fmt.Fprintln(stdio.Stdout, "no consumer groups have committed offsets")

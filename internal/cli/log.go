@@ -8,7 +8,7 @@ import (
 
 func logCommand() *command {
 	return group("log", "read the embedded broker's files",
-		&command{name: "dump", summary: "print records from the log files (read-only, safe while the daemon runs)", run: logDump})
+		&command{name: "dump", summary: "print records from the log files (read-only, safe while the daemon runs)", run: logDump, readOnly: true})
 }
 
 func logDump(ctx context.Context, stdio IO, args []string) error {

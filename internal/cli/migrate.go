@@ -18,7 +18,7 @@ func migrateCommand() *command {
 	return group("migrate", "apply, roll back or show Relay's SQL migrations",
 		&command{name: "up", summary: "apply every pending migration", run: migrateUp},
 		&command{name: "down", summary: "roll back one migration, or down to --to N", run: migrateDown},
-		&command{name: "status", summary: "list applied and pending versions", run: migrateStatus})
+		&command{name: "status", summary: "list applied and pending versions", run: migrateStatus, readOnly: true})
 }
 
 // dbFlags are the connection flags every database command shares.

@@ -17,7 +17,7 @@ func schemaCommand() *command {
 		name:    "schema",
 		summary: "check schema files against their contracts, and register them",
 		sub: []*command{
-			{name: "check", summary: "compare schema files with the registered versions (--against registry) or with the files at a git revision (--against git:REV); exit 1 on a breaking change", run: schemaCheck},
+			{name: "check", summary: "compare schema files with the registered versions (--against registry) or with the files at a git revision (--against git:REV); exit 1 on a breaking change", run: schemaCheck, readOnly: true},
 			{name: "register", summary: "register schema files in the embedded registry, each as its subject's next version, if all are compatible", run: schemaRegister},
 		},
 	}

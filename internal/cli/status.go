@@ -26,7 +26,7 @@ import (
 )
 
 func statusCommand() *command {
-	return &command{name: "status", summary: "show the relay's state: leader, position, backlog, slot lag, replays", run: status}
+	return &command{name: "status", summary: "show the relay's state: leader, position, backlog, slot lag, replays", run: status, readOnly: true}
 }
 
 // statusReport is what `relay status` prints; its JSON form is for

@@ -12,7 +12,7 @@ import (
 
 func topicsCommand() *command {
 	return &command{name: "topics", summary: "list the embedded broker's topics (read-only, safe while the daemon runs); create, alter, describe, delete one",
-		run: topics, sub: topicAdminCommands()}
+		run: topics, sub: topicAdminCommands(), readOnly: true}
 }
 
 type topicJSON struct {
