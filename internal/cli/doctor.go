@@ -14,7 +14,7 @@ import (
 )
 
 func doctorCommand() *command {
-	return &command{name: "doctor", summary: "check everything relay run needs (takes run's flags and config), PASS/WARN/FAIL with fixes", run: runDoctor}
+	return &command{name: "doctor", summary: "check everything relay run needs (takes run's flags and config), PASS/WARN/FAIL with fixes", run: runDoctor, readOnly: true}
 }
 
 // errChecksFailed ends relay doctor with status 1 once the report is out.

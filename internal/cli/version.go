@@ -12,7 +12,7 @@ import (
 
 func versionCommand(name string) *command {
 	return &command{name: "version", summary: "print the version, commit, build date and Go version (also --version, -v)",
-		run: func(ctx context.Context, stdio IO, args []string) error { return printVersion(name, stdio, args) }}
+		run: func(ctx context.Context, stdio IO, args []string) error { return printVersion(name, stdio, args) }, readOnly: true}
 }
 
 // isVersionFlag reports whether arg asks the root command for the version.
