@@ -166,6 +166,9 @@ func (s *Source) Start(ctx context.Context, from relay.Position) error {
 		}
 		st.confirmed = mk.lsn
 	}
+	if w := s.failoverWarning(ctx, conn); w != "" {
+		s.log.Warn(w)
+	}
 
 	pool, err := s.connectPool(ctx)
 	if err != nil {
