@@ -299,7 +299,11 @@
 //
 // On PostgreSQL 17 and later the slot is created with the failover
 // property (CREATE_REPLICATION_SLOT ... (SNAPSHOT 'export', FAILOVER
-// true); Config.NoFailoverSlot turns it off). A physical standby with
+// true); Config.NoFailoverSlot turns it off), and Start gives an existing
+// slot without the property that property (ALTER_REPLICATION_SLOT, while
+// the slot is not streamed; a failure is logged and the slot used as it
+// is: TestFailoverStateWithoutStandby, internal/pgmajors). A physical
+// standby with
 // sync_replication_slots = on, hot_standby_feedback = on, a physical slot
 // (primary_slot_name) and a dbname in primary_conninfo then keeps a
 // synchronized copy of it; with synchronized_standby_slots naming that

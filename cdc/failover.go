@@ -67,7 +67,7 @@ func (st FailoverState) Warning(slot string) string {
 	case st.Standby:
 		return ""
 	case !st.Failover:
-		return fmt.Sprintf("replication slot %q was created without failover: a promoted standby will not have it and the relay will read the outbox table again (recreate the slot, or run ALTER_REPLICATION_SLOT %s (FAILOVER true))", slot, slot)
+		return fmt.Sprintf("replication slot %q has no failover property: a promoted standby will not have it and the relay will read the outbox table again (the WAL reader sets it when it starts with --cdc-failover-slot)", slot)
 	case len(st.StandbySlots) == 0:
 		return fmt.Sprintf("replication slot %q has failover, but synchronized_standby_slots is empty: a standby's copy may lag behind what the relay received", slot)
 	case len(st.InactiveStandbySlots) > 0:
@@ -146,4 +146,30 @@ func (s *Source) failoverWarning(ctx context.Context, db Querier) string {
 		return err.Error()
 	}
 	return st.Warning(s.slotName())
+}
+
+// ensureFailover gives an existing slot created without the failover
+// property (by a relay before PostgreSQL 17, or with NoFailoverSlot) that
+// property, on PostgreSQL 17 and later unless NoFailoverSlot is set. The
+// slot is not streamed at this point, as ALTER_REPLICATION_SLOT requires.
+// A failure is logged, not returned: the slot works without it, and
+// Warnings says so.
+func (s *Source) ensureFailover(ctx context.Context, conn *pgx.Conn) {
+	if s.cfg.NoFailoverSlot {
+		return
+	}
+	st, err := SlotFailoverState(ctx, conn, s.slotName())
+	if err != nil || !st.Supported || st.Standby || !st.Exists || st.Failover {
+		return
+	}
+	repl, err := s.connectReplication(ctx, nil)
+	if err == nil {
+		defer repl.Close(context.WithoutCancel(ctx))
+		_, err = repl.Exec(ctx, "ALTER_REPLICATION_SLOT "+s.slotName()+" (FAILOVER true)").ReadAll()
+	}
+	if err != nil {
+		s.log.Warn("could not give the replication slot the failover property", "err", err)
+		return
+	}
+	s.log.Info("gave the replication slot the failover property: standbys with sync_replication_slots = on keep a copy of it")
 }

@@ -2,6 +2,7 @@ package pgmajors_test
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -17,7 +18,8 @@ import (
 // its slot with failover unless told not to, and without a standby both
 // slots are reported as not surviving a promotion, each for its reason;
 // Source.Warnings reports it only for the reader that asked for a
-// failover slot. On 16 the server has no failover slots and nothing is
+// failover slot. A reader started with failover slots on gives an existing
+// slot without the property that property. On 16 the server has no failover slots and nothing is
 // reported.
 func TestFailoverStateWithoutStandby(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -63,11 +65,30 @@ func TestFailoverStateWithoutStandby(t *testing.T) {
 		if w := withFailover.Warnings(ctx); len(w) != 1 || !strings.Contains(w[0], "synchronized_standby_slots is empty") {
 			t.Fatalf("the default slot's warnings: %q", w)
 		}
-		if !b.Exists || b.Failover || !strings.Contains(b.Warning("without_failover"), "created without failover") {
+		if !b.Exists || b.Failover || !strings.Contains(b.Warning("without_failover"), "has no failover property") {
 			t.Fatalf("the slot made with NoFailoverSlot: %+v, %q", b, b.Warning("without_failover"))
 		}
 		if w := without.Warnings(ctx); len(w) != 0 {
 			t.Fatalf("a reader that asked for no failover slot warns: %q", w)
+		}
+		// Started without NoFailoverSlot, a reader gives its existing slot
+		// the failover property.
+		if err := without.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+		again, err := cdc.New(cdc.Config{DatabaseURL: url, SlotName: "without_failover", Logger: testlog.New(t, 0)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for err = again.Start(ctx, relay.Position{}); errors.Is(err, cdc.ErrSlotActive); err = again.Start(ctx, relay.Position{}) {
+			time.Sleep(100 * time.Millisecond)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { again.Close(context.Background()) })
+		if b, err = cdc.SlotFailoverState(ctx, conn, "without_failover"); err != nil || !b.Failover {
+			t.Fatalf("after a start with failover slots on, the slot: %+v, %v", b, err)
 		}
 		if _, err := conn.Exec(ctx, "ALTER SYSTEM SET synchronized_standby_slots = 'absent_standby'"); err != nil {
 			t.Fatal(err)
