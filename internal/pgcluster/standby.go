@@ -126,7 +126,7 @@ var skipContents = map[string]bool{
 var skipFiles = map[string]bool{"postmaster.pid": true, "postmaster.opts": true, "standby.signal": true, "recovery.signal": true}
 
 // copyDataDir copies a running server's data directory, keeping modes and
-// giving the copies to cred when chown is set. Files that vanish during the
+// giving the copies to cred's user (nil: the current user). Files that vanish during the
 // copy are skipped: the WAL replay from the backup's start restores them.
 func copyDataDir(src, dst string, cred *syscall.Credential) error {
 	return filepath.WalkDir(src, func(path string, d fs.DirEntry, err error) error {
