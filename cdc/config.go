@@ -60,6 +60,12 @@ type Config struct {
 	// server then holds every transaction until it commits (in memory up
 	// to logical_decoding_work_mem, on its disk beyond).
 	NoStreaming bool
+	// NoFailoverSlot creates the slot without the failover property even
+	// on PostgreSQL 17 and later, where by default it is created with it,
+	// so that a standby with sync_replication_slots = on keeps a
+	// synchronized copy that a promotion makes usable (see the package
+	// documentation, "Failover slots").
+	NoFailoverSlot bool
 	// StreamMemoryBytes bounds the memory held by streamed transactions
 	// that have not committed yet, all of them together (default 16 MiB);
 	// beyond it their events are spilled to files in SpillDir.

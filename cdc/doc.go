@@ -294,4 +294,48 @@
 // queued events, waits until the core acknowledged every event Next
 // already returned (so the table holds exactly the rest), and then
 // recreates the slot and reads the table as above.
+//
+// # Failover slots
+//
+// On PostgreSQL 17 and later the slot is created with the failover
+// property (CREATE_REPLICATION_SLOT ... (SNAPSHOT 'export', FAILOVER
+// true); Config.NoFailoverSlot turns it off), and Start gives an existing
+// slot without the property that property (ALTER_REPLICATION_SLOT, while
+// the slot is not streamed; a failure is logged and the slot used as it
+// is: TestFailoverStateWithoutStandby, internal/pgmajors). A physical
+// standby with
+// sync_replication_slots = on, hot_standby_feedback = on, a physical slot
+// (primary_slot_name) and a dbname in primary_conninfo then keeps a
+// synchronized copy of it; with synchronized_standby_slots naming that
+// physical slot on the primary, the primary's walsender sends the relay
+// nothing the standby has not confirmed, so the copy's position is never
+// ahead of the WAL the standby has. Faults:
+//
+//   - Primary lost, standby promoted, the relay's connections pointed at
+//     it: the reader reconnects to the same slot name, finds the copy and
+//     its record in <schema>.cdc_slots (replicated like every table) and
+//     streams on. The copy may be behind what the relay acknowledged on
+//     the old primary (synchronization runs every few seconds): what it
+//     sends again is at or below the acknowledged position and dropped,
+//     as after a reconnect; what the relay published but whose
+//     acknowledgement the standby never received is recognised by the
+//     sink as after a SIGKILL between the two acknowledgements. No table
+//     read, no loss, no duplicate: TestFailoverSlotSurvivesPromotion
+//     (internal/pgmajors) promotes a standby under load.
+//   - Without a synchronized copy (no failover property, no
+//     sync_replication_slots, a standby that never caught up with the
+//     slot, PostgreSQL 16 or earlier) the promoted server has no slot:
+//     the reader recreates it and reads the table, as for a dropped slot
+//     above (no loss; events the old slot had sent and the relay
+//     published but did not acknowledge are recognised by the sink).
+//   - Events committed on the old primary that never reached the standby
+//     are lost with it (asynchronous replication): no relay can publish
+//     them. synchronized_standby_slots only keeps the relay from
+//     publishing events the standby does not have.
+//
+// SlotFailoverState reads whether a promotion would find the slot (the
+// failover property and synchronized_standby_slots with all its standbys
+// streaming on a primary; the synced copy on a standby), and
+// Source.Warnings reports it in the relay's /readyz as a warning, which
+// does not make the relay unready; Start logs it at warning level.
 package cdc

@@ -93,10 +93,19 @@ func (s *Source) createSlot(ctx context.Context, conn *pgx.Conn, st slotState) (
 		return marker{}, err
 	}
 	defer repl.Close(context.WithoutCancel(ctx))
-	res, err := pglogrepl.CreateReplicationSlot(ctx, repl, name, "pgoutput", pglogrepl.CreateReplicationSlotOptions{
-		Mode:           pglogrepl.LogicalReplication,
-		SnapshotAction: "EXPORT_SNAPSHOT",
-	})
+	failover := !s.cfg.NoFailoverSlot && serverMajor(repl.ParameterStatus("server_version")) >= 17
+	var res pglogrepl.CreateReplicationSlotResult
+	if failover {
+		// The option list syntax (PostgreSQL 15 and later) is the only
+		// one that takes FAILOVER (17 and later).
+		res, err = pglogrepl.ParseCreateReplicationSlot(repl.Exec(ctx,
+			"CREATE_REPLICATION_SLOT "+name+" LOGICAL pgoutput (SNAPSHOT 'export', FAILOVER true)"))
+	} else {
+		res, err = pglogrepl.CreateReplicationSlot(ctx, repl, name, "pgoutput", pglogrepl.CreateReplicationSlotOptions{
+			Mode:           pglogrepl.LogicalReplication,
+			SnapshotAction: "EXPORT_SNAPSHOT",
+		})
+	}
 	if err != nil {
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) && pgErr.Code == "53400" {
@@ -126,7 +135,7 @@ func (s *Source) createSlot(ctx context.Context, conn *pgx.Conn, st slotState) (
 	if err := s.q.CompleteMark(ctx, conn, name, lsn.String(), snapshot); err != nil {
 		return marker{}, fmt.Errorf("cdc: recording the slot creation: %w", err)
 	}
-	s.log.Info("created the replication slot", "consistent_point", lsn.String(), "snapshot", snapshot)
+	s.log.Info("created the replication slot", "consistent_point", lsn.String(), "snapshot", snapshot, "failover", failover)
 	return marker{exists: true, lsn: lsn, snapshot: snapshot}, nil
 }
 

@@ -166,6 +166,10 @@ func (s *Source) Start(ctx context.Context, from relay.Position) error {
 		}
 		st.confirmed = mk.lsn
 	}
+	s.ensureFailover(ctx, conn)
+	if w := s.failoverWarning(ctx, conn); w != "" {
+		s.log.Warn(w)
+	}
 
 	pool, err := s.connectPool(ctx)
 	if err != nil {

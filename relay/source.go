@@ -82,6 +82,14 @@ type Source interface {
 	Close(ctx context.Context) error
 }
 
+// Warner is implemented by sources that can tell of conditions an
+// operator should know about that do not make the relay unready (the WAL
+// reader's slot that would not survive a promotion of a standby). /readyz
+// lists them as warnings, each one line.
+type Warner interface {
+	Warnings(ctx context.Context) []string
+}
+
 // Resetter is implemented by sources that keep progress of their own in
 // the database (the WAL reader's replication slot). The core calls Reset
 // before Start when the checkpoint was written by another kind of reader:

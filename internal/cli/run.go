@@ -52,6 +52,7 @@ type runFlags struct {
 	publication     string
 	heartbeat       time.Duration
 	cdcStreaming    bool
+	cdcFailoverSlot bool
 	logFormat       string
 	logLevel        string
 	retain          time.Duration
@@ -102,6 +103,7 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.slot, "slot", "", "cdc reader: replication slot name (default relay_<schema>_<database oid>, unique in the cluster; relay_<schema> when a slot of that name, the earlier default, exists in the database)")
 	fs.StringVar(&f.publication, "publication", "", "cdc reader: publication name (default relay_<schema>)")
 	fs.DurationVar(&f.heartbeat, "heartbeat-interval", 10*time.Second, "cdc reader: how often a WAL message lets the slot advance while the outbox is idle")
+	fs.BoolVar(&f.cdcFailoverSlot, "cdc-failover-slot", true, "cdc reader: on PostgreSQL 17 and later, create the slot with failover, so that standbys with sync_replication_slots = on keep a copy a promotion can continue from; /readyz warns when the slot would not survive a promotion; false: a slot only on the primary, no warnings")
 	fs.BoolVar(&f.cdcStreaming, "cdc-streaming", true, "cdc reader: on PostgreSQL 14 and later, have the server stream large transactions while they run (pgoutput protocol 2), held by the relay until commit and spilled to a temporary directory beyond 16 MiB; false: protocol 1, the server holds each transaction until it commits")
 	fs.DurationVar(&f.retain, "retain", 0, "keep published events this long in <schema>.events_archive for relay replay (0 deletes them once published)")
 	fs.DurationVar(&f.pruneInterval, "prune-interval", time.Minute, "with --retain: how often archived events older than the retention are deleted")
@@ -393,7 +395,7 @@ func (f *runFlags) newSource(log *slog.Logger, metrics *relay.Metrics) (relay.So
 	}
 	src, err := cdc.New(cdc.Config{DatabaseURL: f.db.url, Schema: f.db.schema, SlotName: f.slot,
 		PublicationName: f.publication, HeartbeatInterval: f.heartbeat, Logger: log, QueueBytes: 2 * f.batchBytes,
-		NoStreaming: !f.cdcStreaming})
+		NoStreaming: !f.cdcStreaming, NoFailoverSlot: !f.cdcFailoverSlot})
 	if err != nil {
 		return nil, err
 	}

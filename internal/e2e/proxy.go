@@ -101,7 +101,10 @@ func (p *Proxy) serve(client net.Conn) {
 		client.Close()
 		return
 	}
-	up, err := net.DialTimeout("tcp", p.target, 10*time.Second)
+	p.mu.Lock()
+	target := p.target
+	p.mu.Unlock()
+	up, err := net.DialTimeout("tcp", target, 10*time.Second)
 	if err != nil {
 		client.Close()
 		return
@@ -206,6 +209,15 @@ func (p *Proxy) Cut() int {
 		c.Close()
 	}
 	return n
+}
+
+// Retarget forwards the connections made from now on to target (a
+// promoted standby, say); connections already made stay with the old
+// target until they end or are cut.
+func (p *Proxy) Retarget(target string) {
+	p.mu.Lock()
+	p.target = target
+	p.mu.Unlock()
 }
 
 // Blackhole stops forwarding in both directions without closing anything:

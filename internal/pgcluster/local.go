@@ -82,9 +82,29 @@ type localServer struct {
 	cmd     *exec.Cmd
 	exited  chan struct{}
 	logPath string
+	// settings are the postgresql.conf settings the server runs with.
+	settings map[string]string
 }
 
 func startLocal(ctx context.Context, bin binaries, opts Options) (*Cluster, error) {
+	s, err := newLocalServer(bin)
+	if err != nil {
+		return nil, err
+	}
+	initdb := exec.CommandContext(ctx, bin.initdb, "-D", s.dataDir, "-U", "postgres", "-A", "trust",
+		"-E", "UTF8", "--locale=C", "--no-sync", "--no-instructions")
+	initdb.Dir = s.root
+	initdb.SysProcAttr = &syscall.SysProcAttr{Credential: s.cred}
+	if out, err := initdb.CombinedOutput(); err != nil {
+		os.RemoveAll(s.root)
+		return nil, fmt.Errorf("pgcluster: initdb: %w: %s", err, bytes.TrimSpace(out))
+	}
+	return s.launch(ctx, settings(opts))
+}
+
+// newLocalServer makes the temporary directory of a local server, owned by
+// the OS user the server runs as; its data directory is yet to be made.
+func newLocalServer(bin binaries) (*localServer, error) {
 	removeStaleDirs()
 	cred, err := runAs()
 	if err != nil {
@@ -95,36 +115,32 @@ func startLocal(ctx context.Context, bin binaries, opts Options) (*Cluster, erro
 		return nil, fmt.Errorf("pgcluster: %w", err)
 	}
 	s := &localServer{bin: bin, cred: cred, root: root, dataDir: filepath.Join(root, "data"), logPath: filepath.Join(root, "postgres.log")}
-	ok := false
-	defer func() {
-		if !ok {
-			s.kill()
-			os.RemoveAll(root)
-		}
-	}()
 	if err := os.WriteFile(filepath.Join(root, "owner.pid"), []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
+		os.RemoveAll(root)
 		return nil, fmt.Errorf("pgcluster: %w", err)
 	}
 	if cred != nil {
 		if err := os.Chown(root, int(cred.Uid), int(cred.Gid)); err != nil {
+			os.RemoveAll(root)
 			return nil, fmt.Errorf("pgcluster: %w", err)
 		}
 	}
-	initdb := exec.CommandContext(ctx, bin.initdb, "-D", s.dataDir, "-U", "postgres", "-A", "trust",
-		"-E", "UTF8", "--locale=C", "--no-sync", "--no-instructions")
-	initdb.Dir = root
-	initdb.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
-	if out, err := initdb.CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("pgcluster: initdb: %w: %s", err, bytes.TrimSpace(out))
-	}
-	var lastErr error
+	return s, nil
+}
+
+// launch starts the server on a free port with the settings and returns
+// its Cluster; on failure it removes the server's directory.
+func (s *localServer) launch(ctx context.Context, conf map[string]string) (*Cluster, error) {
+	s.settings = conf
+	var err, lastErr error
 	for attempt := 0; attempt < 3; attempt++ {
 		if s.port, err = freePort(); err != nil {
+			os.RemoveAll(s.root)
 			return nil, err
 		}
 		s.args = []string{"-D", s.dataDir, "-p", strconv.Itoa(s.port), "-c", "listen_addresses=127.0.0.1",
-			"-c", "unix_socket_directories=" + root}
-		for name, value := range settings(opts) {
+			"-c", "unix_socket_directories=" + s.root}
+		for name, value := range conf {
 			s.args = append(s.args, "-c", name+"="+value)
 		}
 		if lastErr = s.start(ctx); lastErr == nil {
@@ -132,16 +148,18 @@ func startLocal(ctx context.Context, bin binaries, opts Options) (*Cluster, erro
 		}
 	}
 	if lastErr != nil {
+		s.kill()
+		os.RemoveAll(s.root)
 		return nil, lastErr
 	}
-	ok = true
 	return &Cluster{
 		kind:    KindLocal,
 		url:     s.url(),
 		dataDir: s.dataDir,
+		local:   s,
 		stop: func(ctx context.Context) error {
 			err := s.shutdown(ctx, syscall.SIGINT)
-			if rmErr := os.RemoveAll(root); rmErr != nil {
+			if rmErr := os.RemoveAll(s.root); rmErr != nil {
 				err = errors.Join(err, rmErr)
 			}
 			return err

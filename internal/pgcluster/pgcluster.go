@@ -4,7 +4,10 @@
 // Start tries, in order: a server built from the local PostgreSQL binaries
 // (initdb and postgres, found on PATH or under /usr/lib/postgresql/*/bin) in
 // a temporary directory, and then a container through testcontainers-go when
-// a Docker engine answers. When neither is possible it returns an error that
+// a Docker engine answers. Options.BinDir, or else the RELAY_TEST_PG_BIN or
+// RELAY_TEST_PG_MAJOR environment variable, picks the binaries instead (one
+// major's, say: MajorBinDir); such a request that cannot be met is an
+// error, never a fallback. When neither is possible it returns an error that
 // says what was tried. Every server it starts has wal_level=logical and room
 // for replication slots and WAL senders, so both of Relay's readers work
 // against it.
@@ -43,6 +46,10 @@ type Options struct {
 	// fsync=off: it lives in a temporary directory and is never used after
 	// an operating-system crash, and tests run much faster without it.
 	Durable bool
+	// BinDir is a directory holding initdb and postgres to start the
+	// server from. Empty means RELAY_TEST_PG_BIN, RELAY_TEST_PG_MAJOR, or
+	// else the binaries found on PATH or under /usr/lib/postgresql.
+	BinDir string
 }
 
 // Cluster is a running PostgreSQL server.
@@ -54,6 +61,8 @@ type Cluster struct {
 	// restart is nil for kinds that cannot be restarted by this package.
 	restart func(ctx context.Context, immediate bool) error
 	dataDir string
+	// local is the server of a KindLocal cluster.
+	local *localServer
 }
 
 // Kind tells how the cluster was started.
@@ -107,6 +116,12 @@ var ErrNoPostgres = errors.New("pgcluster: no way to start PostgreSQL")
 // Start starts a throwaway server: from the local binaries when they are
 // installed, else in a Docker container when Docker answers.
 func Start(ctx context.Context, opts Options) (*Cluster, error) {
+	if bin, requested, err := requestedBinaries(opts); requested {
+		if err != nil {
+			return nil, err
+		}
+		return startLocal(ctx, bin, opts)
+	}
 	bin, localErr := findBinaries()
 	if localErr == nil {
 		return startLocal(ctx, bin, opts)

@@ -3,8 +3,9 @@
 //
 // The cluster comes from RELAY_TEST_DATABASE_URL when that is set (a
 // superuser URL to a server with wal_level=logical); else pgcluster.Start
-// makes a throwaway one from the local binaries or, failing that, in a
-// container. When none of these works the package fails loudly: tests never
+// makes a throwaway one from the local binaries (those of
+// RELAY_TEST_PG_BIN or of the major RELAY_TEST_PG_MAJOR names, when set:
+// see docs/postgres.md) or, failing that, in a container. When none of these works the package fails loudly: tests never
 // skip because PostgreSQL is missing.
 //
 // Use it from TestMain:
