@@ -79,6 +79,7 @@ func commands(name string, extra []Command) *command {
 			listenerUsersCommand(),
 			schemaCommand(),
 			tableCommand(),
+			healthcheckCommand(),
 		},
 	}
 	for _, c := range extra {
