@@ -128,8 +128,18 @@ func (m *manifests) check(t *testing.T, where string) facts {
 		m.checkService(t, where+": Service "+s.Name, s, ws)
 	}
 	for _, o := range m.objects {
-		if pdb, ok := o.(*policyv1.PodDisruptionBudget); ok && pdb.Spec.Selector == nil {
+		pdb, ok := o.(*policyv1.PodDisruptionBudget)
+		if !ok {
+			continue
+		}
+		if pdb.Spec.Selector == nil {
 			t.Errorf("%s: PodDisruptionBudget %s selects nothing", where, pdb.Name)
+			continue
+		}
+		for _, w := range ws {
+			if selects(pdb.Spec.Selector.MatchLabels, w.pod.Labels) && strings.HasPrefix(w.where, "Job") {
+				t.Errorf("%s: PodDisruptionBudget %s selects the pods of %s", where, pdb.Name, w.where)
+			}
 		}
 	}
 	return f
@@ -422,6 +432,11 @@ func selects(selector, labels map[string]string) bool {
 // names one of their container ports.
 func (m *manifests) checkService(t *testing.T, where string, s *corev1.Service, ws []workload) {
 	t.Helper()
+	for _, w := range ws {
+		if selects(s.Spec.Selector, w.pod.Labels) && strings.HasPrefix(w.where, "Job") {
+			t.Errorf("%s: selects the pods of %s", where, w.where)
+		}
+	}
 	for _, w := range ws {
 		if !selects(s.Spec.Selector, w.pod.Labels) || strings.HasPrefix(w.where, "Job") {
 			continue
