@@ -100,7 +100,7 @@ func TestSystemdUnit(t *testing.T) {
 	// checks that ExecStart's program exists.
 	dir := t.TempDir()
 	unit := filepath.Join(dir, "relay.service")
-	if err := os.WriteFile(unit, []byte(strings.Replace(string(data), "/usr/local/bin/relay", relayBinary(t), 1)), 0o644); err != nil {
+	if err := os.WriteFile(unit, []byte(strings.Replace(string(data), "ExecStart=/usr/local/bin/relay ", "ExecStart="+relayBinary(t)+" ", 1)), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(analyze, "verify", "--man=no", unit)
