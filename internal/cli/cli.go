@@ -92,6 +92,7 @@ func commands(name string, extra []Command) *command {
 			tableCommand(),
 			versionCommand(name),
 			doctorCommand(),
+			healthcheckCommand(),
 		},
 	}
 	for _, c := range extra {

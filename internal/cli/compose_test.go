@@ -29,6 +29,10 @@ func TestComposeFile(t *testing.T) {
 			Environment map[string]string `yaml:"environment"`
 			Ports       []string          `yaml:"ports"`
 			DependsOn   map[string]any    `yaml:"depends_on"`
+			Healthcheck *struct {
+				Test    []string `yaml:"test"`
+				Disable bool     `yaml:"disable"`
+			} `yaml:"healthcheck"`
 		} `yaml:"services"`
 	}
 	if err := yaml.Unmarshal(data, &compose); err != nil {
@@ -82,6 +86,24 @@ func TestComposeFile(t *testing.T) {
 			flag := strings.ToLower(strings.ReplaceAll(strings.TrimPrefix(env, "RELAY_"), "_", "-"))
 			if !strings.HasPrefix(env, "RELAY_") || !strings.Contains(help.Stderr, "  -"+flag) {
 				t.Errorf("%s: environment %s names no flag of relay %s", name, env, strings.Join(path, " "))
+			}
+		}
+		// The image's HEALTHCHECK asks 127.0.0.1:9464 (the Dockerfile's
+		// --http-addr); a daemon serving elsewhere needs its own check, and
+		// a one-shot command none.
+		switch hc := svc.Healthcheck; {
+		case path[0] != "run":
+			if hc == nil || !hc.Disable {
+				t.Errorf("%s: a one-shot command; disable the image's health check", name)
+			}
+		case hc == nil:
+			if !strings.HasSuffix(flags["http-addr"], ":9464") {
+				t.Errorf("%s: --http-addr %q, but the image's health check asks port 9464", name, flags["http-addr"])
+			}
+		default:
+			want := []string{"CMD", "/usr/local/bin/relay", "healthcheck", "--url", "http://127.0.0.1:" + flags["http-addr"][strings.LastIndex(flags["http-addr"], ":")+1:] + "/healthz"}
+			if strings.Join(hc.Test, " ") != strings.Join(want, " ") {
+				t.Errorf("%s: healthcheck %q, want %q", name, hc.Test, want)
 			}
 		}
 		for _, port := range svc.Ports {
