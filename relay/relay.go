@@ -50,6 +50,8 @@ type Relay struct {
 	// (heartbeat.go).
 	holds holds
 	beats *heartbeats
+	// svc are the maintenance services (maintenance.go).
+	svc services
 	// holder names this process in the leadership table.
 	holder string
 	// ledEpoch is the epoch this relay last led with (0 before it led);
@@ -77,6 +79,7 @@ func New(cfg Config, source Source, sink Sink) (*Relay, error) {
 		holds: holds{by: map[holdKey]int64{}},
 	}
 	r.initHeartbeats()
+	r.initServices()
 	r.holder = holderName()
 	r.role.Store(RoleStarting)
 	return r, nil
