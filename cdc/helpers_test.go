@@ -13,6 +13,7 @@ import (
 
 	"github.com/outboxrelay/relay/cdc"
 	"github.com/outboxrelay/relay/internal/e2e"
+	"github.com/outboxrelay/relay/internal/leakcheck"
 	"github.com/outboxrelay/relay/internal/pgtest"
 	"github.com/outboxrelay/relay/internal/testbin"
 	"github.com/outboxrelay/relay/internal/testlog"
@@ -20,7 +21,11 @@ import (
 	"github.com/outboxrelay/relay/relay"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m, testbin.Cleanup) }
+func TestMain(m *testing.M) {
+	code := pgtest.Run(m)
+	testbin.Cleanup()
+	leakcheck.Exit(code)
+}
 
 // fixture is one test's migrated database and a source config for it.
 type fixture struct {

@@ -11,12 +11,17 @@ import (
 
 	"github.com/outboxrelay/relay/internal/broker"
 	"github.com/outboxrelay/relay/internal/e2e"
+	"github.com/outboxrelay/relay/internal/leakcheck"
 	"github.com/outboxrelay/relay/internal/pgtest"
 	"github.com/outboxrelay/relay/internal/testbin"
 	"github.com/outboxrelay/relay/relay"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m, testbin.Cleanup) }
+func TestMain(m *testing.M) {
+	code := pgtest.Run(m)
+	testbin.Cleanup()
+	leakcheck.Exit(code)
+}
 
 func runArgs(url, dataDir, httpAddr string, extra ...string) []string {
 	return append([]string{"run", "--database-url", url, "--data-dir", dataDir, "--http-addr", httpAddr,

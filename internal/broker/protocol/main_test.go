@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/outboxrelay/relay/internal/broker"
+	"github.com/outboxrelay/relay/internal/leakcheck"
 )
 
 // The test binary doubles as the helper processes of the crash tests
@@ -25,7 +26,7 @@ const (
 func TestMain(m *testing.M) {
 	switch role := os.Getenv(envTxnRole); role {
 	case "":
-		os.Exit(m.Run())
+		leakcheck.Exit(m.Run())
 	case "processor":
 		err := eosJob(os.Getenv(envTxnAddr), func(format string, args ...any) {
 			fmt.Fprintf(os.Stderr, format+"\n", args...)
