@@ -17,6 +17,7 @@ import (
 	"github.com/outboxrelay/relay/internal/pgtest"
 	"github.com/outboxrelay/relay/internal/testbin"
 	"github.com/outboxrelay/relay/internal/testlog"
+	"github.com/outboxrelay/relay/internal/testwait"
 	"github.com/outboxrelay/relay/migrations"
 	"github.com/outboxrelay/relay/relay"
 )
@@ -218,13 +219,7 @@ func slotFlush(t *testing.T, conn *pgx.Conn, slot string) uint64 {
 
 func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	testwait.For(t, timeout, what, cond)
 }
 
 // insertN inserts events whose payloads are the numbers from, from+1, ...
