@@ -80,6 +80,10 @@ type Config struct {
 	Logger *slog.Logger
 }
 
+// DefaultHeartbeatInterval is Config.HeartbeatInterval's default (and
+// `relay run --heartbeat-interval`'s).
+const DefaultHeartbeatInterval = 10 * time.Second
+
 // WithDefaults returns c with its unset fields filled in.
 func (c Config) WithDefaults() Config {
 	if c.Schema == "" {
@@ -89,7 +93,7 @@ func (c Config) WithDefaults() Config {
 		c.PublicationName = DefaultPublicationName(c.Schema)
 	}
 	if c.HeartbeatInterval <= 0 {
-		c.HeartbeatInterval = 10 * time.Second
+		c.HeartbeatInterval = DefaultHeartbeatInterval
 	}
 	if c.StatusInterval <= 0 {
 		c.StatusInterval = time.Second

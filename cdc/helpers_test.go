@@ -13,14 +13,20 @@ import (
 
 	"github.com/outboxrelay/relay/cdc"
 	"github.com/outboxrelay/relay/internal/e2e"
+	"github.com/outboxrelay/relay/internal/leakcheck"
 	"github.com/outboxrelay/relay/internal/pgtest"
 	"github.com/outboxrelay/relay/internal/testbin"
 	"github.com/outboxrelay/relay/internal/testlog"
+	"github.com/outboxrelay/relay/internal/testwait"
 	"github.com/outboxrelay/relay/migrations"
 	"github.com/outboxrelay/relay/relay"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m, testbin.Cleanup) }
+func TestMain(m *testing.M) {
+	code := pgtest.Run(m)
+	testbin.Cleanup()
+	leakcheck.Exit(code)
+}
 
 // fixture is one test's migrated database and a source config for it.
 type fixture struct {
@@ -213,13 +219,7 @@ func slotFlush(t *testing.T, conn *pgx.Conn, slot string) uint64 {
 
 func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	testwait.For(t, timeout, what, cond)
 }
 
 // insertN inserts events whose payloads are the numbers from, from+1, ...

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgproto3"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/outboxrelay/relay/internal/jitter"
 	"github.com/outboxrelay/relay/relay"
 )
 
@@ -120,12 +121,12 @@ func (r *reader) run(ctx context.Context) {
 			s.log.Warn("the replication slot is still held by another process; retrying", "err", err)
 		default:
 			busySince = time.Time{}
-			s.log.Warn("the replication stream stopped; reconnecting", "err", err, "retry_in", backoff)
+			s.log.Warn("the replication stream stopped; reconnecting", "err", err, "retry_within", backoff)
 		}
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(backoff):
+		case <-time.After(jitter.Spread(backoff)):
 		}
 	}
 }

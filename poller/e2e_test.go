@@ -13,11 +13,16 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/outboxrelay/relay/internal/e2e"
+	"github.com/outboxrelay/relay/internal/leakcheck"
 	"github.com/outboxrelay/relay/internal/pgtest"
 	"github.com/outboxrelay/relay/internal/testbin"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m, testbin.Cleanup) }
+func TestMain(m *testing.M) {
+	code := pgtest.Run(m)
+	testbin.Cleanup()
+	leakcheck.Exit(code)
+}
 
 func runArgs(url, dataDir, httpAddr string, extra ...string) []string {
 	return append([]string{"run", "--database-url", url, "--data-dir", dataDir, "--http-addr", httpAddr,

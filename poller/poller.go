@@ -39,13 +39,17 @@ type Config struct {
 	PageBytes int
 }
 
+// DefaultPollInterval is Config.PollInterval's default (and `relay run
+// --poll-interval`'s).
+const DefaultPollInterval = time.Second
+
 // WithDefaults returns c with its unset fields filled in.
 func (c Config) WithDefaults() Config {
 	if c.Schema == "" {
 		c.Schema = migrations.DefaultSchema
 	}
 	if c.PollInterval <= 0 {
-		c.PollInterval = time.Second
+		c.PollInterval = DefaultPollInterval
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()

@@ -5,38 +5,41 @@ import (
 	"time"
 )
 
-// sampleBacklog keeps the backlog gauge current while ctx lasts. It counts
-// exactly up to 100,000 rows and uses the planner's estimate beyond that,
-// so a large backlog does not cost a full scan every few seconds.
-func (r *Relay) sampleBacklog(ctx context.Context) {
-	t := time.NewTicker(r.cfg.BacklogInterval)
-	defer t.Stop()
+// backlogSampler returns the backlog service's pass: it sets the backlog
+// gauge, the publish rate and the drain estimate. The count is exact up
+// to 100,000 rows and the planner's estimate beyond that, so a large
+// backlog does not cost a full scan every few seconds (store.Backlog). A
+// failed pass leaves the gauges as they were (maintenance.go says how
+// that shows).
+// begin, called at each start of the service, makes the rate count from
+// then.
+func (r *Relay) backlogSampler() (pass func(context.Context) error, begin func()) {
 	var rate float64
-	lastCount, lastAt := r.published.Load(), time.Now()
+	var lastCount int64
+	var lastAt time.Time
 	// Each sample weighs so that the rate reflects about the last minute.
 	weight := min(1, r.cfg.BacklogInterval.Seconds()/60)
-	for {
-		if n, err := r.store.Backlog(ctx, r.pool); err == nil {
-			r.m.Backlog.Set(float64(n))
-			count, now := r.published.Load(), time.Now()
-			if dt := now.Sub(lastAt).Seconds(); dt > 0 && count >= lastCount {
-				sample := float64(count-lastCount) / dt
-				if rate == 0 {
-					rate = sample
-				} else {
-					rate += weight * (sample - rate)
-				}
+	begin = func() { lastCount, lastAt, rate = r.published.Load(), time.Now(), 0 }
+	return func(ctx context.Context) error {
+		n, err := r.store.Backlog(ctx, r.pool)
+		if err != nil {
+			return err
+		}
+		r.m.Backlog.Set(float64(n))
+		count, now := r.published.Load(), time.Now()
+		if dt := now.Sub(lastAt).Seconds(); dt > 0 && count >= lastCount {
+			sample := float64(count-lastCount) / dt
+			if rate == 0 {
+				rate = sample
+			} else {
+				rate += weight * (sample - rate)
 			}
-			lastCount, lastAt = count, now
-			r.m.PublishRate.Set(rate)
-			r.m.DrainETA.Set(drainETA(n, rate))
 		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
+		lastCount, lastAt = count, now
+		r.m.PublishRate.Set(rate)
+		r.m.DrainETA.Set(drainETA(n, rate))
+		return nil
+	}, begin
 }
 
 // drainETA is the seconds a backlog of n rows takes at rate events/s: 0

@@ -14,6 +14,21 @@ import (
 // default max.message.bytes (1048588) of Kafka and the embedded broker.
 const DefaultMaxMessageBytes = 1<<20 - 512
 
+// The defaults of WithDefaults, written once: `relay run`'s flags
+// (internal/cli) take theirs from here.
+const (
+	DefaultBatchSize       = 1000
+	DefaultBatchBytes      = 8 << 20
+	DefaultAckInterval     = 10 * time.Millisecond
+	DefaultShutdownTimeout = 30 * time.Second
+	DefaultLease           = 3 * time.Second
+	DefaultBacklogInterval = 5 * time.Second
+	DefaultPruneInterval   = time.Minute
+	DefaultPruneBatch      = 10_000
+	DefaultReplayInterval  = time.Second
+	DefaultReadyTimeout    = 30 * time.Second
+)
+
 // Config configures a Relay. Zero fields take the defaults of WithDefaults.
 type Config struct {
 	// DatabaseURL is the connection string; empty means the PG* variables.
@@ -96,37 +111,37 @@ func (c Config) WithDefaults() Config {
 		c.Name = "default"
 	}
 	if c.BatchSize <= 0 {
-		c.BatchSize = 1000
+		c.BatchSize = DefaultBatchSize
 	}
 	if c.BatchBytes <= 0 {
-		c.BatchBytes = 8 << 20
+		c.BatchBytes = DefaultBatchBytes
 	}
 	if c.MaxMessageBytes <= 0 {
 		c.MaxMessageBytes = DefaultMaxMessageBytes
 	}
 	if c.AckInterval == 0 {
-		c.AckInterval = 10 * time.Millisecond
+		c.AckInterval = DefaultAckInterval
 	}
 	if c.ShutdownTimeout <= 0 {
-		c.ShutdownTimeout = 30 * time.Second
+		c.ShutdownTimeout = DefaultShutdownTimeout
 	}
 	if c.Lease <= 0 {
-		c.Lease = 3 * time.Second
+		c.Lease = DefaultLease
 	}
 	if c.BacklogInterval <= 0 {
-		c.BacklogInterval = 5 * time.Second
+		c.BacklogInterval = DefaultBacklogInterval
 	}
 	if c.PruneInterval <= 0 {
-		c.PruneInterval = time.Minute
+		c.PruneInterval = DefaultPruneInterval
 	}
 	if c.PruneBatch <= 0 {
-		c.PruneBatch = 10_000
+		c.PruneBatch = DefaultPruneBatch
 	}
 	if c.ReplayInterval <= 0 {
-		c.ReplayInterval = time.Second
+		c.ReplayInterval = DefaultReplayInterval
 	}
 	if c.ReadyTimeout == 0 {
-		c.ReadyTimeout = 30 * time.Second
+		c.ReadyTimeout = DefaultReadyTimeout
 	}
 	if c.DeadLetterPolicy == "" {
 		c.DeadLetterPolicy = PolicySkip

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/outboxrelay/relay/internal/pgtest"
+	"github.com/outboxrelay/relay/internal/testwait"
 )
 
 // gateSink refuses every batch naming topic with a DestinationError until
@@ -82,11 +83,7 @@ RETURNING id AS "ID", event_id::text AS "EventID", topic AS "Topic", convert_to(
 	}
 	waitFor := func(what string, cond func() bool) {
 		t.Helper()
-		for deadline := time.Now().Add(time.Minute); !cond(); time.Sleep(20 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("never: %s", what)
-			}
-		}
+		testwait.For(t, time.Minute, what, cond)
 	}
 	r, stop, done := run()
 	waitFor("three offers of the refused batch", func() bool {

@@ -167,18 +167,11 @@ func (c Config) heartbeatInterval() time.Duration {
 	return min(max(c.ReadyTimeout/6, 50*time.Millisecond), 10*time.Second)
 }
 
-// sendHeartbeats writes a heartbeat row every interval until ctx ends.
-func (r *Relay) sendHeartbeats(ctx context.Context) {
-	every := r.cfg.heartbeatInterval()
-	for {
-		_, payload := r.beats.send()
-		if err := r.store.InsertHeartbeat(ctx, r.pool, HeartbeatTopic, []byte(payload)); err != nil && ctx.Err() == nil {
-			r.log.Warn("writing the readiness heartbeat failed", "err", err)
-		}
-		if sleepCtx(ctx, every) != nil {
-			return
-		}
-	}
+// sendHeartbeat is the heartbeat service's pass: it writes one heartbeat
+// row (every heartbeatInterval, maintenance.go).
+func (r *Relay) sendHeartbeat(ctx context.Context) error {
+	_, payload := r.beats.send()
+	return r.store.InsertHeartbeat(ctx, r.pool, HeartbeatTopic, []byte(payload))
 }
 
 // heartbeatReady fails when no heartbeat reached the log within

@@ -183,17 +183,14 @@ func (r *Relay) heldOf(e Event) (deadLetter, bool) {
 		err: fmt.Errorf("held behind the dead letter of outbox row %d (dead-letter policy %s)", row, PolicyHoldKey)}, true
 }
 
-// sampleHolds exports the held keys and events until ctx ends.
-func (r *Relay) sampleHolds(ctx context.Context) {
-	for {
-		if keys, events, err := r.store.CountHolds(ctx, r.pool); err == nil {
-			r.m.HeldKeys.Set(float64(keys))
-			r.m.HeldEvents.Set(float64(events))
-		} else if ctx.Err() == nil {
-			r.log.Warn("counting held keys failed", "err", err)
-		}
-		if sleepCtx(ctx, r.cfg.BacklogInterval) != nil {
-			return
-		}
+// sampleHolds is the holds service's pass: it exports the held keys and
+// events (every BacklogInterval, maintenance.go).
+func (r *Relay) sampleHolds(ctx context.Context) error {
+	keys, events, err := r.store.CountHolds(ctx, r.pool)
+	if err != nil {
+		return err
 	}
+	r.m.HeldKeys.Set(float64(keys))
+	r.m.HeldEvents.Set(float64(events))
+	return nil
 }

@@ -37,6 +37,10 @@ type Metrics struct {
 	// DestinationWaiting has a sample per topic whose events wait because
 	// the destination refuses it for now (see DestinationError).
 	DestinationWaiting *prometheus.GaugeVec
+	// MaintenanceErrors and MaintenanceOK are the maintenance services'
+	// failed passes and last good one (maintenance.go).
+	MaintenanceErrors *prometheus.CounterVec
+	MaintenanceOK     *prometheus.GaugeVec
 }
 
 // NewMetrics registers the relay's metrics, with the Go and process
@@ -74,7 +78,7 @@ func NewMetrics() *Metrics {
 	m.BatchSize = histogram("relay_batch_size_events", "Events per batch handed to the sink.", prometheus.ExponentialBuckets(1, 2, 15))
 	m.Backlog = gauge("relay_backlog_rows", "Rows in the outbox table not yet acknowledged (sampled).")
 	m.DeadLetters = counterVec("relay_dead_letters_total", "Events moved to the dead-letter table, by reason.", "reason")
-	m.Errors = counterVec("relay_errors_total", "Pipeline failures that caused a restart, by stage (source, sink, ack, leader).", "stage")
+	m.Errors = counterVec("relay_errors_total", "Pipeline failures that caused a restart, by stage (source, sink, ack, leader, schema, release, replay).", "stage")
 	m.Leader = gauge("relay_leader", "1 while this process holds the outbox's leader lease, else 0.")
 	m.LastPublished = gauge("relay_last_publish_timestamp_seconds", "Unix time of the last durable acknowledgement.")
 	m.PublishRate = gauge("relay_publish_rate_events_per_second", "Recent rate of acknowledged live events (smoothed over about a minute of backlog samples).")
@@ -96,5 +100,13 @@ func NewMetrics() *Metrics {
 		Name: "relay_destination_waiting_since_timestamp_seconds",
 		Help: "Unix time since when the destination refuses a topic for now (missing, unauthorized, throttled), by topic and reason; its events wait in the outbox. No sample while nothing waits.",
 	}, []string{"topic", "reason"})
+	m.MaintenanceErrors = f.NewCounterVec(prometheus.CounterOpts{
+		Name: "relay_maintenance_errors_total",
+		Help: "Failed passes of the leader's maintenance services (backlog, holds, heartbeat, prune), by service and kind (timeout, sqlstate_<code>, connection); a failing service's gauges are stale.",
+	}, []string{"service", "kind"})
+	m.MaintenanceOK = f.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "relay_maintenance_last_success_timestamp_seconds",
+		Help: "Unix time of the last good pass of each of the leader's maintenance services (backlog, holds, heartbeat, prune).",
+	}, []string{"service"})
 	return m
 }

@@ -70,8 +70,9 @@ func (d deadLetter) row() store.DeadLetterRow {
 // hands the current one to the sink, a third waits for the sink to make
 // earlier batches durable (a PipelinedSink takes several before the first
 // is), and a fourth commits the acknowledgements of durable batches, several
-// per transaction when they queue up. They, the backlog sampler and the
-// pruner run in one errgroup, and all have returned when pipeline returns.
+// per transaction when they queue up. They run in one errgroup; the
+// maintenance services (maintenance.go) run beside them; all have returned
+// when pipeline returns.
 func (r *Relay) pipeline(ctx, leading context.Context, l *lease) error {
 	// hard ends all work: on failure, when the lease is lost, or when a
 	// graceful stop overruns ShutdownTimeout.
@@ -138,14 +139,11 @@ func (r *Relay) runPipeline(ctx, hard context.Context, l *lease) error {
 	stopRead := context.AfterFunc(ctx, cancelRead)
 	defer stopRead()
 
-	g.Go(func() error { r.sampleBacklog(read); return nil })
-	g.Go(func() error { r.sampleHolds(read); return nil })
-	if r.cfg.ReadyTimeout > 0 {
-		g.Go(func() error { r.sendHeartbeats(read); return nil })
+	stopServices, err := r.startServices(read)
+	if err != nil {
+		return err
 	}
-	if r.cfg.Retain > 0 {
-		g.Go(func() error { r.pruneArchive(read); return nil })
-	}
+	defer stopServices()
 	batches := make(chan batch, 2)
 	// Batches handed to the sink and not yet durable: the one the durable
 	// loop waits for, those queued here, and the one the publish loop

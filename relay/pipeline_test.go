@@ -13,6 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/outboxrelay/relay/internal/pgtest"
+	"github.com/outboxrelay/relay/internal/testwait"
 )
 
 // tableSource is a Source over rows the test inserted: it delivers them in
@@ -215,21 +216,16 @@ func TestPipelineRestartsCleanly(t *testing.T) {
 // then stops the relay and checks that Run returned cleanly.
 func drainThenStop(t *testing.T, conn *pgx.Conn, within time.Duration, stop context.CancelFunc, done <-chan error) {
 	t.Helper()
-	ctx := context.Background()
-	deadline := time.Now().Add(within)
-	for {
+	testwait.Until(t, within, "the outbox to drain", func() error {
 		var left int
-		if err := conn.QueryRow(ctx, "SELECT count(*) FROM outbox.events").Scan(&left); err != nil {
+		if err := conn.QueryRow(context.Background(), "SELECT count(*) FROM outbox.events").Scan(&left); err != nil {
 			t.Fatal(err)
 		}
-		if left == 0 {
-			break
+		if left > 0 {
+			return fmt.Errorf("%d rows left in the outbox", left)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d rows left in the outbox", left)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 	stop()
 	if err := <-done; err != nil {
 		t.Fatalf("Run: %v", err)

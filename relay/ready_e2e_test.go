@@ -17,6 +17,7 @@ import (
 
 	"github.com/outboxrelay/relay/internal/e2e"
 	"github.com/outboxrelay/relay/internal/pgtest"
+	"github.com/outboxrelay/relay/internal/testwait"
 	"github.com/outboxrelay/relay/poller"
 	"github.com/outboxrelay/relay/relay"
 )
@@ -201,17 +202,11 @@ func TestReadinessSeesAHungSink(t *testing.T) {
 	}()
 	waitReady := func(ready bool) error {
 		t.Helper()
-		deadline := time.Now().Add(30 * time.Second)
-		for {
-			err := r.Ready(ctx)
-			if (err == nil) == ready {
-				return err
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("Ready: %v after 30s, want ready=%v", err, ready)
-			}
-			time.Sleep(20 * time.Millisecond)
+		var err error
+		if !testwait.Poll(30*time.Second, func() bool { err = r.Ready(ctx); return (err == nil) == ready }) {
+			t.Fatalf("Ready: %v after 30s, want ready=%v", err, ready)
 		}
+		return err
 	}
 	waitReady(true)
 	// Several heartbeats through, with nothing else to publish.

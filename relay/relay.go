@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/outboxrelay/relay/internal/jitter"
 	"github.com/outboxrelay/relay/internal/pgconfig"
 	"github.com/outboxrelay/relay/migrations"
 )
@@ -50,6 +51,8 @@ type Relay struct {
 	// (heartbeat.go).
 	holds holds
 	beats *heartbeats
+	// svc are the maintenance services (maintenance.go).
+	svc services
 	// holder names this process in the leadership table.
 	holder string
 	// ledEpoch is the epoch this relay last led with (0 before it led);
@@ -77,6 +80,7 @@ func New(cfg Config, source Source, sink Sink) (*Relay, error) {
 		holds: holds{by: map[holdKey]int64{}},
 	}
 	r.initHeartbeats()
+	r.initServices()
 	r.holder = holderName()
 	r.role.Store(RoleStarting)
 	return r, nil
@@ -146,7 +150,8 @@ func (r *Relay) Run(ctx context.Context) error {
 
 // backoff is the wait before a restart: 200 ms doubling to 10 s while
 // failures follow each other, and short again after a run that lasted
-// healthyRun.
+// healthyRun; each wait is spread over its upper half (jitter.Spread), so
+// relays that lost the database together do not retry in step.
 type backoff struct{ d time.Duration }
 
 const healthyRun = 30 * time.Second
@@ -156,7 +161,7 @@ func (b *backoff) next(ran time.Duration) time.Duration {
 		b.d = 0
 	}
 	b.d = min(max(2*b.d, 200*time.Millisecond), 10*time.Second)
-	return b.d
+	return jitter.Spread(b.d)
 }
 
 func (r *Relay) connectPool(ctx context.Context) (*pgxpool.Pool, error) {

@@ -11,12 +11,18 @@ import (
 
 	"github.com/outboxrelay/relay/internal/broker"
 	"github.com/outboxrelay/relay/internal/e2e"
+	"github.com/outboxrelay/relay/internal/leakcheck"
 	"github.com/outboxrelay/relay/internal/pgtest"
 	"github.com/outboxrelay/relay/internal/testbin"
+	"github.com/outboxrelay/relay/internal/testwait"
 	"github.com/outboxrelay/relay/relay"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m, testbin.Cleanup) }
+func TestMain(m *testing.M) {
+	code := pgtest.Run(m)
+	testbin.Cleanup()
+	leakcheck.Exit(code)
+}
 
 func runArgs(url, dataDir, httpAddr string, extra ...string) []string {
 	return append([]string{"run", "--database-url", url, "--data-dir", dataDir, "--http-addr", httpAddr,
@@ -190,13 +196,9 @@ WHERE (convert_from(payload, 'UTF8')::jsonb->>'seq')::int < (convert_from(prev, 
 	if disorder != 0 {
 		t.Fatalf("%d archived events out of per-key order", disorder)
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for count(t, conn, "SELECT count(*) FROM outbox.events_archive") > 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("archived events older than the retention were not pruned within 20 s")
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	testwait.For(t, 20*time.Second, "the archived events older than the retention to be pruned", func() bool {
+		return count(t, conn, "SELECT count(*) FROM outbox.events_archive") == 0
+	})
 	if got := e2e.Metric(t, addr, "relay_archive_pruned_total"); got != 1500 {
 		t.Fatalf("relay_archive_pruned_total = %v, want 1500", got)
 	}

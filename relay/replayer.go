@@ -39,7 +39,6 @@ import (
 	"fmt"
 	"strconv"
 	"sync/atomic"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -247,30 +246,18 @@ func (r *Relay) archivedEvents(ctx context.Context, db DB, after, through int64,
 	return out, nil
 }
 
-// pruneArchive deletes archived events older than the retention in bounded
-// batches, every PruneInterval, while ctx lasts.
-func (r *Relay) pruneArchive(ctx context.Context) {
-	t := time.NewTicker(r.cfg.PruneInterval)
-	defer t.Stop()
+// archivePruner returns the pruner service's pass: it deletes up to
+// PruneBatch archived events older than the retention, and asks for the
+// next pass at once when it deleted a full batch (every PruneInterval
+// otherwise, maintenance.go).
+func (r *Relay) archivePruner() func(context.Context) (bool, error) {
 	interval := strconv.FormatInt(r.cfg.Retain.Microseconds(), 10) + " microseconds"
-	for {
-		for ctx.Err() == nil {
-			pruned, err := r.store.PruneArchive(ctx, r.pool, interval, r.cfg.PruneBatch)
-			if err != nil {
-				if ctx.Err() == nil {
-					r.log.Warn("pruning the archive failed", "err", err)
-				}
-				break
-			}
-			r.m.ArchivePruned.Add(float64(pruned))
-			if pruned < int64(r.cfg.PruneBatch) {
-				break
-			}
+	return func(ctx context.Context) (bool, error) {
+		pruned, err := r.store.PruneArchive(ctx, r.pool, interval, r.cfg.PruneBatch)
+		if err != nil {
+			return false, err
 		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+		r.m.ArchivePruned.Add(float64(pruned))
+		return pruned == int64(r.cfg.PruneBatch), nil
 	}
 }

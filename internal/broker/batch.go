@@ -7,6 +7,8 @@ import (
 	"iter"
 	"slices"
 	"time"
+
+	"github.com/outboxrelay/relay/internal/recordsize"
 )
 
 // Record batch v2 field positions. baseOffset and partitionLeaderEpoch sit
@@ -291,10 +293,10 @@ func recordTSDelta(r *Record, opts BatchOptions, now, baseTS int64) int64 {
 // whatever its timestamp and offset deltas.
 func maxRecordLen(r *Record) int {
 	size := 1 + binary.MaxVarintLen64 + binary.MaxVarintLen32
-	size += bytesLen(r.Key) + bytesLen(r.Value)
-	size += varintLen(int64(len(r.Headers)))
+	size += recordsize.Bytes(r.Key) + recordsize.Bytes(r.Value)
+	size += recordsize.Varint(int64(len(r.Headers)))
 	for _, h := range r.Headers {
-		size += varintLen(int64(len(h.Key))) + len(h.Key) + bytesLen(h.Value)
+		size += recordsize.Varint(int64(len(h.Key))) + len(h.Key) + recordsize.Bytes(h.Value)
 	}
 	return binary.MaxVarintLen32 + size
 }
@@ -307,11 +309,11 @@ func tsMillis(t time.Time, now int64) int64 {
 }
 
 func appendRecord(dst []byte, r *Record, tsDelta int64, offDelta int32) []byte {
-	size := 1 + varintLen(tsDelta) + varintLen(int64(offDelta))
-	size += bytesLen(r.Key) + bytesLen(r.Value)
-	size += varintLen(int64(len(r.Headers)))
+	size := 1 + recordsize.Varint(tsDelta) + recordsize.Varint(int64(offDelta))
+	size += recordsize.Bytes(r.Key) + recordsize.Bytes(r.Value)
+	size += recordsize.Varint(int64(len(r.Headers)))
 	for _, h := range r.Headers {
-		size += varintLen(int64(len(h.Key))) + len(h.Key) + bytesLen(h.Value)
+		size += recordsize.Varint(int64(len(h.Key))) + len(h.Key) + recordsize.Bytes(h.Value)
 	}
 	dst = binary.AppendVarint(dst, int64(size))
 	dst = append(dst, 0)
@@ -326,23 +328,6 @@ func appendRecord(dst []byte, r *Record, tsDelta int64, offDelta int32) []byte {
 		dst = appendNullableBytes(dst, h.Value)
 	}
 	return dst
-}
-
-func varintLen(v int64) int {
-	u := uint64(v<<1) ^ uint64(v>>63)
-	n := 1
-	for u >= 0x80 {
-		u >>= 7
-		n++
-	}
-	return n
-}
-
-func bytesLen(b []byte) int {
-	if b == nil {
-		return varintLen(-1)
-	}
-	return varintLen(int64(len(b))) + len(b)
 }
 
 func appendNullableBytes(dst, b []byte) []byte {

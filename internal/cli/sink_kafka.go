@@ -3,8 +3,8 @@ package cli
 import (
 	"flag"
 	"log/slog"
+	"math"
 	"strings"
-	"time"
 
 	"github.com/outboxrelay/relay/internal/sink/kafka"
 )
@@ -31,15 +31,15 @@ func (k *kafkaSinkFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.SASL.User, "kafka-sasl-user", "", "Kafka sink: SASL user")
 	fs.StringVar(&c.SASL.Password, "kafka-sasl-password", "", "Kafka sink: SASL password (prefer RELAY_KAFKA_SASL_PASSWORD)")
 	fs.StringVar(&c.Compression, "kafka-compression", kafka.DefaultCompression, "Kafka sink: lz4, zstd, snappy, gzip or none")
-	fs.DurationVar(&c.Linger, "kafka-linger", 0, "Kafka sink: how long a partition's batch waits for more records (0: sent as soon as a request slot is free)")
+	fs.DurationVar(&c.Linger, "kafka-linger", kafka.DefaultLinger, "Kafka sink: how long a partition's batch waits for more records (0: sent as soon as a request slot is free)")
 	fs.IntVar(&k.batchMaxBytes, "kafka-batch-max-bytes", 0, "Kafka sink: produce batch cap (0: each topic's max.message.bytes)")
 	fs.BoolVar(&c.CreateTopics, "kafka-create-topics", false, "Kafka sink: create missing topics (otherwise their events wait in the outbox until the topic exists)")
 	fs.IntVar(&k.partitions, "kafka-topic-partitions", -1, "Kafka sink: partitions of created topics (-1: the cluster's default)")
 	fs.IntVar(&k.replication, "kafka-topic-replication-factor", -1, "Kafka sink: replication factor of created topics (-1: the cluster's default)")
 	fs.StringVar(&c.TransactionalID, "kafka-transactional-id", "", "Kafka sink: exactly-once mode with this transactional id (unique per outbox)")
-	fs.StringVar(&c.ProgressTopic, "kafka-progress-topic", "relay-progress", "Kafka sink: topic of the exactly-once progress markers")
-	fs.DurationVar(&c.PublishTimeout, "kafka-publish-timeout", 30*time.Second, "Kafka sink: how long a batch may wait for acknowledgements")
-	fs.DurationVar(&c.DialTimeout, "kafka-dial-timeout", 10*time.Second, "Kafka sink: broker connection timeout")
+	fs.StringVar(&c.ProgressTopic, "kafka-progress-topic", kafka.DefaultProgressTopic, "Kafka sink: topic of the exactly-once progress markers")
+	fs.DurationVar(&c.PublishTimeout, "kafka-publish-timeout", kafka.DefaultPublishTimeout, "Kafka sink: how long a batch may wait for acknowledgements")
+	fs.DurationVar(&c.DialTimeout, "kafka-dial-timeout", kafka.DefaultDialTimeout, "Kafka sink: broker connection timeout")
 }
 
 // config returns the sink's configuration, validated.
@@ -52,6 +52,17 @@ func (k *kafkaSinkFlags) config(log *slog.Logger) (kafka.Config, error) {
 	}
 	if len(c.Brokers) == 0 {
 		return c, usagef("--sink kafka needs --kafka-brokers")
+	}
+	// The flags are ints; each is checked against its field's range
+	// before the conversion, which would otherwise wrap a large value
+	// into a different one that might pass the sink's own checks.
+	switch {
+	case k.batchMaxBytes < math.MinInt32 || k.batchMaxBytes > math.MaxInt32:
+		return c, usagef("--kafka-batch-max-bytes %d: must be 0 or 512..%d", k.batchMaxBytes, 1<<30)
+	case k.partitions < math.MinInt32 || k.partitions > math.MaxInt32:
+		return c, usagef("--kafka-topic-partitions %d: out of range", k.partitions)
+	case k.replication < math.MinInt16 || k.replication > math.MaxInt16:
+		return c, usagef("--kafka-topic-replication-factor %d: out of range", k.replication)
 	}
 	c.BatchMaxBytes = int32(k.batchMaxBytes)
 	c.Partitions = int32(k.partitions)

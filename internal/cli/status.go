@@ -23,6 +23,7 @@ import (
 
 	"github.com/outboxrelay/relay/migrations"
 	"github.com/outboxrelay/relay/relay"
+	"github.com/outboxrelay/relay/relay/store"
 )
 
 func statusCommand() *command {
@@ -89,13 +90,19 @@ type checkpointStatus struct {
 
 type backlogStatus struct {
 	Rows int64 `json:"rows"`
+	// Estimated: Rows is the planner's estimate (the count stops at
+	// store.ExactCountLimit rows).
+	Estimated bool `json:"rows_estimated,omitempty"`
 	// OldestAgeSeconds is the age of the oldest unpublished row (0 when
 	// there is none).
 	OldestAgeSeconds float64 `json:"oldest_age_seconds"`
 }
 
 type archiveStatus struct {
-	Rows   int64      `json:"rows"`
+	Rows int64 `json:"rows"`
+	// Estimated: as backlogStatus's.
+	Estimated bool `json:"rows_estimated,omitempty"`
+	// Oldest is when the first archived event was published.
 	Oldest *time.Time `json:"oldest_published_at,omitempty"`
 }
 
@@ -135,66 +142,43 @@ func status(ctx context.Context, stdio IO, args []string) error {
 	})
 }
 
+// collectStatus reads the report's database part through relay/store;
+// its counts are bounded as the daemon's backlog sample is (about N above
+// store.ExactCountLimit).
 func collectStatus(ctx context.Context, conn *pgx.Conn, schema string) (*statusReport, error) {
-	id := func(name string) string { return pgx.Identifier{schema, name}.Sanitize() }
+	st := store.New(schema)
 	rep := &statusReport{Schema: schema, Checkpoints: []checkpointStatus{}, Slots: []slotStatus{}}
-	err := conn.QueryRow(ctx, `SELECT l.epoch, l.holder, NOT s.released AND s.renewed_at > now() - s.lease_ms * interval '1 millisecond'
-FROM `+id("leadership")+` l, `+id("leader_lease")+` s`).Scan(&rep.LeaderEpoch, &rep.LeaderHolder, &rep.LeaderRunning)
+	l, err := st.ReadLeadership(ctx, conn)
 	if err != nil {
 		return nil, fmt.Errorf("reading the leadership (is the schema migrated?): %w", err)
 	}
-	rows, err := conn.Query(ctx, `SELECT name, source, position_major, position_minor, published, updated_at FROM `+id("checkpoints")+` ORDER BY name`)
+	rep.LeaderEpoch, rep.LeaderHolder, rep.LeaderRunning = l.Epoch, l.Holder, l.Running
+	cks, err := st.ListCheckpoints(ctx, conn)
 	if err != nil {
 		return nil, fmt.Errorf("reading checkpoints (is the schema migrated?): %w", err)
 	}
-	for rows.Next() {
-		var c checkpointStatus
-		var major, minor int64
-		if err := rows.Scan(&c.Name, &c.Source, &major, &minor, &c.Published, &c.UpdatedAt); err != nil {
-			rows.Close()
-			return nil, err
-		}
-		c.Position = relay.Position{Major: uint64(major), Minor: uint64(minor)}.String()
+	for _, ck := range cks {
+		c := checkpointStatus{Name: ck.Name, Source: ck.Source, Published: ck.Published, UpdatedAt: ck.UpdatedAt,
+			Position: relay.Position{Major: uint64(ck.Major), Minor: uint64(ck.Minor)}.String()}
 		rep.Checkpoints = append(rep.Checkpoints, c)
 		if rep.LastPublish == nil || c.UpdatedAt.After(*rep.LastPublish) {
 			t := c.UpdatedAt
 			rep.LastPublish = &t
 		}
 	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	err = conn.QueryRow(ctx, `SELECT (SELECT count(*) FROM `+id("events")+`),
-    coalesce((SELECT extract(epoch FROM now() - created_at)::float8 FROM `+id("events")+` ORDER BY id LIMIT 1), 0),
-    (SELECT count(*) FROM `+id("dead_letters")+`),
-    (SELECT count(DISTINCT (topic, key)) FROM `+id("dead_letters")+` WHERE holds),
-    (SELECT count(*) FROM `+id("dead_letters")+` WHERE held_by IS NOT NULL AND resolution IS NULL),
-    (SELECT count(*) FROM `+id("events_archive")+`),
-    (SELECT min(published_at) FROM `+id("events_archive")+`)`).Scan(
-		&rep.Backlog.Rows, &rep.Backlog.OldestAgeSeconds, &rep.DeadLetters, &rep.HeldKeys, &rep.HeldEvents, &rep.Archive.Rows, &rep.Archive.Oldest)
+	sum, err := st.Summarize(ctx, conn)
 	if err != nil {
 		return nil, fmt.Errorf("reading the outbox: %w", err)
 	}
-	rows, err = conn.Query(ctx, `SELECT s.slot_name, s.active,
-    CASE WHEN pg_is_in_recovery() THEN NULL ELSE pg_wal_lsn_diff(pg_current_wal_lsn(), s.confirmed_flush_lsn)::bigint END,
-    CASE WHEN pg_is_in_recovery() THEN NULL ELSE pg_wal_lsn_diff(pg_current_wal_lsn(), s.restart_lsn)::bigint END
-FROM pg_replication_slots AS s JOIN `+id("cdc_slots")+` AS c ON c.slot_name = s.slot_name
-WHERE s.database = current_database() ORDER BY 1`)
+	rep.Backlog = backlogStatus{Rows: sum.Backlog, Estimated: sum.Backlog > store.ExactCountLimit, OldestAgeSeconds: sum.OldestAge.Seconds()}
+	rep.DeadLetters, rep.HeldKeys, rep.HeldEvents = sum.DeadLetters, sum.HeldKeys, sum.HeldEvents
+	rep.Archive = archiveStatus{Rows: sum.Archived, Estimated: sum.Archived > store.ExactCountLimit, Oldest: sum.ArchiveOldest}
+	slots, err := st.ListSlots(ctx, conn)
 	if err != nil {
 		return nil, fmt.Errorf("reading replication slots: %w", err)
 	}
-	for rows.Next() {
-		var s slotStatus
-		if err := rows.Scan(&s.Name, &s.Active, &s.LagBytes, &s.RetainedBytes); err != nil {
-			rows.Close()
-			return nil, err
-		}
-		rep.Slots = append(rep.Slots, s)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return nil, err
+	for _, s := range slots {
+		rep.Slots = append(rep.Slots, slotStatus{Name: s.Name, Active: s.Active, LagBytes: s.LagBytes, RetainedBytes: s.RetainedBytes})
 	}
 	if rep.Replays, err = relay.ListReplays(ctx, conn, schema, 10); err != nil {
 		return nil, fmt.Errorf("reading replay requests: %w", err)
@@ -354,7 +338,7 @@ func printStatus(w io.Writer, rep *statusReport) {
 	for _, c := range rep.Checkpoints {
 		fmt.Fprintf(tw, "checkpoint %s\tsource %s, position %s, %d published, saved %s\n", c.Name, orDash(c.Source), c.Position, c.Published, c.UpdatedAt.Format(time.RFC3339))
 	}
-	fmt.Fprintf(tw, "backlog\t%d rows", rep.Backlog.Rows)
+	fmt.Fprintf(tw, "backlog\t%s%d rows", about(rep.Backlog.Estimated), rep.Backlog.Rows)
 	if rep.Backlog.Rows > 0 {
 		fmt.Fprintf(tw, ", oldest %s old", (time.Duration(rep.Backlog.OldestAgeSeconds * float64(time.Second))).Round(time.Millisecond))
 	}
@@ -374,7 +358,7 @@ func printStatus(w io.Writer, rep *statusReport) {
 	if rep.HeldKeys > 0 || rep.HeldEvents > 0 {
 		fmt.Fprintf(tw, "held keys\t%d, with %d events waiting behind their dead letters\n", rep.HeldKeys, rep.HeldEvents)
 	}
-	fmt.Fprintf(tw, "archive\t%d events", rep.Archive.Rows)
+	fmt.Fprintf(tw, "archive\t%s%d events", about(rep.Archive.Estimated), rep.Archive.Rows)
 	if rep.Archive.Oldest != nil {
 		fmt.Fprintf(tw, ", oldest published %s", rep.Archive.Oldest.Format(time.RFC3339))
 	}
@@ -394,6 +378,14 @@ func printStatus(w io.Writer, rep *statusReport) {
 		fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%s\t%s\t%s\n", q.ID, q.Status, q.Done, intOrDash(q.Total), q.CreatedAt.Format(time.RFC3339), filter, q.Error)
 	}
 	tw.Flush()
+}
+
+// about prefixes an estimated count.
+func about(estimated bool) string {
+	if estimated {
+		return "about "
+	}
+	return ""
 }
 
 func orDash(s string) string {

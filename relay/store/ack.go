@@ -29,10 +29,8 @@ SELECT id, event_id, topic, key, payload, headers, created_at, $2, $3, $4, $5 FR
 VALUES ($1, $2, $3, $4, $5, $6, now())
 ON CONFLICT (name) DO UPDATE SET position_major = $2, position_minor = $3, sink_state = $4,
     published = c.published + $5, source = $6, updated_at = now()`,
-		load: `SELECT position_major, position_minor, sink_state, source FROM ` + ident("checkpoints") + ` WHERE name = $1`,
-		backlog: `SELECT CASE WHEN n <= 100000 THEN n
-    ELSE greatest(n, (SELECT reltuples::bigint FROM pg_class WHERE oid = '` + ident("events") + `'::regclass)) END
-FROM (SELECT count(*) AS n FROM (SELECT 1 FROM ` + ident("events") + ` ORDER BY id DESC LIMIT 100001) AS l) AS b`,
+		load:      `SELECT position_major, position_minor, sink_state, source FROM ` + ident("checkpoints") + ` WHERE name = $1`,
+		backlog:   `SELECT ` + boundedCount(ident, "events", "id"),
 		heartbeat: `INSERT INTO ` + ident("events") + ` (topic, payload) VALUES ($1, $2)`,
 	}
 }
@@ -150,7 +148,7 @@ func (p *Postgres) InsertHeartbeat(ctx context.Context, db DB, topic string, pay
 func (p *Postgres) Backlog(ctx context.Context, db DB) (int64, error) {
 	var n int64
 	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `SELECT set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true)`); err != nil {
+		if _, err := tx.Exec(ctx, pinIndexScans); err != nil {
 			return err
 		}
 		return tx.QueryRow(ctx, p.core.backlog).Scan(&n)

@@ -19,6 +19,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/outboxrelay/relay/internal/pgtest"
+	"github.com/outboxrelay/relay/internal/testwait"
 	"github.com/outboxrelay/relay/relay/store"
 )
 
@@ -167,13 +168,12 @@ func TestCDCSlots(t *testing.T) {
 
 	f.exec(`CREATE PUBLICATION store_pub FOR TABLE ` + schema + `.events`)
 	pid := streamFrom(t, f.url, name, "store_pub")
-	deadline := time.Now().Add(10 * time.Second)
-	for st, _, _ = c.Slot(f.ctx, f.conn, name); st.ActivePID != pid && time.Now().Before(deadline); st, _, _ = c.Slot(f.ctx, f.conn, name) {
-		time.Sleep(20 * time.Millisecond)
-	}
-	if st.ActivePID != pid {
-		t.Fatalf("active pid %d, the walsender is %d", st.ActivePID, pid)
-	}
+	testwait.Until(t, 10*time.Second, "the walsender to hold the slot", func() error {
+		if st, _, _ = c.Slot(f.ctx, f.conn, name); st.ActivePID != pid {
+			return fmt.Errorf("active pid %d, the walsender is %d", st.ActivePID, pid)
+		}
+		return nil
+	})
 	// The codes the WAL reader tells apart: a slot held by a walsender,
 	// and a slot already gone.
 	if err := c.DropSlot(f.ctx, f.conn, name); pgCode(err) != "55006" {

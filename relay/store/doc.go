@@ -2,8 +2,9 @@
 // (package relay) runs against its own tables: the leadership lease and
 // its fence, the checkpoint, the acknowledgement's deletes, archive moves
 // and dead letters, the held keys and their releases, the readiness
-// heartbeat, the backlog count, retention and replay, and the operator
-// commands on dead letters and replay requests; in PollReader, the poll
+// heartbeat, the backlog count, retention and replay, the operator
+// commands on dead letters and replay requests, and the reads of
+// `relay status` (status.go: bounded counts, as the backlog's); in PollReader, the poll
 // reader's (poller/: its ticks, page reads and listings, and the sleep
 // lock that tells writers to notify, whose shapes and protocol its package
 // doc explains); and, in CDCReader, the WAL reader's (cdc/: its

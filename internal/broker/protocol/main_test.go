@@ -10,7 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"github.com/outboxrelay/relay/internal/broker"
+	"github.com/outboxrelay/relay/internal/leakcheck"
 )
 
 // The test binary doubles as the helper processes of the crash tests
@@ -25,7 +28,9 @@ const (
 func TestMain(m *testing.M) {
 	switch role := os.Getenv(envTxnRole); role {
 	case "":
-		os.Exit(m.Run())
+		// Sarama's metrics (rcrowley/go-metrics) start one process-wide
+		// meter ticker at the first meter and never stop it, by design.
+		leakcheck.Exit(m.Run(), goleak.IgnoreTopFunction("github.com/rcrowley/go-metrics.(*meterArbiter).tick"))
 	case "processor":
 		err := eosJob(os.Getenv(envTxnAddr), func(format string, args ...any) {
 			fmt.Fprintf(os.Stderr, format+"\n", args...)

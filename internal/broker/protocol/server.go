@@ -16,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 
 	"github.com/outboxrelay/relay/internal/broker"
+	"github.com/outboxrelay/relay/internal/jitter"
 )
 
 // Config configures a Server. The zero value serves with Kafka-like
@@ -360,7 +361,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 				backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
 				s.log.Warn("kafka listener accept failed; retrying", "err", err, "backoff", backoff)
 				select {
-				case <-time.After(backoff):
+				case <-time.After(jitter.Spread(backoff)):
 				case <-ctx.Done():
 				}
 				continue

@@ -17,6 +17,7 @@ import (
 
 	"github.com/outboxrelay/relay/internal/broker"
 	"github.com/outboxrelay/relay/internal/e2e"
+	"github.com/outboxrelay/relay/internal/leakcheck"
 	"github.com/outboxrelay/relay/internal/pgtest"
 	"github.com/outboxrelay/relay/internal/sink/kafka/kafkatest"
 	"github.com/outboxrelay/relay/internal/testbin"
@@ -29,7 +30,11 @@ import (
 // in-process kfake cluster, and check what Kafka holds against what the
 // writers committed.
 
-func TestMain(m *testing.M) { pgtest.Main(m, testbin.Cleanup) }
+func TestMain(m *testing.M) {
+	code := pgtest.Run(m)
+	testbin.Cleanup()
+	leakcheck.Exit(code)
+}
 
 // e2eParts is the partition count of the topics the relay creates.
 const e2eParts = 8

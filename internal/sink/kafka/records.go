@@ -1,12 +1,12 @@
 package kafka
 
 import (
-	"encoding/binary"
 	"fmt"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/outboxrelay/relay/internal/broker"
+	"github.com/outboxrelay/relay/internal/recordsize"
 	"github.com/outboxrelay/relay/internal/topicname"
 	"github.com/outboxrelay/relay/relay"
 )
@@ -62,25 +62,12 @@ func toRecord(m relay.Message) *kgo.Record {
 // that a record the sink admits is never one the client refuses.
 func recordBatchSize(m relay.Message) int {
 	body := 1 + 1 + 1 // attributes, timestamp delta 0, offset delta 0
-	body += bytesLen(m.Key) + bytesLen(m.Value)
-	body += varintLen(int64(len(m.Headers)))
+	body += recordsize.Bytes(m.Key) + recordsize.Bytes(m.Value)
+	body += recordsize.Varint(int64(len(m.Headers)))
 	for _, h := range m.Headers {
-		body += varintLen(int64(len(h.Key))) + len(h.Key) + bytesLen(h.Value)
+		body += recordsize.Varint(int64(len(h.Key))) + len(h.Key) + recordsize.Bytes(h.Value)
 	}
-	return 61 + 4 + varintLen(int64(body)) + body + 8
-}
-
-// bytesLen is a nullable byte field's encoded length: -1 for nil.
-func bytesLen(b []byte) int {
-	if b == nil {
-		return varintLen(-1)
-	}
-	return varintLen(int64(len(b))) + len(b)
-}
-
-func varintLen(v int64) int {
-	var buf [binary.MaxVarintLen64]byte
-	return binary.PutVarint(buf[:], v)
+	return 61 + 4 + recordsize.Varint(int64(body)) + body + 8
 }
 
 // validTopic applies Kafka's topic name rules.
