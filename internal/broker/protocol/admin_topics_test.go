@@ -258,6 +258,7 @@ func TestCreatePartitionsMovingNoKey(t *testing.T) {
 		}
 	}
 	cl := newKgo(t, f.addr, kgo.RequestRetries(1), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	defer cl.Close()
 	adm := kadm.NewClient(cl)
 	r, err := adm.UpdatePartitions(ctx, 4, "empty", "keyless", "keyed")
 	if err != nil {

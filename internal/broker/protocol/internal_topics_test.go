@@ -89,6 +89,7 @@ func TestConsumerOffsetsServedReadOnly(t *testing.T) {
 	ctx := testContext(t, 30*time.Second)
 	f.createTopic(t, "orders", 1)
 	cl := newKgo(t, f.addr, kgo.RequestRetries(1))
+	defer cl.Close()
 	adm := kadm.NewClient(cl)
 	for what, list := range map[string]func(context.Context, ...string) (kadm.ListedOffsets, error){
 		"start": adm.ListStartOffsets, "end": adm.ListEndOffsets,
