@@ -100,7 +100,9 @@ func testDebeziumLayout(t *testing.T, ctx context.Context, e *relayEnv) {
 		t.Fatal(err)
 	}
 	var left int
-	if err := admin.QueryRow(ctx, "SELECT count(*) FROM outbox.events").Scan(&left); err != nil || left != 0 {
+	// Only the row of that insert counts: the relay's heartbeats go through
+	// the outbox too, and one may be waiting for its acknowledgement.
+	if err := admin.QueryRow(ctx, "SELECT count(*) FROM outbox.events WHERE key = 'x'").Scan(&left); err != nil || left != 0 {
 		t.Fatalf("after detach an insert still reached the outbox: %d rows, %v", left, err)
 	}
 	t.Logf("%s: %d events from Debezium's table exactly once in per-key order on outbox.event.<aggregatetype>, through %d SIGKILLs; %d rolled back absent",
