@@ -80,7 +80,7 @@ func TestSleepingReaderMissesNoCommit(t *testing.T) {
 					released.Add(1)
 				}
 			}
-			time.Sleep(time.Millisecond)
+			time.Sleep(time.Millisecond) // condition poll: samples the reader's sleep state in a loop
 		}
 	}()
 	for round := range rounds {
@@ -105,7 +105,7 @@ func TestSleepingReaderMissesNoCommit(t *testing.T) {
 					}
 					burstEvents.Add(1)
 				}
-				time.Sleep(delay)
+				time.Sleep(delay) // deliberate pause: the quiet gap after a burst that the reader must sleep through
 				return insert(fmt.Sprintf("%d-%d", round, w))
 			})
 		}
@@ -174,7 +174,7 @@ func TestSleepingReaderSessionEnds(t *testing.T) {
 		if ctx.Err() != nil {
 			t.Fatal("the reader never went to sleep")
 		}
-		time.Sleep(10 * time.Millisecond)
+		time.Sleep(10 * time.Millisecond) // condition poll: waits for the reader's backend to go to sleep
 	}
 	if _, err := conn.Exec(ctx, `SELECT pg_terminate_backend($1)`, pid); err != nil {
 		t.Fatal(err)

@@ -112,7 +112,7 @@ func TestThinBacklogReadsLargerPages(t *testing.T) {
 			// drainingWindow after its last full one (one topic: the
 			// backlog ends at a page's end).
 			for deadline := time.Now().Add(10 * time.Second); r.draining() && time.Now().Before(deadline); {
-				time.Sleep(time.Millisecond)
+				time.Sleep(time.Millisecond) // condition poll
 			}
 			if !sawDraining || r.draining() {
 				t.Errorf("draining seen during the backlog: %v; after it: %v; want true, then false", sawDraining, r.draining())

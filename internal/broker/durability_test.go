@@ -379,7 +379,7 @@ func TestReopensItselfWhenTheDiskWorksAgain(t *testing.T) {
 		if i == 2000 {
 			t.Fatalf("still failed: %v", b.Health())
 		}
-		time.Sleep(5 * time.Millisecond)
+		time.Sleep(5 * time.Millisecond) // condition poll
 	}
 	mustAppend(t, b, "r", 0, EncodeBatch(3, 0, 1, recs("b", 1)))
 	if got := strings.Join(values(t, b, "r", 0), ","); got != "a-v0,b-v0" {
@@ -522,7 +522,7 @@ func TestFlippedByteInInactiveSegment(t *testing.T) {
 					if i == 2000 {
 						t.Fatal("the background check found nothing")
 					}
-					time.Sleep(5 * time.Millisecond)
+					time.Sleep(5 * time.Millisecond) // condition poll
 				}
 			}
 			wantLost(t, b, "i", 0, [2]int64{victim.first, victim.last})

@@ -181,7 +181,7 @@ func waitCheckpointed(t *testing.T, jdir string) {
 		if deadline == 0 {
 			t.Fatalf("journal files %v: the full file was not checkpointed", nums)
 		}
-		time.Sleep(10 * time.Millisecond)
+		time.Sleep(10 * time.Millisecond) // condition poll
 	}
 }
 

@@ -204,7 +204,7 @@ func TestWriteBackLoopWritesDown(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("the write-back loop left %d bytes buffered, want at most %d", buffered(), limit/8*writeBackLow)
 		}
-		time.Sleep(time.Millisecond)
+		time.Sleep(time.Millisecond) // condition poll
 	}
 	close(stop)
 	<-done

@@ -242,7 +242,7 @@ func TestConsumerGroupProtocolRaw(t *testing.T) {
 	}
 
 	// a goes silent: after the session timeout it is gone.
-	time.Sleep(1200 * time.Millisecond)
+	time.Sleep(1200 * time.Millisecond) // deliberate pause: past the 1 s session timeout, with no heartbeat
 	wantCode(t, "heartbeat after the session timeout", a.beat(false, nil).ErrorCode, kerr.UnknownMemberID)
 	if d := describeConsumerGroup(t, f.addr, group); d.State != "Empty" || len(d.Members) != 0 {
 		t.Fatalf("describe after everyone left: %+v", d)

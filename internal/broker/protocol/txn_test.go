@@ -173,7 +173,7 @@ func TestTxnTimeoutAbortsAbandonedTransaction(t *testing.T) {
 		if ctx.Err() != nil {
 			t.Fatalf("transaction still %s long after its timeout", st.State)
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond) // condition poll
 	}
 	if err := cl.EndTransaction(ctx, kgo.TryCommit); err == nil {
 		t.Fatal("committed a transaction the coordinator aborted")
