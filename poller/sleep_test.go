@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/outboxrelay/relay/internal/pgtest"
+	"github.com/outboxrelay/relay/internal/testwait"
 	"github.com/outboxrelay/relay/poller"
 	"github.com/outboxrelay/relay/relay"
 )
@@ -166,16 +167,16 @@ func TestSleepingReaderSessionEnds(t *testing.T) {
 		next <- result{events, err}
 	}()
 	var pid int32
-	for pid == 0 {
+	testwait.Until(t, 30*time.Second, "the reader's backend to go to sleep", func() error {
 		err := conn.QueryRow(ctx, `SELECT pid FROM pg_locks WHERE `+sleepLockHeld).Scan(&pid)
 		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 			t.Fatal(err)
 		}
-		if ctx.Err() != nil {
-			t.Fatal("the reader never went to sleep")
+		if pid == 0 {
+			return errors.New("no backend holds the sleep lock")
 		}
-		time.Sleep(10 * time.Millisecond) // condition poll: waits for the reader's backend to go to sleep
-	}
+		return nil
+	})
 	if _, err := conn.Exec(ctx, `SELECT pg_terminate_backend($1)`, pid); err != nil {
 		t.Fatal(err)
 	}
