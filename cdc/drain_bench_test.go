@@ -54,7 +54,7 @@ func newBenchEnv(b *testing.B) *benchEnv {
 		if time.Now().After(deadline) {
 			b.Fatalf("the relay did not create its slot:\n%s", p.Output())
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond) // condition poll: the slot is created by another process
 	}
 	p.Stop(time.Minute)
 	return e
@@ -148,7 +148,7 @@ SELECT 'bench', 'key-' || (g % 1000), convert_to(repeat('x', 200), 'UTF8') FROM 
 			if p.Exited() {
 				b.Fatalf("relay exited:\n%s", p.Output())
 			}
-			time.Sleep(5 * time.Millisecond)
+			time.Sleep(5 * time.Millisecond) // condition poll: the relay is another process
 		}
 		relayTook := time.Since(began)
 		steady := float64(int64(n)-firstN) / time.Since(first).Seconds()
@@ -214,7 +214,7 @@ SELECT 'bench', 'key-' || (g % 1000), convert_to(repeat('x', 200), 'UTF8') FROM 
 	var probes []time.Duration
 	stuck := 0
 	goWithConn(ctx, b, &wg, e.url, func(conn *pgx.Conn) {
-		time.Sleep(2 * time.Second) // past the start
+		time.Sleep(2 * time.Second) // benchmark pacing: past the start
 		for time.Now().Before(stopAt) {
 			var id int64
 			if err := conn.QueryRow(ctx, `INSERT INTO outbox.events (topic, key, payload) VALUES ('probe', 'p', '\x00') RETURNING id`).Scan(&id); err != nil {
@@ -232,12 +232,12 @@ SELECT 'bench', 'key-' || (g % 1000), convert_to(repeat('x', 200), 'UTF8') FROM 
 					probes = append(probes, time.Since(committed))
 					break
 				}
-				time.Sleep(200 * time.Microsecond)
+				time.Sleep(200 * time.Microsecond) // condition poll (benchmark probe)
 			}
 			if time.Since(committed) >= 3*time.Second {
 				stuck++
 			}
-			time.Sleep(5 * time.Millisecond)
+			time.Sleep(5 * time.Millisecond) // benchmark pacing: between probes
 		}
 	})
 	wg.Wait()
@@ -247,7 +247,7 @@ SELECT 'bench', 'key-' || (g % 1000), convert_to(repeat('x', 200), 'UTF8') FROM 
 	// acknowledgement did not see them (see the package's known issues).
 	deadline := time.Now().Add(time.Minute)
 	for e.published(b) < int64(written+len(probes)+stuck) && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond) // condition poll (benchmark)
 	}
 	b.StopTimer()
 	var left int

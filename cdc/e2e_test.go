@@ -81,7 +81,7 @@ func resilientWriter(ctx context.Context, cfg e2e.WriterConfig, w, n int, ledger
 			if ctx.Err() != nil {
 				return err
 			}
-			time.Sleep(100 * time.Millisecond)
+			time.Sleep(100 * time.Millisecond) // retry backoff: reconnecting while PostgreSQL restarts
 		}
 	}
 	if err := connect(); err != nil {
@@ -100,7 +100,7 @@ func resilientWriter(ctx context.Context, cfg e2e.WriterConfig, w, n int, ledger
 					if attempt > 600 {
 						return false, errors.New("gave up after 600 attempts")
 					}
-					time.Sleep(100 * time.Millisecond)
+					time.Sleep(100 * time.Millisecond) // retry backoff: reconnecting while PostgreSQL restarts
 					if err := connect(); err != nil {
 						return false, err
 					}
@@ -141,7 +141,7 @@ func resilientWriter(ctx context.Context, cfg e2e.WriterConfig, w, n int, ledger
 						}
 						break // not committed: retry it
 					}
-					time.Sleep(100 * time.Millisecond)
+					time.Sleep(100 * time.Millisecond) // retry backoff: asking again whether the transaction committed
 				}
 			}
 		}()
@@ -316,7 +316,7 @@ FROM pg_replication_slots WHERE slot_name = $1`, env.slot).Scan(&flush, &current
 			last = f
 		}
 		target = cur
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond) // condition poll: samples the slot's confirmed position
 	}
 	var flush uint64
 	waitFor(t, 10*time.Second, "the slot's confirmed_flush_lsn to pass the busy table's WAL", func() bool {

@@ -173,7 +173,7 @@ func (c *core) deliver(ctx context.Context, events []relay.Event) {
 		if attempt == 100 {
 			c.t.Fatalf("deleting published rows: %v", err)
 		}
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(100 * time.Millisecond) // retry backoff: the connection is re-made before the retry
 		if conn, cerr := pgx.Connect(ctx, c.url); cerr == nil {
 			c.conn.Close(ctx)
 			c.conn = conn
@@ -241,7 +241,7 @@ func insertN(t *testing.T, url string, from, n int) {
 		if ctx.Err() != nil {
 			t.Fatalf("inserting events %d..%d: %v", from, from+n-1, err)
 		}
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(100 * time.Millisecond) // retry backoff: inserting again after a failure
 	}
 }
 

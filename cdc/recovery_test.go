@@ -22,7 +22,7 @@ func TestRowsBeforeTheSlotComeFromTheTable(t *testing.T) {
 	committed := make(chan struct{})
 	go func() {
 		defer close(committed)
-		time.Sleep(500 * time.Millisecond)
+		time.Sleep(500 * time.Millisecond) // deliberate pause: holds the transaction open while the slot is created
 		tx.Commit(ctx)
 	}()
 	// The event may arrive before Commit returns: wait for it before the
@@ -96,7 +96,7 @@ func TestSlotDroppedWhileStreaming(t *testing.T) {
 
 	dropSlot(t, f.url, f.cfg.SlotName)
 	insertN(t, f.url, 16, 5)
-	time.Sleep(300 * time.Millisecond)
+	time.Sleep(300 * time.Millisecond) // deliberate pause: lets the reader meet the dropped slot before the held batch is delivered
 	// The sink finishes the batch it held when the slot went.
 	c.deliver(ctx, inflight)
 	got := c.collect(20, 30*time.Second)

@@ -300,7 +300,7 @@ func TestFlushOnlyAfterAcknowledgement(t *testing.T) {
 	// move the slot past the event.
 	for i := 0; i < 10; i++ {
 		f.exec(t, "INSERT INTO busy VALUES (1)")
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(100 * time.Millisecond) // deliberate pause: other traffic and heartbeats over a second, which must not move the slot
 	}
 	if got := slotFlush(t, admin, slot); got > events[0].Position.Major {
 		t.Fatalf("confirmed flush %X moved past the unacknowledged event at %X", got, events[0].Position.Major)

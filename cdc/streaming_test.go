@@ -58,7 +58,7 @@ func slotStats(t *testing.T, conn *pgx.Conn, slot string, atLeast int64) (stream
 		if streamTxns >= atLeast || time.Now().After(deadline) {
 			return streamTxns, streamBytes, spillBytes
 		}
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(100 * time.Millisecond) // condition poll: replication slot statistics
 	}
 }
 
@@ -359,7 +359,7 @@ func TestNoConfirmPastOpenStreamedTransaction(t *testing.T) {
 	}
 	// Heartbeats every 200 ms, status updates every 100 ms: without the
 	// open transaction the flush position would pass inTx at once.
-	time.Sleep(1500 * time.Millisecond)
+	time.Sleep(1500 * time.Millisecond) // deliberate pause: many heartbeats and status updates, which must not move the flush position (a negative check)
 	if flush := slotFlush(t, f.conn, f.cfg.SlotName); flush >= inTx {
 		t.Fatalf("confirmed flush %d is past the open streamed transaction's changes (%d)", flush, inTx)
 	}

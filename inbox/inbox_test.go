@@ -18,6 +18,7 @@ import (
 	"github.com/outboxrelay/relay/inbox"
 	"github.com/outboxrelay/relay/internal/pgtest"
 	"github.com/outboxrelay/relay/internal/sink/kafka/kafkatest"
+	"github.com/outboxrelay/relay/internal/testwait"
 )
 
 // fixture is one test's database (migrated, with an applied table the
@@ -120,20 +121,16 @@ func (f *fixture) run(c *inbox.Consumer) (stop func()) {
 // eventually polls cond until it holds.
 func (f *fixture) eventually(what string, cond func() (bool, error)) {
 	f.t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for {
+	testwait.Until(f.t, time.Minute, what, func() error {
 		ok, err := cond()
 		if err != nil {
 			f.t.Fatalf("%s: %v", what, err)
 		}
-		if ok {
-			return
+		if !ok {
+			return errors.New("not yet")
 		}
-		if time.Now().After(deadline) {
-			f.t.Fatalf("%s: not after a minute", what)
-		}
-		time.Sleep(20 * time.Millisecond) // a condition poll
-	}
+		return nil
+	})
 }
 
 func (f *fixture) count(q string, args ...any) int {

@@ -109,6 +109,6 @@ WHERE datname = current_database() AND pid <> pg_backend_pid()`); err != nil {
 			}
 			t.Fatalf("relay output:\n%s", p.Output())
 		}
-		time.Sleep(500 * time.Millisecond)
+		time.Sleep(500 * time.Millisecond) // condition poll: /metrics of another process
 	}
 }

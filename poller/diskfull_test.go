@@ -45,7 +45,7 @@ func TestDiskFull(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatal("still ready a minute after the disk filled")
 		}
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(50 * time.Millisecond) // condition poll: readiness is another process's state
 	}
 	conn := pgtest.Connect(t, url)
 	var left int
@@ -56,7 +56,7 @@ func TestDiskFull(t *testing.T) {
 		t.Fatal("every row was acknowledged although the log could not hold them")
 	}
 	t.Logf("disk full: not ready, %d rows waiting", left)
-	time.Sleep(time.Second)
+	time.Sleep(time.Second) // deliberate pause: the relay must stay up on a full disk for a while, not merely now
 	if relay.Exited() {
 		t.Fatalf("the relay exited on a full disk:\n%s", relay.Output())
 	}
@@ -70,7 +70,7 @@ func TestDiskFull(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatal("not ready again after space returned")
 		}
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(50 * time.Millisecond) // condition poll: readiness is another process's state
 	}
 	relay.Stop(30 * time.Second)
 	e2e.Check(t, e2e.ReadLog(t, dataDir, "orders"), ledger)

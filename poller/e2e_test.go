@@ -90,7 +90,7 @@ func TestCrashLoopExactlyOnce(t *testing.T) {
 	go func() {
 		defer close(lastStarted)
 		for ledger.Len() < 90_000 {
-			time.Sleep(10 * time.Millisecond)
+			time.Sleep(10 * time.Millisecond) // condition poll: waits for the ledger to reach 90 000
 		}
 		insertLong(lastTx, last)
 	}()
@@ -98,7 +98,7 @@ func TestCrashLoopExactlyOnce(t *testing.T) {
 	relay := env.start()
 	longDone := make(chan error, 1)
 	go func() {
-		time.Sleep(1500 * time.Millisecond)
+		time.Sleep(1500 * time.Millisecond) // deliberate pause: holds the long transaction open so the reader meets it
 		longDone <- longTx.Commit(ctx)
 	}()
 	writeDone := e2e.WriteAsync(ctx, e2e.CrashLoad(env.url, 100_000, 1000), ledger)

@@ -54,7 +54,7 @@ func testLargeEvents(t *testing.T, source string, hugeBytes int) {
 				died.Store(true)
 				return
 			}
-			time.Sleep(50 * time.Millisecond)
+			time.Sleep(50 * time.Millisecond) // condition poll: watches the relay process for an exit
 		}
 	}()
 
@@ -73,7 +73,7 @@ func testLargeEvents(t *testing.T, source string, hugeBytes int) {
 	g.Go(func() error {
 		for i := range 5 {
 			for large.Len() < 150*(i+1) {
-				time.Sleep(10 * time.Millisecond)
+				time.Sleep(10 * time.Millisecond) // condition poll: waits for the ledger to grow
 			}
 			var id string
 			if err := hugeConn.QueryRow(ctx, `INSERT INTO outbox.events (topic, key, payload, headers)

@@ -60,7 +60,7 @@ func TestLongTransactionsDoNotHoldBack(t *testing.T) {
 
 	stop := e2e.WriteSteadily(ctx, e2e.WriterConfig{URL: env.url, Schema: "outbox", Topic: "orders", Writers: 2,
 		Events: 100, Keys: 100, PerTx: 5, PayloadBytes: 200}, ledger, 20*time.Millisecond)
-	time.Sleep(30*time.Second - time.Since(heldAt))
+	time.Sleep(30*time.Second - time.Since(heldAt)) // deliberate pause: holds the long transaction open for 30 s under load
 	if err := stop(); err != nil {
 		t.Fatal(err)
 	}

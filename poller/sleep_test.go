@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/outboxrelay/relay/internal/pgtest"
+	"github.com/outboxrelay/relay/internal/testwait"
 	"github.com/outboxrelay/relay/poller"
 	"github.com/outboxrelay/relay/relay"
 )
@@ -80,7 +81,7 @@ func TestSleepingReaderMissesNoCommit(t *testing.T) {
 					released.Add(1)
 				}
 			}
-			time.Sleep(time.Millisecond)
+			time.Sleep(time.Millisecond) // condition poll: samples the reader's sleep state in a loop
 		}
 	}()
 	for round := range rounds {
@@ -105,7 +106,7 @@ func TestSleepingReaderMissesNoCommit(t *testing.T) {
 					}
 					burstEvents.Add(1)
 				}
-				time.Sleep(delay)
+				time.Sleep(delay) // deliberate pause: the quiet gap after a burst that the reader must sleep through
 				return insert(fmt.Sprintf("%d-%d", round, w))
 			})
 		}
@@ -166,16 +167,16 @@ func TestSleepingReaderSessionEnds(t *testing.T) {
 		next <- result{events, err}
 	}()
 	var pid int32
-	for pid == 0 {
+	testwait.Until(t, 30*time.Second, "the reader's backend to go to sleep", func() error {
 		err := conn.QueryRow(ctx, `SELECT pid FROM pg_locks WHERE `+sleepLockHeld).Scan(&pid)
 		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 			t.Fatal(err)
 		}
-		if ctx.Err() != nil {
-			t.Fatal("the reader never went to sleep")
+		if pid == 0 {
+			return errors.New("no backend holds the sleep lock")
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 	if _, err := conn.Exec(ctx, `SELECT pg_terminate_backend($1)`, pid); err != nil {
 		t.Fatal(err)
 	}

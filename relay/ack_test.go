@@ -42,7 +42,7 @@ func TestAcknowledgementWaitsForVisibility(t *testing.T) {
 		}
 		committed := make(chan error, 1)
 		go func() {
-			time.Sleep(50 * time.Millisecond)
+			time.Sleep(50 * time.Millisecond) // deliberate pause: holds the late transaction open so the acknowledgement meets it
 			committed <- lateTx.Commit(ctx)
 		}()
 		ids := []int64{visible, invisible}

@@ -162,7 +162,7 @@ func TestTakeoverWaitsForARunningAcknowledgement(t *testing.T) {
 		}
 		acquired <- time.Now()
 	}()
-	time.Sleep(3 * length)
+	time.Sleep(3 * length) // deliberate pause: three lease lengths in which the takeover must not commit (a negative check)
 	select {
 	case <-acquired:
 		t.Fatal("the takeover committed while an acknowledgement of the old epoch ran")

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/outboxrelay/relay/internal/pgtest"
+	"github.com/outboxrelay/relay/internal/testwait"
 )
 
 func pageOf(n, topics int) []Event {
@@ -111,10 +112,8 @@ func TestThinBacklogReadsLargerPages(t *testing.T) {
 			// Drained, the reader says so at its next, short page, or
 			// drainingWindow after its last full one (one topic: the
 			// backlog ends at a page's end).
-			for deadline := time.Now().Add(10 * time.Second); r.draining() && time.Now().Before(deadline); {
-				time.Sleep(time.Millisecond)
-			}
-			if !sawDraining || r.draining() {
+			stopped := testwait.Poll(10*time.Second, func() bool { return !r.draining() })
+			if !sawDraining || !stopped {
 				t.Errorf("draining seen during the backlog: %v; after it: %v; want true, then false", sawDraining, r.draining())
 			}
 			if got := r.ackInterval(); got != r.cfg.AckInterval {

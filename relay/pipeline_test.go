@@ -138,7 +138,7 @@ func (s *flakySink) Publish(ctx context.Context, msgs []Message) (PublishResult,
 		return PublishResult{}, err
 	}
 	// A little time in flight, so the stages overlap.
-	time.Sleep(time.Millisecond)
+	time.Sleep(time.Millisecond) // deliberate pause: time in flight in the fake sink, so the stages overlap
 	if fail {
 		return PublishResult{}, fmt.Errorf("injected failure of publish %d", call)
 	}
@@ -286,7 +286,7 @@ func (s *startWatchingSink) Start(ctx context.Context, sess Session) error {
 			s.unread++
 			break
 		}
-		time.Sleep(time.Millisecond)
+		time.Sleep(time.Millisecond) // condition poll
 	}
 	if s.starts <= s.failStarts {
 		return fmt.Errorf("injected failure of sink start %d", s.starts)

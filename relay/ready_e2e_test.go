@@ -63,7 +63,7 @@ func lockFor(lock string) func(t *testing.T, admin *pgx.Conn) (release func()) {
 func stopWALSender(slot string) func(t *testing.T, admin *pgx.Conn) (release func()) {
 	return func(t *testing.T, admin *pgx.Conn) func() {
 		var pid int
-		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) { // condition poll: the slot's walsender is a server process
 			err := admin.QueryRow(context.Background(), `SELECT active_pid FROM pg_replication_slots WHERE slot_name = $1 AND active`, slot).Scan(&pid)
 			if err == nil {
 				break
@@ -210,7 +210,7 @@ func TestReadinessSeesAHungSink(t *testing.T) {
 	}
 	waitReady(true)
 	// Several heartbeats through, with nothing else to publish.
-	time.Sleep(time.Second)
+	time.Sleep(time.Second) // deliberate pause: several heartbeats pass before readiness is asked again
 	waitReady(true)
 
 	sink.mu.Lock()

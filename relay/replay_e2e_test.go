@@ -130,7 +130,7 @@ func TestReplayWindowWhileLive(t *testing.T) {
 			if done > int64(kill)*800+100 {
 				break
 			}
-			time.Sleep(10 * time.Millisecond)
+			time.Sleep(10 * time.Millisecond) // condition poll: replay progress in the database
 		}
 		total = count(t, conn, `SELECT coalesce(max(total), 0) FROM outbox.replay_requests`)
 		if done > 0 && done < total {
@@ -144,7 +144,7 @@ func TestReplayWindowWhileLive(t *testing.T) {
 			if _, err := tx.Exec(ctx, "LOCK TABLE outbox.checkpoints IN ACCESS EXCLUSIVE MODE"); err != nil {
 				t.Fatal(err)
 			}
-			time.Sleep(300 * time.Millisecond)
+			time.Sleep(300 * time.Millisecond) // deliberate pause: holds the checkpoint lock so the kill lands while the relay waits on it
 			proc.Kill()
 			tx.Rollback(ctx)
 		} else {
@@ -309,7 +309,7 @@ func TestInspectionJSON(t *testing.T) {
 	// The leader's readiness heartbeat is an outbox row for the moment it
 	// takes to publish (one every ReadyTimeout/6): a status that caught
 	// one is asked again.
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) { // condition poll: a status that caught a heartbeat row is asked again
 		out, code = runCLI(t, bin, "status", "--database-url", url, "--http-addr", addr, "--json")
 		if code != 0 || json.Unmarshal([]byte(out), &st) != nil {
 			t.Fatalf("status: exit %d: %s", code, out)
@@ -343,9 +343,9 @@ func TestBacklogDrainAfterOutage(t *testing.T) {
 	args := runArgs(url, dataDir, addr)
 	proc := e2e.Start(t, bin, []string{"RELAY_BATCH_SIZE=500"}, args...)
 	stopWriters := liveWriters(t, url, ledger)
-	time.Sleep(2 * time.Second)
+	time.Sleep(2 * time.Second) // deliberate pause: 2 s of publishing under load before the kill
 	proc.Kill()
-	time.Sleep(60 * time.Second)
+	time.Sleep(60 * time.Second) // simulates a 60 s outage: the backlog and its age grow while the relay is down
 
 	out, code := runCLI(t, bin, "status", "--database-url", url, "--http-addr", addr, "--json")
 	var st struct {

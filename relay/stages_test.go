@@ -297,7 +297,7 @@ func awaitDrained(t *testing.T, conn *pgx.Conn, timeout time.Duration, each func
 		if time.Now().After(deadline) {
 			t.Fatalf("%d rows left in the outbox", len(left))
 		}
-		time.Sleep(2 * time.Millisecond)
+		time.Sleep(2 * time.Millisecond) // condition poll
 	}
 }
 

@@ -41,7 +41,7 @@ func TestStartupSurvivesALostConnection(t *testing.T) {
 
 	p := e2e.Start(t, bin, nil, runArgs(url, e2e.DataDir(t), e2e.FreeAddr(t))...)
 	terminated := 0
-	for deadline := time.Now().Add(time.Minute); terminated == 0; time.Sleep(20 * time.Millisecond) {
+	for deadline := time.Now().Add(time.Minute); terminated == 0; time.Sleep(20 * time.Millisecond) { // condition poll: the lock wait is in another process
 		if time.Now().After(deadline) {
 			t.Fatalf("the relay's schema check never waited on the lock:\n%s", p.Output())
 		}
@@ -123,7 +123,7 @@ func TestStartupWaitsForConnections(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := e2e.Start(t, bin, nil, runArgs(url, e2e.DataDir(t), e2e.FreeAddr(t))...)
-	for deadline := time.Now().Add(time.Minute); !strings.Contains(p.Output(), "55000"); time.Sleep(50 * time.Millisecond) {
+	for deadline := time.Now().Add(time.Minute); !strings.Contains(p.Output(), "55000"); time.Sleep(50 * time.Millisecond) { // condition poll: the relay's output is another process's
 		if time.Now().After(deadline) || p.Exited() {
 			t.Fatalf("the relay did not report the refused connection and wait:\n%s", p.Output())
 		}

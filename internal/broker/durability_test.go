@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
+
+	"github.com/outboxrelay/relay/internal/testwait"
 )
 
 // logCapture collects a broker's JSON log lines.
@@ -375,12 +377,7 @@ func TestReopensItselfWhenTheDiskWorksAgain(t *testing.T) {
 	if _, err := b.Append(context.Background(), "r", 0, EncodeBatch(3, 0, 1, recs("b", 1))); !errors.Is(err, ErrStorageFailed) {
 		t.Fatalf("append over a failed fsync: %v", err)
 	}
-	for i := 0; b.Health() != nil; i++ {
-		if i == 2000 {
-			t.Fatalf("still failed: %v", b.Health())
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testwait.Until(t, 10*time.Second, "the broker to be healthy again after the failed fsync", b.Health)
 	mustAppend(t, b, "r", 0, EncodeBatch(3, 0, 1, recs("b", 1)))
 	if got := strings.Join(values(t, b, "r", 0), ","); got != "a-v0,b-v0" {
 		t.Fatalf("log holds %s", got)
@@ -515,15 +512,10 @@ func TestFlippedByteInInactiveSegment(t *testing.T) {
 					t.Fatalf("second pass reported again: %+v", rep)
 				}
 			case "background":
-				for i := 0; ; i++ {
-					if lost, _ := b.Lost("i", 0); len(lost) > 0 {
-						break
-					}
-					if i == 2000 {
-						t.Fatal("the background check found nothing")
-					}
-					time.Sleep(5 * time.Millisecond)
-				}
+				testwait.For(t, 10*time.Second, "the background check to find the lost batch", func() bool {
+					lost, _ := b.Lost("i", 0)
+					return len(lost) > 0
+				})
 			}
 			wantLost(t, b, "i", 0, [2]int64{victim.first, victim.last})
 			logs.wantLostLogged(t, "i", 0, victim.first, victim.last)

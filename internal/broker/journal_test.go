@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
+
+	"github.com/outboxrelay/relay/internal/testwait"
 )
 
 // powerLoss copies a live broker's data directory into a new one as a
@@ -170,19 +172,16 @@ func TestJournalCheckpoint(t *testing.T) {
 // be rotated out and deleted by the checkpoint.
 func waitCheckpointed(t *testing.T, jdir string) {
 	t.Helper()
-	for deadline := 200; ; deadline-- {
+	testwait.Until(t, 2*time.Second, "the full journal file to be checkpointed", func() error {
 		nums, err := listJournals(OSFS{}, jdir)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if len(nums) == 1 && nums[0] > 1 {
-			return
+			return nil
 		}
-		if deadline == 0 {
-			t.Fatalf("journal files %v: the full file was not checkpointed", nums)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return fmt.Errorf("journal files %v", nums)
+	})
 }
 
 // A segment write that fails and cannot be cut back leaves a torn batch at

@@ -489,7 +489,7 @@ func (f slowSyncFS) OpenFile(name string, flag int, perm os.FileMode) (File, err
 type slowSyncFile struct{ File }
 
 func (f slowSyncFile) Sync() error {
-	time.Sleep(5 * time.Millisecond)
+	time.Sleep(5 * time.Millisecond) // deliberate pause: a slow fsync, the fault under test
 	return f.File.Sync()
 }
 
@@ -517,7 +517,7 @@ func TestCheckpointDuringClose(t *testing.T) {
 				}
 			}()
 		}
-		time.Sleep(time.Millisecond)
+		time.Sleep(time.Millisecond) // deliberate pause: the checkpoints start before Close
 		if err := b.Close(); err != nil {
 			t.Fatal(err)
 		}

@@ -3,10 +3,13 @@ package broker
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/outboxrelay/relay/internal/testwait"
 )
 
 // A full disk under the segments, with the journal still writable: every
@@ -199,13 +202,12 @@ func TestWriteBackLoopWritesDown(t *testing.T) {
 	stop := make(chan struct{})
 	done := make(chan struct{})
 	go func() { defer close(done); writeBackLoop(stop, pool) }()
-	deadline := time.Now().Add(10 * time.Second)
-	for buffered() > limit/8*writeBackLow {
-		if time.Now().After(deadline) {
-			t.Fatalf("the write-back loop left %d bytes buffered, want at most %d", buffered(), limit/8*writeBackLow)
+	testwait.Until(t, 10*time.Second, "the write-back loop to flush the buffers", func() error {
+		if n := buffered(); n > limit/8*writeBackLow {
+			return fmt.Errorf("%d bytes buffered, want at most %d", n, limit/8*writeBackLow)
 		}
-		time.Sleep(time.Millisecond)
-	}
+		return nil
+	})
 	close(stop)
 	<-done
 	wrote := 0

@@ -83,7 +83,7 @@ func TestListenerFlood(t *testing.T) {
 				return
 			}
 			inserted.Add(1)
-			time.Sleep(20 * time.Millisecond)
+			time.Sleep(20 * time.Millisecond) // load pacing: one insert every 20 ms
 		}
 	}()
 	var consumed atomic.Int64
@@ -121,7 +121,7 @@ func TestListenerFlood(t *testing.T) {
 		}
 	})
 
-	time.Sleep(4 * time.Second)
+	time.Sleep(4 * time.Second) // deliberate pause: 4 s of the baseline before the flood
 	before := snap()
 	rssBefore, err := p.PeakRSS()
 	if err != nil {
@@ -183,7 +183,7 @@ func TestListenerFlood(t *testing.T) {
 			nc.Write(kafkaFrame(int32(i+1), req))
 		}
 	}
-	time.Sleep(10 * time.Second)
+	time.Sleep(10 * time.Second) // deliberate pause: 10 s of the flood
 	during := snap()
 	stopFlood()
 	connsMu.Lock()
@@ -197,7 +197,7 @@ func TestListenerFlood(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	time.Sleep(4 * time.Second)
+	time.Sleep(4 * time.Second) // deliberate pause: 4 s after the flood
 	after := snap()
 	if err := stopWriting(); err != nil {
 		t.Fatal(err)
@@ -216,7 +216,7 @@ func TestListenerFlood(t *testing.T) {
 	// The consumer shares the budget with the flood and may wait out
 	// the slow readers; it must have everything soon after.
 	for deadline := time.Now().Add(time.Minute); consumed.Load() < inserted.Load() && time.Now().Before(deadline); {
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(100 * time.Millisecond) // condition poll
 	}
 	if c, i := consumed.Load(), inserted.Load(); c < i {
 		t.Errorf("the consumer read %d of %d events a minute after the flood", c, i)

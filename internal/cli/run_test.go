@@ -36,7 +36,7 @@ func TestSIGTERMWhileConnecting(t *testing.T) {
 	}()
 	p := e2e.Start(t, testbin.Relay(t), nil, "run", "--database-url", "postgres://u@"+silent.Addr().String()+"/x",
 		"--http-addr", "", "--kafka-addr", "", "--data-dir", t.TempDir())
-	time.Sleep(time.Second)
+	time.Sleep(time.Second) // deliberate pause: the relay sits in the silent server's connect before it is stopped
 	p.Stop(10 * time.Second)
 }
 

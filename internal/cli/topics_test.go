@@ -118,7 +118,7 @@ SELECT 'hot', CASE WHEN g <= 700 THEN 'the-hot-key' ELSE 'k' || g END, 'v' FROM 
 		if len(wrong) == 0 || time.Now().After(deadline) {
 			break
 		}
-		time.Sleep(200 * time.Millisecond)
+		time.Sleep(200 * time.Millisecond) // condition poll
 	}
 	if len(wrong) > 0 {
 		t.Fatalf("%s (%+v)", strings.Join(wrong, "; "), topics)

@@ -61,7 +61,7 @@ func (e *relayEnv) start() *e2e.Proc {
 	if e.source == "cdc" {
 		conn := pgtest.Connect(e.t, e.url)
 		defer conn.Close(context.Background())
-		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) { // condition poll
 			var ok bool
 			err := conn.QueryRow(context.Background(), `SELECT EXISTS (SELECT 1 FROM outbox.cdc_slots WHERE consistent_lsn IS NOT NULL)`).Scan(&ok)
 			if err != nil {

@@ -82,7 +82,7 @@ func TestEmitMessage(t *testing.T) {
 
 	poll := newEnvOn(t, e, "poll")
 	pp := poll.start()
-	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(pp.Output(), "the outbox has logical messages only the WAL reader can publish"); time.Sleep(100 * time.Millisecond) {
+	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(pp.Output(), "the outbox has logical messages only the WAL reader can publish"); time.Sleep(100 * time.Millisecond) { // condition poll: the relay's output
 		if time.Now().After(deadline) {
 			t.Fatal("the poll reader started although the WAL reader's slot carries logical messages")
 		}
@@ -95,7 +95,7 @@ func TestEmitMessage(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("with the poll reader running: %v", err)
 		}
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(100 * time.Millisecond) // condition poll
 	}
 	pp.Stop(time.Minute)
 	t.Logf("%d events (%d of them logical messages) exactly once in per-key order through %d SIGKILLs; %d rolled back absent; refused before the slot and under the poll reader",

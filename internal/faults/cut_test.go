@@ -34,7 +34,7 @@ func TestConnectionsCut(t *testing.T) {
 			rng := rand.New(rand.NewPCG(uint64(i), 13))
 			cuts, conns := 0, 0
 			for end := time.Now().Add(cutFor); time.Now().Before(end); {
-				time.Sleep(time.Second + time.Duration(rng.Int64N(int64(3*time.Second))))
+				time.Sleep(time.Second + time.Duration(rng.Int64N(int64(3*time.Second)))) // deliberate pause: random 1-4 s between connection cuts
 				conns += r.proxy.Cut()
 				cuts++
 				if r.proc.Exited() {

@@ -86,7 +86,7 @@ func TestGroupsSurviveARelayRestart(t *testing.T) {
 		return n
 	}
 	waitFor(t, time.Minute, "the group to commit", func() bool { return committed() > 300 })
-	time.Sleep(3 * time.Second)
+	time.Sleep(3 * time.Second) // deliberate pause: the group settles before the restarts
 	settled := time.Now()
 	var back []time.Time
 	for _, how := range []string{"SIGTERM", "SIGKILL"} {
@@ -106,7 +106,7 @@ func TestGroupsSurviveARelayRestart(t *testing.T) {
 	// takeover: a coordinator that restored the group but saw none of its
 	// heartbeats (the admin socket's) would have expired the members and
 	// saved the group empty by now, and the takeover would rebalance it.
-	time.Sleep(35 * time.Second)
+	time.Sleep(35 * time.Second) // deliberate pause: longer than the session timeout (see above)
 	// The takeover: the leader loses PostgreSQL, the standby leads and
 	// asks for the directory, the old leader closes its broker and
 	// listener, the new one opens them on the same address.

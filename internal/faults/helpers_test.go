@@ -205,7 +205,7 @@ func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool)
 		if time.Since(start) > timeout {
 			t.Fatalf("timed out after %v waiting for %s", timeout, what)
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond) // condition poll (the package's waitFor)
 	}
 	return time.Since(start)
 }

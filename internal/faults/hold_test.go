@@ -46,7 +46,7 @@ func writeHeld(ctx context.Context, url string, ledger *e2e.Ledger, from, to, po
 			}
 			ledger.Record(p)
 		}
-		time.Sleep(pause)
+		time.Sleep(pause) // load pacing: the writers' pause between transactions
 	}
 	return poisons, nil
 }

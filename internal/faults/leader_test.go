@@ -24,7 +24,7 @@ func (e *env) stallRenewals(d time.Duration) {
 	if _, err := tx.Exec(ctx, "SELECT * FROM outbox.leader_lease FOR UPDATE"); err != nil {
 		e.t.Fatal(err)
 	}
-	time.Sleep(d)
+	time.Sleep(d) // deliberate pause: holds the lease row locked for d (the fault itself)
 }
 
 // killLeaderSessions runs one round of faults on the current leader of
@@ -65,7 +65,7 @@ func killLeaderSessionsUnderLoad(t *testing.T, e *env, ledger *e2e.Ledger, event
 	e2e.WaitPublished(t, e.url, 2000, time.Minute)
 	for round := 0; round < 6; round++ {
 		killLeaderSessions(t, e, round, a, b)
-		time.Sleep(1500 * time.Millisecond)
+		time.Sleep(1500 * time.Millisecond) // deliberate pause: time between the rounds of killed sessions
 	}
 	stopWriters()
 	return firstEpoch

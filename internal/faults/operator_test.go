@@ -58,7 +58,7 @@ WHERE id IN (SELECT id FROM outbox.events ORDER BY id LIMIT 300) OR id % 5 = 0 R
 				}
 				done <- ids
 			}()
-			time.Sleep(200 * time.Millisecond)
+			time.Sleep(200 * time.Millisecond) // deliberate pause: the operator's DELETE meets the locked rows before the kill
 			r.proc.Kill()
 		})
 		ids := <-done

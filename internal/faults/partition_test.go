@@ -45,7 +45,7 @@ func TestPartitionedLeader(t *testing.T) {
 	if got := a.proc.Role(); got == "leader" {
 		t.Fatalf("the partitioned relay still says it leads %v into the partition", time.Since(partitioned))
 	}
-	time.Sleep(time.Until(partitioned.Add(ackedAt + 3*time.Second)))
+	time.Sleep(time.Until(partitioned.Add(ackedAt + 3*time.Second))) // simulates a partition that lasts 3 s past the first acknowledgement
 	a.proxy.Heal()
 
 	e2e.WaitRole(t, a.proc, "standby", 30*time.Second)

@@ -29,12 +29,12 @@ func TestPausedLeaderResumes(t *testing.T) {
 	stopped := time.Now()
 	took := waitFor(t, takeoverBound, "the standby to take over from the stopped leader", func() bool { return b.proc.Role() == "leader" })
 	// What the stopped process had written.
-	time.Sleep(200 * time.Millisecond)
+	time.Sleep(200 * time.Millisecond) // deliberate pause: lets the stopped process's last writes reach the disk before the snapshot
 	snapshot := filepath.Join(t.TempDir(), "snapshot")
 	if out, err := exec.Command("cp", "-a", e.dataDir, snapshot).CombinedOutput(); err != nil {
 		t.Fatalf("copying the data directory: %v: %s", err, out)
 	}
-	time.Sleep(time.Until(stopped.Add(6 * lease)))
+	time.Sleep(time.Until(stopped.Add(6 * lease))) // deliberate pause: six leases in which the new pipeline must not start (a negative check)
 	if strings.Contains(b.proc.Output(), "pipeline started") {
 		t.Fatalf("the new leader's pipeline started while the old process held the data directory:\n%s", b.proc.Output())
 	}

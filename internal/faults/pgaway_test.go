@@ -69,7 +69,7 @@ func TestListenerServesWhilePostgresIsAway(t *testing.T) {
 		if poll("while PostgreSQL is away") > 0 {
 			withRecords++
 		}
-		time.Sleep(500 * time.Millisecond)
+		time.Sleep(500 * time.Millisecond) // deliberate pause: samples the broker twice a second while PostgreSQL is away
 	}
 	if ready, _ := n.proc.Ready(); ready {
 		t.Fatal("the relay reported ready at the end of the outage: PostgreSQL was not away")

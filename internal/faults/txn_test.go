@@ -83,9 +83,9 @@ func TestRelayKilledDuringConsumeTransformProduce(t *testing.T) {
 			if ctx.Err() != nil || time.Now().After(deadline) {
 				t.Fatalf("the processor wrote nothing past %d", before)
 			}
-			time.Sleep(50 * time.Millisecond)
+			time.Sleep(50 * time.Millisecond) // condition poll: the processor is another process
 		}
-		time.Sleep(time.Duration(50+rand.IntN(300)) * time.Millisecond)
+		time.Sleep(time.Duration(50+rand.IntN(300)) * time.Millisecond) // deliberate pause: a random kill moment
 		r.proc.Kill()
 		r.start()
 		e2e.WaitReady(t, r.proc, true, 30*time.Second)
@@ -99,7 +99,7 @@ func TestRelayKilledDuringConsumeTransformProduce(t *testing.T) {
 		if ctx.Err() != nil {
 			t.Fatalf("the processor committed %d of the %d source offsets", committed(), want)
 		}
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(100 * time.Millisecond) // condition poll: committed offsets
 	}
 	t.Logf("all processed at %v", time.Since(start).Round(time.Millisecond))
 	stopJob()

@@ -63,7 +63,7 @@ func TestStandbyAndPromotion(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close(context.Background())
-	for n := 0; n != 1; time.Sleep(50 * time.Millisecond) {
+	for n := 0; n != 1; time.Sleep(50 * time.Millisecond) { // condition poll: the standby replays the insert
 		if err := conn.QueryRow(ctx, "SELECT count(*) FROM t").Scan(&n); err != nil {
 			t.Fatal(err)
 		}

@@ -81,7 +81,7 @@ func TestFailoverStateWithoutStandby(t *testing.T) {
 			t.Fatal(err)
 		}
 		for err = again.Start(ctx, relay.Position{}); errors.Is(err, cdc.ErrSlotActive); err = again.Start(ctx, relay.Position{}) {
-			time.Sleep(100 * time.Millisecond)
+			time.Sleep(100 * time.Millisecond) // condition poll: the old walsender lets go of the slot
 		}
 		if err != nil {
 			t.Fatal(err)

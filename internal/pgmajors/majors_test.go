@@ -143,7 +143,7 @@ func crashLoop(t *testing.T, c *pgcluster.Cluster, source string, major int) {
 		// counted them.
 		var streamed int64
 		conn := pgtest.Connect(t, url)
-		for deadline := time.Now().Add(20 * time.Second); streamed == 0 && time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		for deadline := time.Now().Add(20 * time.Second); streamed == 0 && time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) { // condition poll: statistics reach the view late
 			err := conn.QueryRow(context.Background(),
 				"SELECT stream_txns FROM pg_stat_replication_slots WHERE slot_name = 'relay_slot'").Scan(&streamed)
 			if err != nil && err != pgx.ErrNoRows {

@@ -87,7 +87,7 @@ func leaderOf(t *testing.T, nodes ...*node) *node {
 				return n
 			}
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond) // condition poll: roles of other processes
 	}
 	t.Fatalf("no leader among %v after a minute", nodes)
 	return nil

@@ -3,12 +3,14 @@ package protocol
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/outboxrelay/relay/internal/broker"
+	"github.com/outboxrelay/relay/internal/testwait"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
@@ -241,8 +243,19 @@ func TestConsumerGroupProtocolRaw(t *testing.T) {
 		t.Fatalf("after the leave: epoch %d (was %d) owned %v", a.epoch, before, a.owned)
 	}
 
-	// a goes silent: after the session timeout it is gone.
-	time.Sleep(1200 * time.Millisecond)
+	// a goes silent: after the session timeout the coordinator expires it.
+	// Describing does not heartbeat, so asking does not keep a alive.
+	describe := dialRaw(t, f.addr)
+	testwait.Until(t, 30*time.Second, "a's session to expire", func() error {
+		req := kmsg.NewPtrConsumerGroupDescribeRequest()
+		req.Version = 1
+		req.Groups = []string{group}
+		d := roundTrip[*kmsg.ConsumerGroupDescribeResponse](t, describe, req).Groups[0]
+		if d.State != "Empty" || len(d.Members) != 0 {
+			return fmt.Errorf("state %s with %d members", d.State, len(d.Members))
+		}
+		return nil
+	})
 	wantCode(t, "heartbeat after the session timeout", a.beat(false, nil).ErrorCode, kerr.UnknownMemberID)
 	if d := describeConsumerGroup(t, f.addr, group); d.State != "Empty" || len(d.Members) != 0 {
 		t.Fatalf("describe after everyone left: %+v", d)

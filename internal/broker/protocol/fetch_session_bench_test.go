@@ -103,7 +103,7 @@ func measureIdleConsumer(b *testing.B, sessions bool, partitions int32, window, 
 		if ctx.Err() != nil {
 			b.Fatal("the broker process did not come up")
 		}
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(50 * time.Millisecond) // condition poll: the broker is another process
 	}
 	if _, err := kadm.NewClient(admin).CreateTopic(ctx, partitions, 1, nil, "idle"); err != nil {
 		b.Fatalf("create topic: %v", err)
@@ -120,14 +120,14 @@ func measureIdleConsumer(b *testing.B, sessions bool, partitions int32, window, 
 		}
 	}()
 	// Warm up: the first fetches (full ones) and metadata are not counted.
-	time.Sleep(maxWait + 6*time.Second)
+	time.Sleep(maxWait + 6*time.Second) // benchmark: warm-up
 	pid := cmd.Process.Pid
 	cpu0, err := procstat.CPUSeconds(pid)
 	if err != nil {
 		b.Fatal(err)
 	}
 	w0, r0, n0, t0 := counter.wrote.Load(), counter.read.Load(), counter.requests.Load(), time.Now()
-	time.Sleep(window)
+	time.Sleep(window) // benchmark: the measurement window
 	cpu1, err := procstat.CPUSeconds(pid)
 	if err != nil {
 		b.Fatal(err)

@@ -49,7 +49,7 @@ func TestSecondServerLeavesGroupsAlone(t *testing.T) {
 	defer second.Close()
 	// Three session timeouts: a restored copy of the member would have
 	// expired and been saved away by now.
-	time.Sleep(3 * time.Second)
+	time.Sleep(3 * time.Second) // deliberate pause: three session timeouts (a negative check)
 	if n := members(); n != 1 {
 		t.Fatalf("the saved membership names %d members after a second server started, want the 1 live member", n)
 	}

@@ -131,7 +131,7 @@ func TestIdleTimeout(t *testing.T) {
 		if got := busy.recv(req.ResponseKind()); got != corr {
 			t.Fatalf("busy connection: corr %d, want %d", got, corr)
 		}
-		time.Sleep(200 * time.Millisecond)
+		time.Sleep(200 * time.Millisecond) // deliberate pause: the busy connection stays busy past the idle timeout
 	}
 	idle.expectClosed()
 }
@@ -174,7 +174,7 @@ func TestInFlightBudget(t *testing.T) {
 			}
 		}
 	})
-	time.Sleep(300 * time.Millisecond)
+	time.Sleep(300 * time.Millisecond) // deliberate pause: the waiting frames must stay waiting (a negative check)
 	if used := f.srv.budget.used.Load(); used != 3<<20 {
 		t.Errorf("with six 1.5 MiB frames announced, %d bytes held, want two frames' (3 MiB of the requests' 4 MiB): the rest wait", used)
 	}
@@ -233,7 +233,7 @@ func TestFetchAnsweredWhileRequestsHoldBudget(t *testing.T) {
 	announce(3 << 19)
 	waitFor(t, ctx, "trickled frames to hold 3.5 MiB", func() bool { return f.srv.budget.used.Load() == 7<<19 })
 	announce(budgetBytes / 4)
-	time.Sleep(100 * time.Millisecond)
+	time.Sleep(100 * time.Millisecond) // deliberate pause: the last announced frame must stay waiting (a negative check)
 
 	rc := dialRaw(t, f.addr)
 	req := kmsg.NewPtrFetchRequest()

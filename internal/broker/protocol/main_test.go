@@ -71,7 +71,7 @@ func runBrokerProcess(dir, addr string) error {
 		if ln, err = net.Listen("tcp", addr); err == nil || i == 50 {
 			break
 		}
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(100 * time.Millisecond) // condition poll: the killed incarnation's port frees
 	}
 	if err != nil {
 		return err

@@ -287,7 +287,7 @@ func TestFetchLongPoll(t *testing.T) {
 	}
 
 	go func() {
-		time.Sleep(200 * time.Millisecond)
+		time.Sleep(200 * time.Millisecond) // deliberate pause: the fetch is parked in its long poll when the record arrives
 		batch := broker.EncodeBatch(-1, -1, -1, []broker.Record{{Value: []byte("wake")}})
 		if _, err := f.b.Append(context.Background(), "poll", 1, batch); err != nil {
 			t.Errorf("append: %v", err)

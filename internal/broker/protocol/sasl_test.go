@@ -234,7 +234,7 @@ func TestSASLRequiredBeforeOtherRequests(t *testing.T) {
 	big.expectClosed()
 
 	slow := dialRaw(t, f.addr)
-	time.Sleep(time.Second)
+	time.Sleep(time.Second) // deliberate pause: the silent client sends nothing past the server's deadline for it
 	slow.expectClosed()
 }
 
@@ -256,7 +256,7 @@ func TestUsersFileChangesApplyWithoutRestart(t *testing.T) {
 	if err := pingFails(t, ctx, f.kgoAs(t, MechanismSCRAM256, "frank", "frank-pw", kgo.RequestRetries(0))); err == nil {
 		t.Fatal("frank authenticated before being added")
 	}
-	time.Sleep(10 * time.Millisecond) // a new modification time
+	time.Sleep(10 * time.Millisecond) // deliberate pause: the users file is reloaded on a new modification time
 	writeUsersFile(t, f.usersPath, map[string]string{"frank": "frank-pw"})
 	if err := pingFails(t, ctx, f.kgoAs(t, MechanismSCRAM256, "frank", "frank-pw")); err != nil {
 		t.Fatalf("frank after being added: %v", err)

@@ -113,7 +113,7 @@ func waitGrowth(t testing.TB, ctx context.Context, adm *kadm.Client, before int6
 		if end := endOffsets(ctx, adm, eosSink); end > before {
 			return end
 		}
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(50 * time.Millisecond) // condition poll: the processor is another process
 	}
 	t.Fatalf("the processor wrote nothing to %s past offset sum %d in 20 s", eosSink, before)
 	return 0
@@ -132,7 +132,7 @@ func waitUncommitted(ctx context.Context, b *broker.Broker, d time.Duration) {
 				return
 			}
 		}
-		time.Sleep(2 * time.Millisecond)
+		time.Sleep(2 * time.Millisecond) // condition poll
 	}
 }
 
@@ -143,7 +143,7 @@ func waitProcessed(t testing.TB, ctx context.Context, adm *kadm.Client, n int) {
 		if ctx.Err() != nil {
 			t.Fatalf("the group committed %d of %d source offsets: %v", committedSum(context.Background(), adm), n, ctx.Err())
 		}
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(100 * time.Millisecond) // condition poll: committed offsets
 	}
 }
 
@@ -169,7 +169,7 @@ func TestTxnConsumeTransformProduceSurvivesProcessorKills(t *testing.T) {
 	for kill := 0; kill < 5; kill++ {
 		p := e2e.Start(t, os.Args[0], env)
 		end = waitGrowth(t, ctx, adm, end)
-		time.Sleep(time.Duration(50+rand.IntN(300)) * time.Millisecond)
+		time.Sleep(time.Duration(50+rand.IntN(300)) * time.Millisecond) // deliberate pause: a random kill moment
 		// Every other kill lands mid-transaction, with records written
 		// and not committed: on a loaded machine the random moment alone
 		// landed between transactions five times out of five, and the
@@ -210,7 +210,7 @@ func startBrokerProcess(t testing.TB, ctx context.Context, dir, addr string) *e2
 		if p.Exited() || ctx.Err() != nil {
 			t.Fatalf("broker process did not come up: %s", p.Output())
 		}
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(50 * time.Millisecond) // condition poll: the broker is another process
 	}
 }
 
@@ -245,7 +245,7 @@ func TestTxnConsumeTransformProduceSurvivesBrokerKills(t *testing.T) {
 	end := int64(0)
 	for kill := 0; kill < 4; kill++ {
 		end = waitGrowth(t, ctx, adm, end)
-		time.Sleep(time.Duration(50+rand.IntN(300)) * time.Millisecond)
+		time.Sleep(time.Duration(50+rand.IntN(300)) * time.Millisecond) // deliberate pause: a random kill moment
 		b.Kill()
 		b = startBrokerProcess(t, ctx, dir, addr)
 		end = max(endOffsets(ctx, adm, eosSink), 0)

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"hash/crc32"
 	"os/exec"
 	"strconv"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/outboxrelay/relay/internal/broker"
 	"github.com/outboxrelay/relay/internal/e2e"
+	"github.com/outboxrelay/relay/internal/testwait"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -162,19 +164,16 @@ func TestTxnTimeoutAbortsAbandonedTransaction(t *testing.T) {
 		t.Fatalf("described %+v, want Ongoing with timeout 2000 and partitions of %s", d, topic)
 	}
 	epoch := d.ProducerEpoch
-	for {
+	testwait.Until(t, 30*time.Second, "the coordinator to abort the timed-out transaction", func() error {
 		st, _ := f.b.Transaction("slow")
-		if st.State == broker.TxnCompleteAbort {
-			if st.Epoch != epoch+1 {
-				t.Fatalf("timed-out transaction aborted at epoch %d, want the bumped %d", st.Epoch, epoch+1)
-			}
-			break
+		if st.State != broker.TxnCompleteAbort {
+			return fmt.Errorf("transaction still %s", st.State)
 		}
-		if ctx.Err() != nil {
-			t.Fatalf("transaction still %s long after its timeout", st.State)
+		if st.Epoch != epoch+1 {
+			t.Fatalf("timed-out transaction aborted at epoch %d, want the bumped %d", st.Epoch, epoch+1)
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 	if err := cl.EndTransaction(ctx, kgo.TryCommit); err == nil {
 		t.Fatal("committed a transaction the coordinator aborted")
 	}

@@ -314,7 +314,7 @@ func outage(t *testing.T, txn bool) {
 	var rows []int64
 	readyDuring := 0
 	for time.Since(down) < outageFor-time.Second {
-		time.Sleep(2 * time.Second)
+		time.Sleep(2 * time.Second) // deliberate pause: samples the outbox every 2 s through the outage
 		var n, minID int64
 		if err := conn.QueryRow(ctx, "SELECT count(*), coalesce(min(id), 0) FROM outbox.events").Scan(&n, &minID); err != nil {
 			t.Fatal(err)
@@ -339,14 +339,14 @@ func outage(t *testing.T, txn bool) {
 		t.Errorf("/readyz reported ready %d times during the outage", readyDuring)
 	}
 	written := ledger.Len() - before
-	time.Sleep(outageFor - time.Since(down))
+	time.Sleep(outageFor - time.Since(down)) // simulates the rest of the Kafka outage
 	k.cluster.Restart()
 	up := time.Now()
 	e2e.WaitReady(t, proc, true, time.Minute)
 	readyAfter := time.Since(up)
 
 	// Some more load after the outage, then drain.
-	time.Sleep(2 * time.Second)
+	time.Sleep(2 * time.Second) // deliberate pause: 2 s more load after the outage
 	if err := stopWriting(); err != nil {
 		t.Fatalf("writers: %v", err)
 	}

@@ -87,7 +87,7 @@ func leaseKilled(t *testing.T, txn bool) {
 	rng := rand.New(rand.NewPCG(13, map[bool]uint64{false: 1, true: 2}[txn]))
 	takeovers, terminated := 0, 0
 	for round := range 6 {
-		time.Sleep(time.Duration(300+rng.IntN(700)) * time.Millisecond)
+		time.Sleep(time.Duration(300+rng.IntN(700)) * time.Millisecond) // deliberate pause: a random moment for the round's fault
 		mode := round % 3
 		var (
 			epoch int64
@@ -183,7 +183,7 @@ func writeAcross(ctx context.Context, url string, ledger *e2e.Ledger, events int
 		err := e2e.Write(ctx, cfg, ledger)
 		var connect *pgconn.ConnectError
 		if errors.As(err, &connect) {
-			time.Sleep(50 * time.Millisecond)
+			time.Sleep(50 * time.Millisecond) // retry backoff: PostgreSQL refused the connection
 			continue
 		}
 		if err != nil {
@@ -266,7 +266,7 @@ func settled(t *testing.T, ctx context.Context, conn *pgx.Conn, procs []*e2e.Pro
 		if time.Now().After(deadline) {
 			t.Fatalf("not settled after a minute: the holder of epoch %d (pid %d) ready %v with a lease session %v, a standby with a lease session %v", epoch, pid, ready, leaderLease, standby)
 		}
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(50 * time.Millisecond) // condition poll
 	}
 }
 
@@ -285,7 +285,7 @@ func waitEpochAfter(t *testing.T, ctx context.Context, conn *pgx.Conn, epoch int
 		if time.Now().After(deadline) {
 			t.Fatalf("no takeover after epoch %d within a minute", epoch)
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond) // condition poll
 	}
 }
 

@@ -77,7 +77,7 @@ func (c *core) restart() {
 			c.sink = s
 			return
 		}
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(100 * time.Millisecond) // retry backoff: starting the sink again
 	}
 }
 
@@ -98,7 +98,7 @@ func (c *core) run(crashEvery int, during func(batch int)) {
 			if err != nil {
 				c.errors++
 				pending, next = nil, c.acked
-				time.Sleep(50 * time.Millisecond)
+				time.Sleep(50 * time.Millisecond) // retry backoff: before the restart after a failed publish
 				c.restart()
 				continue
 			}
@@ -189,7 +189,7 @@ func TestOutage(t *testing.T) {
 			}
 			cancel()
 			go func() {
-				time.Sleep(3 * time.Second)
+				time.Sleep(3 * time.Second) // simulates a 3 s Kafka outage
 				cl.Restart()
 			}()
 		})

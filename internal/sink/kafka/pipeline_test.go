@@ -53,12 +53,12 @@ func TestPipelinedErrorStopsLaterBatches(t *testing.T) {
 			<-h.held
 		}
 		// Each batch in a request of its own, behind the held one.
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond) // deliberate pause: each batch in a request of its own
 	}
 	close(h.release)
 	// The waits come late: what the client does after the refusal is not
 	// helped by a wait noticing it.
-	time.Sleep(500 * time.Millisecond)
+	time.Sleep(500 * time.Millisecond) // deliberate pause: the waits come late (see above)
 	for i, w := range waits {
 		if _, err := w(); err == nil {
 			t.Errorf("wait %d succeeded after batch 2 was refused", i+2)
