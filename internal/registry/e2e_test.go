@@ -73,7 +73,7 @@ func TestContractKills(t *testing.T) {
 				badDone <- err
 				return
 			}
-			time.Sleep(50 * time.Millisecond)
+			time.Sleep(50 * time.Millisecond) // load pacing: bad events spread over the kill loop
 		}
 		badDone <- nil
 	}()
@@ -162,7 +162,7 @@ FROM outbox.dead_letters WHERE key = 'held'`).Scan(&holding, &held); err != nil 
 		if time.Now().After(deadline) {
 			t.Fatalf("%d dead letters still hold or are held a minute after the retry", waiting)
 		}
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(50 * time.Millisecond) // a condition poll: the retry happens in the relay process
 	}
 	p.Stop(time.Minute)
 	seqs := map[string][]int{}
