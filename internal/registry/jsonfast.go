@@ -1,12 +1,14 @@
 package registry
 
 import (
+	"bytes"
 	"encoding/json"
 	"io"
 	"strconv"
+	"sync"
 	"unicode/utf8"
 
-	jsoniter "github.com/json-iterator/go"
+	"github.com/go-json-experiment/json/jsontext"
 )
 
 // The JSON Schema fast path. Validating with the library means decoding
@@ -19,7 +21,8 @@ import (
 // will not judge, anything odd) goes to the library,
 // whose verdict and error message stand. So the fast path must never
 // accept what the library rejects; TestJSONFastPathAgrees checks that on
-// generated payloads.
+// generated payloads. Both read payloads with jsontext (the upstream of
+// encoding/json/v2), from a pooled decoder: the fast path allocates nothing.
 
 type jsonType uint8
 
@@ -218,98 +221,177 @@ func literalOf(x any) (string, bool) {
 	return "", false
 }
 
-var fastConfig = jsoniter.Config{UseNumber: true}.Froze()
+// jsonDecoder is a pooled jsontext decoder reading from a copy of one
+// payload; scratch holds names and strings that had escapes.
+type jsonDecoder struct {
+	buf     bytes.Buffer
+	dec     jsontext.Decoder
+	scratch []byte
+}
+
+var jsonDecoders = sync.Pool{New: func() any { return new(jsonDecoder) }}
+
+// borrowDecoder returns a decoder positioned at the start of payload.
+func borrowDecoder(payload []byte, opts ...jsontext.Options) *jsonDecoder {
+	d := jsonDecoders.Get().(*jsonDecoder)
+	d.buf.Reset()
+	d.buf.Write(payload)
+	d.dec.Reset(&d.buf, opts...)
+	return d
+}
+
+func (d *jsonDecoder) release() {
+	if d.buf.Cap() > 64<<10 {
+		return
+	}
+	d.buf.Reset()
+	d.dec.Reset(&d.buf)
+	jsonDecoders.Put(d)
+}
+
+// fastOptions: a name twice is checked twice (stricter than the library,
+// which sees the last one); invalid UTF-8 is an error here, so the library
+// judges it.
+var fastOptions = jsontext.AllowDuplicateNames(true)
 
 // accepts reports whether the fast path can tell payload is valid.
 func (n *fastNode) accepts(payload []byte) bool {
-	it := fastConfig.BorrowIterator(payload)
-	defer fastConfig.ReturnIterator(it)
-	if !n.check(it) || it.Error != nil {
+	d := borrowDecoder(payload, fastOptions)
+	defer d.release()
+	if !n.check(d) {
 		return false
 	}
-	return it.WhatIsNext() == jsoniter.InvalidValue && it.Error == io.EOF
+	_, err := d.dec.ReadValue()
+	return err == io.EOF
 }
 
 func (n *fastNode) allows(t jsonType) bool { return n.types == 0 || n.types&t != 0 }
 
-func (n *fastNode) check(it *jsoniter.Iterator) bool {
-	switch it.WhatIsNext() {
-	case jsoniter.ObjectValue:
+// str reads a string (a value or a name) and returns its contents, valid
+// until the next call on d.
+func (d *jsonDecoder) str() ([]byte, bool) {
+	v, err := d.dec.ReadValue()
+	if err != nil || len(v) < 2 || v[0] != '"' {
+		return nil, false
+	}
+	if bytes.IndexByte(v, '\\') < 0 {
+		return v[1 : len(v)-1], true
+	}
+	d.scratch, err = jsontext.AppendUnquote(d.scratch[:0], v)
+	return d.scratch, err == nil
+}
+
+func (n *fastNode) check(d *jsonDecoder) bool {
+	switch d.dec.PeekKind() {
+	case '{':
 		if !n.allows(tObject) || n.enum != nil {
 			return false
 		}
-		// A key twice is checked twice: stricter than the library, which
-		// sees the last one.
+		if _, err := d.dec.ReadToken(); err != nil {
+			return false
+		}
 		var seen uint64
-		ok := it.ReadMapCB(func(it *jsoniter.Iterator, key string) bool {
-			if i, req := n.required[key]; req {
-				seen |= 1 << i
-			}
-			if child := n.props[key]; child != nil {
-				return child.check(it)
-			}
-			if n.closed {
+		for {
+			switch d.dec.PeekKind() {
+			case '}':
+				if _, err := d.dec.ReadToken(); err != nil {
+					return false
+				}
+				return seen == (uint64(1)<<len(n.required))-1
+			case '"':
+			default:
 				return false
 			}
-			if n.addl != nil {
-				return n.addl.check(it)
+			key, ok := d.str()
+			if !ok {
+				return false
 			}
-			it.Skip()
-			return true
-		})
-		return ok && it.Error == nil && seen == (uint64(1)<<len(n.required))-1
-	case jsoniter.ArrayValue:
+			// key is only valid until the next read: look it up first.
+			if i, req := n.required[string(key)]; req {
+				seen |= 1 << i
+			}
+			child := n.props[string(key)]
+			switch {
+			case child != nil:
+				ok = child.check(d)
+			case n.closed:
+				ok = false
+			case n.addl != nil:
+				ok = n.addl.check(d)
+			default:
+				ok = d.dec.SkipValue() == nil
+			}
+			if !ok {
+				return false
+			}
+		}
+	case '[':
 		if !n.allows(tArray) || n.enum != nil {
 			return false
 		}
-		return it.ReadArrayCB(func(it *jsoniter.Iterator) bool {
-			if n.items != nil {
-				return n.items.check(it)
+		if _, err := d.dec.ReadToken(); err != nil {
+			return false
+		}
+		for {
+			switch d.dec.PeekKind() {
+			case ']':
+				_, err := d.dec.ReadToken()
+				return err == nil
+			case 0:
+				return false
 			}
-			it.Skip()
-			return true
-		}) && it.Error == nil
-	case jsoniter.StringValue:
-		s := it.ReadString()
-		if it.Error != nil || !n.allows(tString) {
+			var ok bool
+			if n.items != nil {
+				ok = n.items.check(d)
+			} else {
+				ok = d.dec.SkipValue() == nil
+			}
+			if !ok {
+				return false
+			}
+		}
+	case '"':
+		s, ok := d.str()
+		if !ok || !n.allows(tString) {
 			return false
 		}
 		if n.minLength >= 0 || n.maxLength >= 0 {
-			l := utf8.RuneCountInString(s)
+			l := utf8.RuneCount(s)
 			if l < n.minLength || (n.maxLength >= 0 && l > n.maxLength) {
 				return false
 			}
 		}
-		return n.enum == nil || n.enum["s"+s]
-	case jsoniter.NumberValue:
-		lit := string(it.ReadNumber())
-		if it.Error != nil {
-			return false
-		}
-		i, err := strconv.ParseInt(lit, 10, 64)
-		if err != nil || !plainInteger(lit) {
+		return n.enum == nil || n.enum["s"+string(s)]
+	case '0':
+		v, err := d.dec.ReadValue()
+		if err != nil || !plainInteger(v) {
 			// Fractions, exponents and big integers: the library judges.
 			return false
 		}
-		if !n.allows(tInteger) {
+		lit := string(v)
+		i, err := strconv.ParseInt(lit, 10, 64)
+		if err != nil || !n.allows(tInteger) {
 			return false
 		}
 		if (n.minimum != nil && i < *n.minimum) || (n.maximum != nil && i > *n.maximum) {
 			return false
 		}
 		return n.enum == nil || n.enum["i"+lit]
-	case jsoniter.BoolValue:
-		b := it.ReadBool()
-		return it.Error == nil && n.allows(tBool) && (n.enum == nil || n.enum[strconv.FormatBool(b)])
-	case jsoniter.NilValue:
-		it.ReadNil()
-		return it.Error == nil && n.allows(tNull) && (n.enum == nil || n.enum["null"])
+	case 't', 'f':
+		v, err := d.dec.ReadValue()
+		if err != nil || !n.allows(tBool) {
+			return false
+		}
+		return n.enum == nil || n.enum[string(v)]
+	case 'n':
+		_, err := d.dec.ReadValue()
+		return err == nil && n.allows(tNull) && (n.enum == nil || n.enum["null"])
 	}
 	return false
 }
 
 // plainInteger: an optional minus, then 0 or digits not starting with 0.
-func plainInteger(s string) bool {
+func plainInteger(s []byte) bool {
 	if len(s) > 0 && s[0] == '-' {
 		s = s[1:]
 	}

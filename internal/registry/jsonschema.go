@@ -2,13 +2,15 @@ package registry
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"reflect"
 	"slices"
 	"sort"
 	"strings"
 
-	jsoniter "github.com/json-iterator/go"
+	"github.com/go-json-experiment/json/jsontext"
 	"github.com/santhosh-tekuri/jsonschema/v6"
 )
 
@@ -53,18 +55,79 @@ func (j *jsonSchema) Type() string { return TypeJSON }
 
 func (j *jsonSchema) Fingerprint() [32]byte { return fingerprint(TypeJSON, j.canonical) }
 
-// decoder parses payloads into what the validator takes (numbers as
-// json.Number, as jsonschema.UnmarshalJSON gives them); json-iterator's is
-// 2 to 3 times faster than encoding/json's here, and rejects trailing data.
-var decoder = jsoniter.Config{UseNumber: true, EscapeHTML: false}.Froze()
+// libraryOptions match what the validator was given before: a name twice
+// keeps the last value, invalid UTF-8 becomes U+FFFD.
+var libraryOptions = []jsontext.Options{jsontext.AllowDuplicateNames(true), jsontext.AllowInvalidUTF8(true)}
+
+// decodeJSON parses payload, one JSON document with nothing after it,
+// into what the validator takes: maps, slices, strings, bools, nil and
+// numbers as json.Number, as jsonschema.UnmarshalJSON gives them.
+func decodeJSON(payload []byte) (any, error) {
+	d := borrowDecoder(payload, libraryOptions...)
+	defer d.release()
+	v, err := decodeValue(&d.dec)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := d.dec.ReadToken(); err != io.EOF {
+		if err == nil {
+			err = errors.New("data after the document")
+		}
+		return nil, err
+	}
+	return v, nil
+}
+
+func decodeValue(d *jsontext.Decoder) (any, error) {
+	t, err := d.ReadToken()
+	if err != nil {
+		return nil, err
+	}
+	switch t.Kind() {
+	case 'n':
+		return nil, nil
+	case 't', 'f':
+		return t.Bool(), nil
+	case '"':
+		return t.String(), nil
+	case '0':
+		return json.Number(t.String()), nil
+	case '{':
+		m := map[string]any{}
+		for d.PeekKind() != '}' {
+			name, err := d.ReadToken()
+			if err != nil {
+				return nil, err
+			}
+			key := name.String()
+			if m[key], err = decodeValue(d); err != nil {
+				return nil, err
+			}
+		}
+		_, err := d.ReadToken()
+		return m, err
+	case '[':
+		a := []any{}
+		for d.PeekKind() != ']' {
+			v, err := decodeValue(d)
+			if err != nil {
+				return nil, err
+			}
+			a = append(a, v)
+		}
+		_, err := d.ReadToken()
+		return a, err
+	}
+	return nil, fmt.Errorf("unexpected %v", t.Kind())
+}
 
 // Validate parses payload as one JSON document and validates it.
 func (j *jsonSchema) Validate(payload []byte) error {
 	if j.fast != nil && j.fast.accepts(payload) {
 		return nil
 	}
-	var v any
-	if err := decoder.Unmarshal(payload, &v); err != nil {
+	v, err := decodeJSON(payload)
+	if err != nil {
 		return fmt.Errorf("not JSON: %w", err)
 	}
 	if err := j.compiled.Validate(v); err != nil {
