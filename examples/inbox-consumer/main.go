@@ -61,12 +61,7 @@ func run() error {
 	if err := inbox.Migrate(ctx, pool, ""); err != nil {
 		return err
 	}
-	if _, err := pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS shipments (
-		id bigserial PRIMARY KEY,
-		order_key text,
-		event_id text NOT NULL,
-		payload jsonb,
-		shipped_at timestamptz NOT NULL DEFAULT now())`); err != nil {
+	if err := createShipments(ctx, pool); err != nil {
 		return err
 	}
 
@@ -96,4 +91,23 @@ func run() error {
 	err = c.Run(ctx)
 	log.Info("stopped", "after", time.Since(start).Round(time.Millisecond))
 	return err
+}
+
+// createShipments creates the example's own table. Members start side by
+// side, and CREATE TABLE IF NOT EXISTS is not safe against a concurrent
+// creation (it can fail on the catalog's unique index): an advisory lock
+// makes them take turns.
+func createShipments(ctx context.Context, pool *pgxpool.Pool) error {
+	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtext('inbox-consumer: shipments'))`); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS shipments (
+		id bigserial PRIMARY KEY,
+		order_key text,
+		event_id text NOT NULL,
+		payload jsonb,
+		shipped_at timestamptz NOT NULL DEFAULT now())`)
+		return err
+	})
 }
