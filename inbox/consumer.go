@@ -5,13 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/outboxrelay/relay/internal/jitter"
 )
 
 // DefaultSchema is the schema Migrate creates unless told otherwise.
@@ -399,7 +400,7 @@ func (c *Consumer) applyOne(ctx context.Context, r *kgo.Record) error {
 				return err
 			}
 		}
-		if err := sleep(ctx, jitter(backoff)); err != nil {
+		if err := sleep(ctx, jitter.Spread(backoff)); err != nil {
 			return err
 		}
 		backoff = min(2*backoff, 5*time.Second)
@@ -528,10 +529,4 @@ func sleep(ctx context.Context, d time.Duration) error {
 	case <-t.C:
 		return nil
 	}
-}
-
-// jitter spreads d over [d/2, d), so that members retrying the same
-// failure do not hit the database in step.
-func jitter(d time.Duration) time.Duration {
-	return d/2 + rand.N(d/2+1)
 }
