@@ -44,10 +44,19 @@ func run() error {
 		group   = flag.String("group", "shipping", "consumer group")
 		topic   = flag.String("topic", "orders", "topic to consume")
 		batch   = flag.Int("batch", 1, "records per database transaction")
+		proto   = flag.String("group-protocol", "classic", "consumer group protocol: classic (JoinGroup/SyncGroup) or consumer (KIP-848, the broker assigns)")
 	)
 	flag.Parse()
 	if *dbURL == "" {
 		return errors.New("--database-url (or DATABASE_URL) is required")
+	}
+	opts := []kgo.Opt{kgo.SeedBrokers(strings.Split(*brokers, ",")...), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())}
+	switch *proto {
+	case "classic":
+	case "consumer":
+		opts = append(opts, kgo.ServerSideBalancer())
+	default:
+		return fmt.Errorf("--group-protocol %q: want classic or consumer", *proto)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
@@ -69,7 +78,7 @@ func run() error {
 		DB:        pool,
 		Group:     *group,
 		Topics:    []string{*topic},
-		Kafka:     []kgo.Opt{kgo.SeedBrokers(strings.Split(*brokers, ",")...), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())},
+		Kafka:     opts,
 		BatchSize: *batch,
 		Policy:    inbox.HoldKey,
 		Logger:    log,
@@ -86,7 +95,7 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	log.Info("consuming", "group", *group, "topic", *topic, "brokers", *brokers)
+	log.Info("consuming", "group", *group, "group_protocol", *proto, "topic", *topic, "brokers", *brokers)
 	start := time.Now()
 	err = c.Run(ctx)
 	log.Info("stopped", "after", time.Since(start).Round(time.Millisecond))
