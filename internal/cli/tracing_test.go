@@ -283,3 +283,83 @@ func grepLines(s, substr string) string {
 	}
 	return strings.Join(out, "\n")
 }
+
+// TestTracingNeverHoldsPublication: the fault model of internal/tracing.
+// With a collector that takes the export requests and never answers, and
+// with one that refuses connections, events are published all the same:
+// the second round is published while the stuck collector holds an export,
+// and the relay exits cleanly on SIGTERM (the flush at exit is bounded).
+func TestTracingNeverHoldsPublication(t *testing.T) {
+	t.Parallel()
+	for _, stuck := range []bool{true, false} {
+		t.Run(map[bool]string{true: "collector_never_answers", false: "collector_refuses"}[stuck], func(t *testing.T) {
+			t.Parallel()
+			endpoint := "http://" + e2e.FreeAddr(t) // nothing listens there
+			arrived := make(chan struct{}, 1)
+			if stuck {
+				release := make(chan struct{})
+				srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					select {
+					case arrived <- struct{}{}:
+					default:
+					}
+					<-release
+				}))
+				t.Cleanup(srv.Close)
+				t.Cleanup(func() { close(release) })
+				endpoint = srv.URL
+			}
+			url, bin := e2e.Migrated(t)
+			conn := pgtest.Connect(t, url)
+			emit := func(round int) {
+				t.Helper()
+				for i := range 50 {
+					tp := fmt.Sprintf("00-%032x-%016x-01", round*1000+i+1, i+1)
+					if _, err := conn.Exec(context.Background(), `SELECT outbox.emit('orders', $1, 'v'::text, $2::jsonb)`,
+						fmt.Sprint(i), fmt.Sprintf(`{"traceparent":%q}`, tp)); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			emit(1)
+			p := e2e.Start(t, bin, []string{
+				"OTEL_EXPORTER_OTLP_ENDPOINT=" + endpoint,
+				"OTEL_EXPORTER_OTLP_TIMEOUT=600000",
+				"OTEL_BSP_SCHEDULE_DELAY=50",
+			}, "run", "--database-url", url, "--data-dir", e2e.DataDir(t), "--http-addr", e2e.FreeAddr(t), "--kafka-addr", "")
+			e2e.WaitDrained(t, url, "outbox", time.Minute)
+			if stuck {
+				select {
+				case <-arrived:
+				case <-time.After(time.Minute):
+					t.Fatal("the relay sent the collector no export")
+				}
+			}
+			emit(2)
+			e2e.WaitDrained(t, url, "outbox", time.Minute)
+			p.Stop(30 * time.Second)
+		})
+	}
+}
+
+// TestTracingConfigErrors: an OTEL_* value the relay cannot honour stops
+// `relay run` with one line naming the variable.
+func TestTracingConfigErrors(t *testing.T) {
+	t.Parallel()
+	for _, env := range [][]string{
+		{"OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:4318", "OTEL_EXPORTER_OTLP_PROTOCOL=thrift"},
+		{"OTEL_TRACES_EXPORTER=zipkin"},
+		{"OTEL_TRACES_EXPORTER=otlp", "OTEL_PROPAGATORS=b3"},
+		{"OTEL_EXPORTER_OTLP_ENDPOINT=http://user:hunter2@[::1"},
+		{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT=collector:4317"},
+	} {
+		r := relay(t, env, "run", "--database-url", "postgres://u@127.0.0.1:1/x", "--data-dir", t.TempDir(), "--http-addr", "", "--kafka-addr", "")
+		name := strings.SplitN(env[len(env)-1], "=", 2)[0]
+		if r.Code == 0 || !strings.Contains(r.Stderr, name) || strings.Count(strings.TrimSpace(r.Stderr), "\n") != 0 {
+			t.Errorf("relay run with %v: exit %d, stderr %q; want a non-zero exit and one line naming %s", env, r.Code, r.Stderr, name)
+		}
+		if strings.Contains(r.Stdout+r.Stderr, "hunter2") {
+			t.Errorf("relay run with %v printed the endpoint's password: %s %s", env, r.Stdout, r.Stderr)
+		}
+	}
+}

@@ -27,10 +27,14 @@
 // blocking; exports run on the processor's own goroutine. An exporter that
 // is unreachable, slow or refusing costs dropped spans and a warning in the
 // log (at most one a minute, through ErrorHandler), never a stalled or
-// failed batch: TestUnreachableCollector in relay/relaytest publishes
-// through a relay whose endpoint refuses connections and one that never
-// answers. Shutdown flushes what is queued, bounded by its context, so a
+// failed batch: TestTracingNeverHoldsPublication (internal/cli) publishes
+// through a relay binary whose collector refuses connections, and through
+// one whose collector holds every export unanswered, and stops both with
+// SIGTERM. Shutdown flushes what is queued, bounded by its context, so a
 // collector that is down delays the relay's exit by at most that bound.
+// A bad value (an unsupported exporter, protocol or propagator, an
+// endpoint that is not an http(s) URL) is an error at startup naming the
+// variable, never its value (TestTracingConfigErrors).
 package tracing
 
 import (
@@ -88,6 +92,11 @@ func FromEnv(getenv func(string) string, log *slog.Logger) (*Provider, Settings,
 	if !on {
 		return nil, s, nil
 	}
+	for _, name := range []string{"OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"} {
+		if err := checkEndpoint(name, getenv(name)); err != nil {
+			return nil, s, err
+		}
+	}
 	prop, err := propagator(getenv("OTEL_PROPAGATORS"))
 	if err != nil {
 		return nil, s, err
@@ -143,6 +152,20 @@ func propagator(v string) (propagation.TextMapPropagator, error) {
 		}
 	}
 	return propagation.NewCompositeTextMapPropagator(ps...), nil
+}
+
+// checkEndpoint refuses an endpoint that is not an http or https URL. The
+// exporter would log it, password included, and fall back to its default;
+// the error does not repeat the value.
+func checkEndpoint(name, v string) error {
+	if v == "" {
+		return nil
+	}
+	u, err := url.Parse(v)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fmt.Errorf("%s is not an http:// or https:// URL", name)
+	}
+	return nil
 }
 
 // redact returns endpoint with any password in it replaced.
