@@ -8,6 +8,16 @@
 //	tx.Commit(ctx)
 //
 // Relay publishes each committed event once, in commit order per key.
+//
+// # Trace context
+//
+// Emit injects the trace context of ctx into each event's headers through
+// OpenTelemetry's global propagator (otel.SetTextMapPropagator; with the
+// W3C propagators: traceparent, tracestate and baggage), so the record
+// carries the trace of the request that wrote it and a relay with tracing
+// on continues it. A header the event already sets is kept as it is.
+// Without a propagator configured (OpenTelemetry's default is a no-op) or
+// without a span in ctx, nothing is added.
 package outbox
 
 import (
@@ -18,6 +28,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/propagation"
 )
 
 // DefaultSchema is the schema `relay migrate` creates unless told otherwise.
@@ -34,7 +46,8 @@ type Event struct {
 	Key string
 	// Payload is the record value; nil is a tombstone.
 	Payload []byte
-	// Headers are published as record headers.
+	// Headers are published as record headers. Emit adds the trace
+	// context of its ctx (see the package doc) to those not set here.
 	Headers map[string]string
 }
 
@@ -76,10 +89,13 @@ func (w *Writer) Emit(ctx context.Context, tx pgx.Tx, events ...Event) ([]uuid.U
 	keys := make([]string, len(events))
 	payloads := make([][]byte, len(events))
 	headers := make([][]byte, len(events))
+	traced := propagation.MapCarrier{}
+	otel.GetTextMapPropagator().Inject(ctx, traced)
 	for i, e := range events {
 		topics[i], keys[i], payloads[i] = e.Topic, e.Key, e.Payload
-		if e.Headers != nil {
-			h, err := json.Marshal(e.Headers)
+		hs := withTrace(e.Headers, traced)
+		if hs != nil {
+			h, err := json.Marshal(hs)
 			if err != nil {
 				return nil, fmt.Errorf("outbox: encoding headers: %w", err)
 			}
@@ -95,4 +111,20 @@ func (w *Writer) Emit(ctx context.Context, tx pgx.Tx, events ...Event) ([]uuid.U
 		return nil, fmt.Errorf("outbox: inserting events: %w", err)
 	}
 	return ids, nil
+}
+
+// withTrace returns headers with the trace headers added where headers
+// does not set them; a new map when it adds any, headers itself otherwise.
+func withTrace(headers map[string]string, traced propagation.MapCarrier) map[string]string {
+	if len(traced) == 0 {
+		return headers
+	}
+	out := make(map[string]string, len(headers)+len(traced))
+	for k, v := range traced {
+		out[k] = v
+	}
+	for k, v := range headers {
+		out[k] = v
+	}
+	return out
 }

@@ -5,6 +5,8 @@ import (
 	"log/slog"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/outboxrelay/relay/internal/pgconfig"
 	"github.com/outboxrelay/relay/migrations"
 )
@@ -98,8 +100,11 @@ type Config struct {
 	// contract before publication; an event that breaks it goes to the
 	// dead letters (route.go).
 	Validator Validator
-	Logger    *slog.Logger
-	Metrics   *Metrics
+	// Tracer, when set, traces each publication (trace.go); nil is
+	// tracing off, at no cost.
+	Tracer  trace.Tracer
+	Logger  *slog.Logger
+	Metrics *Metrics
 }
 
 // WithDefaults returns c with unset fields filled in.

@@ -104,4 +104,16 @@
 // reason, relay_destination_waiting_since_timestamp_seconds has a sample
 // per topic, and one warning is logged when a topic is first refused, then
 // one per 30 s.
+//
+// # Tracing
+//
+// With Config.Tracer set, each batch's spans (trace.go) are made once the
+// sink reported it durable, on the goroutine that waits for durability,
+// before its acknowledgement is passed on; they are handed to the SDK,
+// whose processor drops rather than blocks (internal/tracing's fault
+// model). So tracing cannot fail a batch, and a collector that is down or
+// stuck delays nothing (TestTracingNeverHoldsPublication in internal/cli).
+// The sink is asked for each message's placement (Session.Placements)
+// only while tracing. Without a tracer the path is unchanged but for nil
+// checks.
 package relay

@@ -19,6 +19,9 @@ type Metrics struct {
 	LatencyMax    prometheus.Gauge
 	CommitLatency prometheus.Histogram
 	CommitMax     prometheus.Gauge
+	// Dwell is each topic's outbox dwell time, with the event's trace id
+	// as exemplar while tracing (trace.go).
+	Dwell         *prometheus.HistogramVec
 	BatchSize     prometheus.Histogram
 	Backlog       prometheus.Gauge
 	DeadLetters   *prometheus.CounterVec
@@ -75,6 +78,13 @@ func NewMetrics() *Metrics {
 	m.LatencyMax = gauge("relay_publish_latency_max_seconds", "Largest publish latency observed since the process started.")
 	m.CommitLatency = histogram("relay_commit_latency_seconds", "Time from the commit of an event's transaction to the sink's durable acknowledgement, for readers that know commit times (cdc).", latencyBuckets)
 	m.CommitMax = gauge("relay_commit_latency_max_seconds", "Largest commit latency observed since the process started.")
+	m.Dwell = f.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "relay_dwell_seconds",
+		Help: "Time an event spent in the outbox, by topic: from its transaction's commit (cdc reader) or its created_at (poll reader) to the sink's durable acknowledgement. While tracing, exemplars carry the event's trace id (OpenMetrics).",
+		// About 78% apart from 1 ms to 100 s: the per-topic view; the
+		// instance-wide latency histograms above are the finer ones.
+		Buckets: prometheus.ExponentialBucketsRange(0.001, 100, 21),
+	}, []string{"topic"})
 	m.BatchSize = histogram("relay_batch_size_events", "Events per batch handed to the sink.", prometheus.ExponentialBuckets(1, 2, 15))
 	m.Backlog = gauge("relay_backlog_rows", "Rows in the outbox table not yet acknowledged (sampled).")
 	m.DeadLetters = counterVec("relay_dead_letters_total", "Events moved to the dead-letter table, by reason.", "reason")

@@ -121,7 +121,7 @@ func (r *Relay) runPipeline(ctx, hard context.Context, l *lease) error {
 	// at 8,000 of them, on the other). Nothing is handed to the sink
 	// before its Start returned: the page waits in first.
 	first := r.prefetch(hard)
-	if err := r.sink.Start(hard, Session{State: ck.state, Fence: l.Fence}); err != nil {
+	if err := r.sink.Start(hard, Session{State: ck.state, Fence: l.Fence, Placements: r.cfg.Tracer != nil}); err != nil {
 		first.cancel()
 		r.m.Errors.WithLabelValues("sink").Inc()
 		return fmt.Errorf("starting the sink: %w", err)

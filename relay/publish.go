@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strconv"
 	"time"
+
+	"go.opentelemetry.io/otel/trace"
 )
 
 // flight is a batch the sink took and may not have made durable yet.
@@ -17,6 +19,10 @@ type flight struct {
 	// wait returns the sink's result once the batch is durable; nil when
 	// nothing was published (every event went to the dead letters).
 	wait func() (PublishResult, error)
+	// msgs and sent are the messages handed to the sink and when: kept
+	// only while tracing (trace.go).
+	msgs []Message
+	sent time.Time
 }
 
 // maxInFlight is how many batches may be written to a PipelinedSink and
@@ -106,6 +112,10 @@ func (r *Relay) publishLoop(ctx, stop context.Context, in <-chan batch, out chan
 // refused the batch.
 func (r *Relay) hand(ctx, stop context.Context, f flight, msgs []Message, out chan<- flight) (stopped bool, err error) {
 	if len(msgs) > 0 {
+		var start time.Time
+		if r.cfg.Tracer != nil {
+			start = time.Now()
+		}
 		wait, err := r.publishWaiting(ctx, stop, msgs)
 		if err == nil && wait == nil {
 			return true, nil
@@ -118,6 +128,9 @@ func (r *Relay) hand(ctx, stop context.Context, f flight, msgs []Message, out ch
 		}
 		f.wait = wait
 		r.m.BatchSize.Observe(float64(len(msgs)))
+		if r.cfg.Tracer != nil {
+			f.msgs, f.sent = msgs, start
+		}
 	}
 	select {
 	case out <- f:
@@ -153,7 +166,11 @@ func (r *Relay) durableLoop(ctx context.Context, in <-chan flight, out chan<- ac
 				}
 				return fmt.Errorf("publishing: %w", err)
 			}
-			r.settle(&a, f.routed, res)
+			var traced []trace.SpanContext
+			if r.cfg.Tracer != nil {
+				traced = r.traceBatch(f, res)
+			}
+			r.settle(&a, f.routed, res, traced)
 			if res.State != nil {
 				state = res.State
 			}
@@ -171,8 +188,9 @@ func (r *Relay) durableLoop(ctx context.Context, in <-chan flight, out chan<- ac
 }
 
 // settle records in a the sink's verdict on each published event, and the
-// latency of those now durable.
-func (r *Relay) settle(a *ack, routed []Event, res PublishResult) {
+// latency of those now durable; traced, when tracing, has each event's
+// span context for the dwell histogram's exemplars.
+func (r *Relay) settle(a *ack, routed []Event, res PublishResult, traced []trace.SpanContext) {
 	if a.release != nil {
 		r.settleRelease(a, routed, res)
 		return
@@ -200,11 +218,18 @@ func (r *Relay) settle(a *ack, routed []Event, res PublishResult) {
 		lat := now.Sub(e.CreatedAt)
 		r.m.Latency.Observe(lat.Seconds())
 		worst = max(worst, lat)
+		dwell := lat
 		if !e.CommittedAt.IsZero() {
 			lat := now.Sub(e.CommittedAt)
 			r.m.CommitLatency.Observe(lat.Seconds())
 			worstCommit = max(worstCommit, lat)
+			dwell = lat
 		}
+		var sc trace.SpanContext
+		if traced != nil {
+			sc = traced[i]
+		}
+		r.observeDwell(e.Topic, dwell, sc)
 	}
 	if worst > r.maxLatency {
 		r.maxLatency = worst

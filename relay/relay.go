@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/outboxrelay/relay/internal/jitter"
 	"github.com/outboxrelay/relay/internal/pgconfig"
@@ -41,6 +42,9 @@ type Relay struct {
 	// maxLatency and maxCommitLatency are touched only by the goroutine
 	// that waits for durability.
 	maxLatency, maxCommitLatency time.Duration
+	// dwell caches each topic's dwell histogram; touched by the same
+	// goroutine.
+	dwell map[string]prometheus.Observer
 
 	role    atomic.Value // Role
 	lastErr atomic.Pointer[error]

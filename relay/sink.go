@@ -88,6 +88,9 @@ type Session struct {
 	// appending once it fails, so that a deposed leader writes nothing
 	// after its lease. Nil means never fenced.
 	Fence func() error
+	// Placements asks the sink to report where each message landed
+	// (PublishResult.Placements); the core asks only while it traces.
+	Placements bool
 }
 
 // CheckFence calls s.Fence when it is set.
@@ -109,6 +112,26 @@ type PublishResult struct {
 	// the same Postgres transaction that removes the published rows. It is
 	// handed back to Start after a restart. Nil means nothing to save.
 	State []byte
+	// Placements, when the session asked for them and the sink knows
+	// them, has an entry for each message, by index: where it landed.
+	// Nil, or an entry of Partition -1, is unknown.
+	Placements []Placement
+}
+
+// Placement is where a published message landed: its partition and
+// offset (Offset -1 when the sink does not learn it).
+type Placement struct {
+	Partition int32
+	Offset    int64
+}
+
+// NewPlacements returns n placements, all unknown.
+func NewPlacements(n int) []Placement {
+	p := make([]Placement, n)
+	for i := range p {
+		p[i] = Placement{Partition: -1, Offset: -1}
+	}
+	return p
 }
 
 // Sink publishes messages to a log.

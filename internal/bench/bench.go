@@ -106,6 +106,10 @@ type Config struct {
 	// Schema, with Backlog, drains backlogs of JSON and Avro payloads
 	// with schema validation off and on instead (schema.go).
 	Schema bool
+	// Tracing writes every event with a traceparent and measures each
+	// run with the relay's tracing off, then on, exporting to a receiver
+	// in the bench (tracing.go); no baseline.
+	Tracing bool
 	// RelayBinary is the relay executable to run as a child.
 	RelayBinary string
 	// RelayArgs are extra `relay run` flags.
@@ -170,6 +174,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("--long-tx applies to live runs, not --backlog")
 	case c.Backlog && c.Rate > 0:
 		return fmt.Errorf("--rate applies to live runs, not --backlog")
+	case c.Tracing && c.Schema:
+		return fmt.Errorf("--tracing does not combine with --schema-validation")
 	case c.Schema && !c.Backlog:
 		return fmt.Errorf("--schema-validation measures drains: it needs --backlog")
 	case c.Keys > maxKeys:
@@ -231,6 +237,10 @@ type Result struct {
 	// Windows are the live run's intervals (Config.Window).
 	Windows []Window     `json:"windows,omitempty"`
 	Schema  *SchemaBench `json:"schema_validation,omitempty"`
+	// OTLPExports and OTLPBytes are the span exports (requests) the
+	// bench's receiver got from the relay, with tracing on.
+	OTLPExports int64 `json:"otlp_exports,omitempty"`
+	OTLPBytes   int64 `json:"otlp_bytes,omitempty"`
 	// Interrupted is set when SIGINT stopped the run early.
 	Interrupted bool `json:"interrupted"`
 }
@@ -279,6 +289,14 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 	for i := 0; i < cfg.Runs; i++ {
 		if i > 0 {
 			cfg.Logger.Info("next run", "run", i+1, "of", cfg.Runs)
+		}
+		if cfg.Tracing {
+			res, err := env.tracingRuns(ctx)
+			out = append(out, res...)
+			if err != nil || (len(res) > 0 && res[len(res)-1].Interrupted) {
+				return out, err
+			}
+			continue
 		}
 		var res Result
 		if cfg.Backlog && cfg.Schema {

@@ -43,6 +43,8 @@ type env struct {
 	// no brokers; brokers are the cluster's addresses either way.
 	kfake   *kfake.Cluster
 	brokers []string
+	// relayEnv is added to the relay's environment (tracing.go).
+	relayEnv []string
 }
 
 func newEnv(ctx context.Context, cfg Config) (*env, error) {
@@ -195,6 +197,9 @@ func (e *env) startRelayWith(ctx context.Context, extra ...string) (*relayProc, 
 	}
 	args = append(args, append(e.cfg.RelayArgs, extra...)...)
 	cmd := exec.Command(e.cfg.RelayBinary, args...)
+	if e.relayEnv != nil {
+		cmd.Env = append(os.Environ(), e.relayEnv...)
+	}
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	// Its own process group: a terminal's SIGINT reaches only the bench,
 	// which then stops the relay itself.
@@ -371,13 +376,17 @@ func (e *env) fill(ctx context.Context, n, rate int, xids map[int]string) (writt
 	// The key divides by the topics first: with m mod keys, topics and
 	// keys of the same count would give each topic one key, and so one
 	// partition.
-	insert := `INSERT INTO outbox.events (topic, key, payload)
+	// With Tracing, each event gets a traceparent (trace id and parent
+	// span id from its number, sampled).
+	insert := `INSERT INTO outbox.events (topic, key, payload, headers)
 SELECT CASE WHEN $5::int = 1 THEN 'bench' ELSE 'bench-' || ((g + $3) % $5) END, 'key-' || (((g + $3) / $5) % $2),
     convert_to(lpad((g + $3)::text, CASE WHEN $6::bool
         THEN floor(100 * power(10000, (((g + $3)::bigint * 2654435761) % 1000003) / 1000003.0))::int
-        ELSE $4 END, 'x'), 'UTF8')
+        ELSE $4 END, 'x'), 'UTF8'),
+    CASE WHEN $7::bool THEN jsonb_build_object('traceparent',
+        '00-' || lpad(to_hex(g + $3), 32, '0') || '-' || lpad(to_hex(g + $3), 16, '0') || '-01') END
 FROM generate_series(1, $1) AS g`
-	return e.fillWith(ctx, n, rate, insert, xids, e.cfg.PayloadBytes, e.cfg.Topics, e.cfg.PayloadMix)
+	return e.fillWith(ctx, n, rate, insert, xids, e.cfg.PayloadBytes, e.cfg.Topics, e.cfg.PayloadMix, e.cfg.Tracing)
 }
 
 // payloadSize is the size fill gives event m's payload under PayloadMix:

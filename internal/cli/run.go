@@ -279,6 +279,11 @@ func (f *runFlags) serve(ctx context.Context, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	tracer, err := startTracing(log)
+	if err != nil {
+		return err
+	}
+	defer tracer.stop(log)
 	f.preflight(ctx, log)
 	if ctx.Err() != nil {
 		return nil // stopped during the checks, before anything started
@@ -361,6 +366,7 @@ func (f *runFlags) serve(ctx context.Context, log *slog.Logger) error {
 		TopicPolicies:    topicPolicies,
 		ReadyTimeout:     f.readyTimeout,
 		Validator:        contracts.relayValidator(),
+		Tracer:           tracer.Tracer(tracerName),
 		Logger:           log,
 		Metrics:          metrics,
 	}, source, sink)

@@ -43,6 +43,7 @@ func runBench(ctx context.Context, stdio cli.IO, args []string) error {
 	fs.BoolVar(&cfg.CommitTimestamps, "commit-timestamps", false, "run the throwaway PostgreSQL with track_commit_timestamp on (always with --source cdc): the poll reader then orders by commit timestamp")
 	fs.BoolVar(&cfg.LongTx, "long-tx", false, "live: hold a writing transaction open in another database of the cluster for the whole run, and report the latencies during it")
 	fs.BoolVar(&cfg.Schema, "schema-validation", false, "with --backlog: drain backlogs of JSON and of Avro payloads with schema validation off and on (a contract and the wire format), and report on/off per format")
+	fs.BoolVar(&cfg.Tracing, "tracing", false, "write every event with a traceparent and measure each run twice: the relay's tracing off, then on (OTLP/HTTP to a receiver in the bench); no baseline")
 	baseline := fs.Bool("baseline", true, "with --backlog, also run the baseline on the same data")
 	var child childRelay
 	child.register(fs)
@@ -52,7 +53,7 @@ func runBench(ctx context.Context, stdio cli.IO, args []string) error {
 	if err := cli.Parse(fs, args, stdio); err != nil {
 		return err
 	}
-	cfg.Baseline = *baseline
+	cfg.Baseline = *baseline && !cfg.Tracing
 	var err error
 	if cfg.RelayBinary, cfg.RelayArgs, err = child.relay(); err != nil {
 		return err

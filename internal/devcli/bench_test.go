@@ -124,6 +124,33 @@ func TestBenchSchemaValidation(t *testing.T) {
 	}
 }
 
+// TestBenchTracing keeps `relay-dev bench --tracing` from rotting: a
+// backlog drained with the relay's tracing off, then on, the second
+// exporting spans to the bench's receiver.
+func TestBenchTracing(t *testing.T) {
+	t.Parallel()
+	admin := pgtest.Cluster(t).URL()
+	r, err := testbin.Run(context.Background(), testbin.RelayDev(t), nil, "bench", "--json", "--database-url", admin, "--backlog", "--tracing", "--events", "2000")
+	if err != nil || r.Code != 0 {
+		t.Fatalf("%v, exit %d: %s", err, r.Code, r.Stderr)
+	}
+	var res []bench.Result
+	if err := json.Unmarshal([]byte(r.Stdout), &res); err != nil {
+		t.Fatalf("output is not a JSON array: %v\n%s", err, r.Stdout)
+	}
+	if len(res) != 2 || res[0].Mode != "backlog tracing off" || res[1].Mode != "backlog tracing on" {
+		t.Fatalf("want a run with tracing off, then one on: %+v", res)
+	}
+	for _, x := range res {
+		if x.Published != 2000 || x.PublishRate <= 0 || x.Baseline != nil {
+			t.Fatalf("%s: want 2000 events published, a rate, no baseline: %+v", x.Mode, x)
+		}
+	}
+	if res[0].OTLPExports != 0 || res[1].OTLPExports == 0 || res[1].OTLPBytes == 0 {
+		t.Fatalf("span exports: off %d, on %d (%d bytes); want none, then some", res[0].OTLPExports, res[1].OTLPExports, res[1].OTLPBytes)
+	}
+}
+
 // TestBenchShapes runs a short version of each scale shape of `relay-dev
 // bench` (issue 24) and checks what it reports: many topics and
 // partitions read back by one consumer and by a group of three, mixed

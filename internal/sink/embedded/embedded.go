@@ -39,7 +39,10 @@ type Sink struct {
 	// inSession is true from Start to Close. Between sessions the broker
 	// stays open (see "Between sessions"), watched by the goroutine that
 	// lingerStop ends and lingerDone reports.
-	inSession              bool
+	inSession bool
+	// placements is the session's relay.Session.Placements: results
+	// report each message's partition and offset.
+	placements             bool
 	lingerStop, lingerDone chan struct{}
 	// reopen makes the next Start open the broker anew (a topic deleted
 	// since it opened is wanted again).

@@ -47,7 +47,7 @@ type appended struct {
 // reported published without being appended.
 func (s *Sink) PublishAsync(ctx context.Context, msgs []relay.Message) (wait func() (relay.PublishResult, error), err error) {
 	s.mu.Lock()
-	b, fence, in := s.b, s.fence, s.inSession
+	b, fence, in, placements := s.b, s.fence, s.inSession, s.placements
 	s.mu.Unlock()
 	if b == nil || !in {
 		return nil, errors.New("embedded sink: Publish outside a session")
@@ -128,7 +128,10 @@ func (s *Sink) PublishAsync(ctx context.Context, msgs []relay.Message) (wait fun
 	if len(skipped) > 0 {
 		s.cfg.Logger.Info("skipped re-delivered events the log already holds", "events", len(skipped))
 	}
-	batches, err := s.appendGroups(ctx, b, fence, msgs, s.groups[:ngroups])
+	if placements {
+		res.Placements = relay.NewPlacements(len(msgs))
+	}
+	batches, err := s.appendGroups(ctx, b, fence, msgs, s.groups[:ngroups], res.Placements)
 	if err != nil {
 		return nil, err
 	}
@@ -166,8 +169,10 @@ func (s *Sink) PublishAsync(ctx context.Context, msgs []relay.Message) (wait fun
 // appendGroups appends each group's messages, the groups split among up
 // to appendWorkers goroutines when there are many (see "Appends side by
 // side"), and returns the batches appended: one partition's in the order
-// they were appended, the partitions in no particular order.
-func (s *Sink) appendGroups(ctx context.Context, b *broker.Broker, fence func() error, msgs []relay.Message, groups []group) ([]appended, error) {
+// they were appended, the partitions in no particular order. placed, when
+// not nil, gets each appended message's placement (the workers write
+// disjoint entries).
+func (s *Sink) appendGroups(ctx context.Context, b *broker.Broker, fence func() error, msgs []relay.Message, groups []group, placed []relay.Placement) ([]appended, error) {
 	workers := min(appendWorkers, runtime.GOMAXPROCS(0), (len(groups)+groupsPerWorker-1)/groupsPerWorker)
 	workers = max(workers, 1)
 	for len(s.appenders) < workers {
@@ -192,7 +197,7 @@ func (s *Sink) appendGroups(ctx context.Context, b *broker.Broker, fence func() 
 				err := fence()
 				if err != nil {
 					err = fmt.Errorf("embedded sink: not appending: %w", err)
-				} else if err = a.appendGroup(ctx, b, s.id, &groups[gi], msgs); err != nil {
+				} else if err = a.appendGroup(ctx, b, s.id, &groups[gi], msgs, placed); err != nil {
 					appendErr.Store(true)
 				}
 				if err != nil {
@@ -244,7 +249,7 @@ type appender struct {
 
 // appendGroup writes one partition's messages, splitting batches that
 // exceed the topic's size limit, and adds each batch to a.batches.
-func (a *appender) appendGroup(ctx context.Context, b *broker.Broker, id broker.ProducerID, g *group, msgs []relay.Message) error {
+func (a *appender) appendGroup(ctx context.Context, b *broker.Broker, id broker.ProducerID, g *group, msgs []relay.Message, placed []relay.Placement) error {
 	var appendRange func(idx []int) error
 	appendRange = func(idx []int) error {
 		if len(idx) == 0 {
@@ -275,6 +280,11 @@ func (a *appender) appendGroup(ctx context.Context, b *broker.Broker, id broker.
 		case err == nil:
 			g.seq = nextSeq(g.seq, len(idx))
 			a.batches = append(a.batches, appended{key: g.key, wait: wait, end: res.BaseOffset + int64(len(idx))})
+			if placed != nil {
+				for j, i := range idx {
+					placed[i] = relay.Placement{Partition: g.key.partition, Offset: res.BaseOffset + int64(j)}
+				}
+			}
 			return nil
 		case errors.Is(err, broker.ErrMessageTooLarge) && len(idx) > 1:
 			half := len(idx) / 2

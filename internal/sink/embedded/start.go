@@ -115,6 +115,7 @@ func (s *Sink) Start(ctx context.Context, session relay.Session) error {
 	s.seq, s.topics = map[tp]int32{}, map[string]broker.TopicConfig{}
 	s.mu.Lock()
 	s.fence, s.inSession = session.CheckFence, true
+	s.placements = session.Placements
 	s.mu.Unlock()
 	return nil
 }

@@ -48,7 +48,7 @@ func (s *Sink) PublishAsync(ctx context.Context, msgs []relay.Message) (func() (
 	sess := s.sess
 	s.mu.Unlock()
 	b := &inflight{s: s, sess: sess, ctx: ctx, msgs: msgs, idx: idx, failed: failed, deadline: deadline,
-		errs: make([]error, len(idx)), done: make(chan struct{})}
+		errs: make([]error, len(idx)), done: make(chan struct{}), placed: s.newPlacements(len(msgs))}
 	if len(idx) == 0 {
 		close(b.done)
 		return b.wait, nil
@@ -56,7 +56,12 @@ func (s *Sink) PublishAsync(ctx context.Context, msgs []relay.Message) (func() (
 	b.left.Store(int64(len(idx)))
 	sess.outstanding.Add(int64(len(idx)))
 	for j, i := range idx {
-		cl.Produce(sess.ctx, toRecord(msgs[i]), func(_ *kgo.Record, err error) { b.resolve(j, err) })
+		cl.Produce(sess.ctx, toRecord(msgs[i]), func(r *kgo.Record, err error) {
+			if b.placed != nil && err == nil {
+				b.placed[i] = relay.Placement{Partition: r.Partition, Offset: r.Offset}
+			}
+			b.resolve(j, err)
+		})
 	}
 	return b.wait, nil
 }
@@ -117,6 +122,8 @@ type inflight struct {
 	errs []error
 	left atomic.Int64
 	done chan struct{}
+	// placed is where each record landed, when the session asked.
+	placed []relay.Placement
 }
 
 // resolve is the client's verdict on the record at idx[j]. Any failure
@@ -175,7 +182,7 @@ func (b *inflight) wait() (relay.PublishResult, error) {
 	if first != nil {
 		return relay.PublishResult{}, b.s.breakSession(b.sess, first)
 	}
-	return relay.PublishResult{Failed: b.failed}, nil
+	return relay.PublishResult{Failed: b.failed, Placements: b.placed}, nil
 }
 
 // namesSyncTopic reports whether msgs name a topic that failed while

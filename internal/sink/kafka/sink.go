@@ -43,6 +43,9 @@ var (
 type Sink struct {
 	cfg   Config
 	codec kgo.CompressionCodec
+	// placements is the session's relay.Session.Placements: results
+	// report each record's partition and offset.
+	placements bool
 
 	mu  sync.Mutex
 	cl  *kgo.Client
@@ -126,6 +129,7 @@ func (s *Sink) Start(ctx context.Context, rs relay.Session) error {
 		}
 	}
 	s.dialer = newFencedDialer(rs.CheckFence, s.cfg.DialTimeout, tc)
+	s.placements = rs.Placements
 	opts, err := s.cfg.clientOptsDialing(s.dialer)
 	if err != nil {
 		return err
@@ -259,7 +263,8 @@ func (s *Sink) Publish(ctx context.Context, msgs []relay.Message) (relay.Publish
 	if err != nil {
 		return relay.PublishResult{}, err
 	}
-	errs, err := s.produce(ctx, cl, msgs, idx, nil)
+	res.Placements = s.newPlacements(len(msgs))
+	errs, err := s.produce(ctx, cl, msgs, idx, nil, res.Placements)
 	if err != nil {
 		return relay.PublishResult{}, s.breakWith(err)
 	}
@@ -280,6 +285,15 @@ func (s *Sink) Publish(ctx context.Context, msgs []relay.Message) (relay.Publish
 	// The batch is published: what s.delivered held was of it.
 	clear(s.delivered)
 	return res, nil
+}
+
+// newPlacements returns n unknown placements when the session asked for
+// them, else nil.
+func (s *Sink) newPlacements(n int) []relay.Placement {
+	if !s.placements {
+		return nil
+	}
+	return relay.NewPlacements(n)
 }
 
 // undelivered returns the indexes of msgs to produce: all but those in
@@ -539,7 +553,8 @@ func destinationError(topic string, err error) *relay.DestinationError {
 // produce sends the messages at idx (and extra, when set, after them) and
 // waits for every acknowledgement. It returns each record's error; the
 // error return means the wait itself ended (ctx), with records unresolved.
-func (s *Sink) produce(ctx context.Context, cl *kgo.Client, msgs []relay.Message, idx []int, extra *kgo.Record) ([]error, error) {
+// placed, when not nil, gets each acknowledged message's placement.
+func (s *Sink) produce(ctx context.Context, cl *kgo.Client, msgs []relay.Message, idx []int, extra *kgo.Record, placed []relay.Placement) ([]error, error) {
 	n := len(idx)
 	if extra != nil {
 		n++
@@ -551,8 +566,11 @@ func (s *Sink) produce(ctx context.Context, cl *kgo.Client, msgs []relay.Message
 	var wg sync.WaitGroup
 	wg.Add(n)
 	for j, i := range idx {
-		cl.Produce(ctx, toRecord(msgs[i]), func(_ *kgo.Record, err error) {
+		cl.Produce(ctx, toRecord(msgs[i]), func(r *kgo.Record, err error) {
 			errs[j] = err
+			if placed != nil && err == nil {
+				placed[i] = relay.Placement{Partition: r.Partition, Offset: r.Offset}
+			}
 			wg.Done()
 		})
 	}

@@ -403,6 +403,7 @@ func (s *Sink) publishTxn(ctx context.Context, cl *kgo.Client, msgs []relay.Mess
 	if err != nil {
 		return relay.PublishResult{}, err
 	}
+	res.Placements = s.newPlacements(len(msgs))
 	// Each round either commits, or refuses at least one more topic and
 	// tries again without it.
 	for len(todo) > 0 {
@@ -414,7 +415,7 @@ func (s *Sink) publishTxn(ctx context.Context, cl *kgo.Client, msgs []relay.Mess
 			ds[j] = digests[i]
 		}
 		marker := &kgo.Record{Topic: s.cfg.ProgressTopic, Key: []byte(s.cfg.TransactionalID), Value: encodeMarker(st.Seq+1, ds)}
-		errs, err := s.produce(ctx, cl, msgs, todo, marker)
+		errs, err := s.produce(ctx, cl, msgs, todo, marker, res.Placements)
 		if err != nil {
 			// The transaction stays open; the next Start's fencing
 			// aborts it.
