@@ -168,7 +168,8 @@ type relayProc struct {
 	addr     string
 	done     chan struct{}
 	logPath  string
-	started  time.Time
+	// started is just before exec, ready the first 200 of /readyz.
+	started, ready time.Time
 }
 
 func (e *env) startRelay(ctx context.Context) (*relayProc, error) {
@@ -208,7 +209,8 @@ func (e *env) startRelayWith(ctx context.Context, extra ...string) (*relayProc, 
 	deadline := time.Now().Add(time.Minute)
 	for {
 		if ready(addr) {
-			e.cfg.Logger.Info("the relay is ready", "after", time.Since(p.started).Round(time.Millisecond))
+			p.ready = time.Now()
+			e.cfg.Logger.Info("the relay is ready", "after", p.ready.Sub(p.started).Round(time.Millisecond))
 			return p, nil
 		}
 		select {
@@ -218,7 +220,7 @@ func (e *env) startRelayWith(ctx context.Context, extra ...string) (*relayProc, 
 		case <-ctx.Done():
 			p.stop()
 			return nil, ctx.Err()
-		case <-time.After(20 * time.Millisecond):
+		case <-time.After(5 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
 			p.stop()
