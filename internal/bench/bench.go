@@ -228,6 +228,9 @@ type Result struct {
 	// IdleRSSBytes is the relay's resident set after Config.IdleRSS idle
 	// past the drain (VmRSS).
 	IdleRSSBytes int64 `json:"relay_idle_rss_bytes,omitempty"`
+	// IdleAnonRSSBytes is the anonymous part of IdleRSSBytes (RssAnon):
+	// the rest is mapped files, mostly the relay's executable.
+	IdleAnonRSSBytes int64 `json:"relay_idle_anon_rss_bytes,omitempty"`
 	// ReadySeconds are the Config.Restarts start-to-ready times after a
 	// clean stop: exec to the first 200 of /readyz.
 	ReadySeconds []float64 `json:"ready_seconds,omitempty"`

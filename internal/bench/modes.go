@@ -102,7 +102,7 @@ func (e *env) backlog(ctx context.Context) (Result, error) {
 		idle := func() {
 			if e.cfg.IdleRSS > 0 {
 				log.Info("idle with the consumers connected", "for", e.cfg.IdleRSS)
-				res.IdleRSSBytes, idleErr = p.idleRSS(ctx, e.cfg.IdleRSS)
+				res.IdleRSSBytes, res.IdleAnonRSSBytes, idleErr = p.idleRSS(ctx, e.cfg.IdleRSS)
 			}
 		}
 		res.Consume, err = readBack(ctx, kafkaAddr, e.topics(), n, e.cfg.Consumers, idle)
@@ -111,7 +111,7 @@ func (e *env) backlog(ctx context.Context) (Result, error) {
 		res.OpenFiles = int(p.maxFiles.Load())
 	} else if err == nil && ctx.Err() == nil && e.cfg.IdleRSS > 0 {
 		log.Info("idle", "for", e.cfg.IdleRSS)
-		res.IdleRSSBytes, err = p.idleRSS(ctx, e.cfg.IdleRSS)
+		res.IdleRSSBytes, res.IdleAnonRSSBytes, err = p.idleRSS(ctx, e.cfg.IdleRSS)
 	}
 	p.stop()
 	if err == nil && ctx.Err() == nil && e.cfg.Restarts > 0 {
@@ -399,20 +399,24 @@ func (e *env) holdForeignTx(ctx context.Context) (release func(), err error) {
 	}, nil
 }
 
-// idleRSS waits d with the relay idle and returns its resident set then.
-func (p *relayProc) idleRSS(ctx context.Context, d time.Duration) (int64, error) {
+// idleRSS waits d with the relay idle and returns its resident set then,
+// and the anonymous part of it.
+func (p *relayProc) idleRSS(ctx context.Context, d time.Duration) (rss, anon int64, err error) {
 	select {
 	case <-ctx.Done():
-		return 0, ctx.Err()
+		return 0, 0, ctx.Err()
 	case <-p.done:
-		return 0, errors.New("the relay exited while idle")
+		return 0, 0, errors.New("the relay exited while idle")
 	case <-time.After(d):
 	}
-	rss, err := procstat.RSS(p.cmd.Process.Pid)
-	if err != nil {
-		return 0, fmt.Errorf("reading the relay's RSS: %w", err)
+	pid := p.cmd.Process.Pid
+	if rss, err = procstat.RSS(pid); err == nil {
+		anon, err = procstat.AnonRSS(pid)
 	}
-	return rss, nil
+	if err != nil {
+		return 0, 0, fmt.Errorf("reading the relay's RSS: %w", err)
+	}
+	return rss, anon, nil
 }
 
 // restarts starts the relay n times over the data directory the drain
