@@ -16,6 +16,17 @@ func readMetric(name string) uint64 {
 
 var sink [][]byte
 
+// report sends each trim's heap to ch, dropping it when ch is full (Watch
+// must never block on the test).
+func report(ch chan uint64) func(uint64) {
+	return func(h uint64) {
+		select {
+		case ch <- h:
+		default:
+		}
+	}
+}
+
 // churn allocates n MiB in 1 MiB buffers, touching each page, and keeps
 // them reachable until the next churn.
 func churn(n int) {
@@ -40,7 +51,7 @@ func TestWatchReturnsIdleMemory(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		Watch(ctx, Config{Interval: 100 * time.Millisecond, Trimmed: func(h uint64) { trimmed <- h }})
+		Watch(ctx, Config{Interval: 100 * time.Millisecond, Trimmed: report(trimmed)})
 	}()
 	defer func() { cancel(); <-done }()
 
@@ -89,7 +100,7 @@ func TestWatchKeepsPercent(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		Watch(ctx, Config{Interval: 100 * time.Millisecond, KeepPercent: true, Trimmed: func(h uint64) { trimmed <- h }})
+		Watch(ctx, Config{Interval: 100 * time.Millisecond, KeepPercent: true, Trimmed: report(trimmed)})
 	}()
 	defer func() { cancel(); <-done }()
 	churn(16)
