@@ -239,7 +239,13 @@ func runRelay(ctx context.Context, stdio IO, args []string) error {
 	log := f.logger(stdio)
 	forceOnSecondSignal(ctx, log)
 	tuneGC(stdio)
-	go idlemem.Watch(ctx, idlemem.Config{BusyPercent: busyGCPercent, KeepPercent: stdio.Getenv("GOGC") != ""})
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		idlemem.Watch(watchCtx, idlemem.Config{BusyPercent: busyGCPercent, KeepPercent: stdio.Getenv("GOGC") != ""})
+	}()
+	defer func() { stopWatch(); <-watched }()
 	if f.cpuProfile != "" {
 		stop, err := startCPUProfile(f.cpuProfile)
 		if err != nil {
