@@ -45,8 +45,11 @@
 // (`relay-dev bench bigtx`) publishes one large transaction with the WAL
 // reader, pgoutput streaming on and off (bigtx.go).
 //
-// The relay's peak RSS, CPU seconds and open file descriptors come from
-// /proc. The first SIGINT
+// The relay's peak RSS, CPU seconds (and CPU per published event) and
+// open file descriptors come from /proc. After a backlog drain, IdleRSS
+// keeps the relay idle (the read-back consumers still connected) and
+// reads its resident set, and Restarts times starts over the drained data
+// directory after clean stops, exec to /readyz. The first SIGINT
 // stops the run and prints what was measured so far.
 package bench
 
