@@ -225,8 +225,9 @@ type Result struct {
 	LatencyMax   time.Duration `json:"latency_max_ns"`
 	RSSPeakBytes int64         `json:"relay_rss_peak_bytes"`
 	CPUSeconds   float64       `json:"relay_cpu_seconds"`
-	// CPUPerEvent is CPUSeconds (user and system, the relay's start
-	// included) per published event, in microseconds.
+	// CPUPerEvent is the relay's CPU time (user and system) per published
+	// event, in microseconds: a backlog's from the relay's start (the
+	// drain's figure includes it), a live run's from the writers' start.
 	CPUPerEvent float64 `json:"relay_cpu_per_event_us"`
 	// IdleRSSBytes is the relay's resident set after Config.IdleRSS idle
 	// past the drain (VmRSS).

@@ -170,6 +170,9 @@ type relayProc struct {
 	logPath  string
 	// started is just before exec, ready the first 200 of /readyz.
 	started, ready time.Time
+	// cpuMark is the relay's CPU seconds where a live run's writers
+	// started: CPU per event counts from there.
+	cpuMark float64
 }
 
 func (e *env) startRelay(ctx context.Context) (*relayProc, error) {

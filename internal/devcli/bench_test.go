@@ -175,8 +175,8 @@ func TestBenchShapes(t *testing.T) {
 	})
 	t.Run("ten million keys, live", func(t *testing.T) {
 		res := relayRun(t, "--events", "500", "--rate", "2000", "--writers", "2", "--keys", "10000000", "--payload-bytes", "16384")
-		if res.LatencyP99 <= 0 || res.PayloadBytes != 16384 {
-			t.Fatalf("no latency measured: %+v", res)
+		if res.LatencyP99 <= 0 || res.PayloadBytes != 16384 || res.CPUPerEvent <= 0 {
+			t.Fatalf("no latency or CPU per event measured: %+v", res)
 		}
 	})
 	t.Run("bad shapes are refused", func(t *testing.T) {
