@@ -45,8 +45,11 @@
 // (`relay-dev bench bigtx`) publishes one large transaction with the WAL
 // reader, pgoutput streaming on and off (bigtx.go).
 //
-// The relay's peak RSS, CPU seconds and open file descriptors come from
-// /proc. The first SIGINT
+// The relay's peak RSS, CPU seconds (and CPU per published event) and
+// open file descriptors come from /proc. After a backlog drain, IdleRSS
+// keeps the relay idle (the read-back consumers still connected) and
+// reads its resident set, and Restarts times starts over the drained data
+// directory after clean stops, exec to /readyz. The first SIGINT
 // stops the run and prints what was measured so far.
 package bench
 
@@ -125,7 +128,16 @@ type Config struct {
 	// interval alone, with PostgreSQL's checkpoints, autovacuums and WAL
 	// volume in it (Result.Windows).
 	Window time.Duration
-	Logger *slog.Logger
+	// IdleRSS, with Backlog, keeps the relay running this long after the
+	// drain (and the read-back of Consumers) and reports its resident set
+	// at the end (Result.IdleRSSBytes): the footprint of an idle relay that
+	// holds the partitions and the consumer group's offsets.
+	IdleRSS time.Duration
+	// Restarts, with Backlog, stops the relay cleanly after the drain and
+	// starts it this many times over the same data directory, timing each
+	// from exec to the first 200 of /readyz (Result.ReadySeconds).
+	Restarts int
+	Logger   *slog.Logger
 }
 
 // positiveOr sets an unset field (zero or negative) to its default.
@@ -186,6 +198,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("--partitions %d: must be 1..10000 (the relay's limit)", c.Partitions)
 	case c.PayloadMix && c.Schema:
 		return fmt.Errorf("--payload-mix does not apply to --schema-validation (its payloads are fixed records)")
+	case c.IdleRSS < 0 || c.Restarts < 0:
+		return fmt.Errorf("--idle-rss and --restarts must not be negative")
+	case (c.IdleRSS > 0 || c.Restarts > 0) && (!c.Backlog || c.Schema):
+		return fmt.Errorf("--idle-rss and --restarts follow a drain: they need --backlog (without --schema-validation)")
 	case c.Consumers < 0:
 		return fmt.Errorf("--consumers must not be negative")
 	case c.Consumers > 0 && (!c.Backlog || c.Sink != "embedded" || c.Schema):
@@ -215,6 +231,19 @@ type Result struct {
 	LatencyMax   time.Duration `json:"latency_max_ns"`
 	RSSPeakBytes int64         `json:"relay_rss_peak_bytes"`
 	CPUSeconds   float64       `json:"relay_cpu_seconds"`
+	// CPUPerEvent is the relay's CPU time (user and system) per published
+	// event, in microseconds: a backlog's from the relay's start (the
+	// drain's figure includes it), a live run's from the writers' start.
+	CPUPerEvent float64 `json:"relay_cpu_per_event_us"`
+	// IdleRSSBytes is the relay's resident set after Config.IdleRSS idle
+	// past the drain (VmRSS).
+	IdleRSSBytes int64 `json:"relay_idle_rss_bytes,omitempty"`
+	// IdleAnonRSSBytes is the anonymous part of IdleRSSBytes (RssAnon):
+	// the rest is mapped files, mostly the relay's executable.
+	IdleAnonRSSBytes int64 `json:"relay_idle_anon_rss_bytes,omitempty"`
+	// ReadySeconds are the Config.Restarts start-to-ready times after a
+	// clean stop: exec to the first 200 of /readyz.
+	ReadySeconds []float64 `json:"ready_seconds,omitempty"`
 	// OpenFiles is the most file descriptors the relay held, sampled
 	// from /proc/PID/fd every 100 ms of the run and at its end.
 	OpenFiles int `json:"relay_open_files"`

@@ -261,7 +261,11 @@ func (r *Result) measureArrival(from string, lat []time.Duration) {
 // this process. The rate runs from the consumers' start to the nth
 // record, so it includes the time to the first record (metadata, the
 // group's join), which FirstRecordSeconds reports.
-func readBack(ctx context.Context, addr string, topics []string, n, consumers int) (*ConsumeResult, error) {
+//
+// connected, when not nil, runs after the last record while the consumers
+// are still connected and polling (a group stays joined), before they
+// close.
+func readBack(ctx context.Context, addr string, topics []string, n, consumers int, connected func()) (*ConsumeResult, error) {
 	res := &ConsumeResult{Consumers: consumers, Group: consumers > 1}
 	opts := []kgo.Opt{kgo.SeedBrokers(addr), kgo.ConsumeTopics(topics...), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())}
 	if consumers > 1 {
@@ -324,6 +328,12 @@ func readBack(ctx context.Context, addr string, topics []string, n, consumers in
 	}
 	select {
 	case <-done:
+		mu.Lock()
+		ok := len(errs) == 0
+		mu.Unlock()
+		if ok && connected != nil {
+			connected()
+		}
 	case <-ctx.Done():
 	}
 	cancel()

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/outboxrelay/relay/internal/pgconfig"
+	"github.com/outboxrelay/relay/internal/procstat"
 )
 
 func (e *env) result(mode string) Result {
@@ -21,6 +22,9 @@ func (e *env) result(mode string) Result {
 // stopped.
 func (r *Result) measureRelay(p *relayProc) {
 	r.RSSPeakBytes, r.CPUSeconds = p.usage()
+	if r.Published > 0 {
+		r.CPUPerEvent = (r.CPUSeconds - p.cpuMark) / float64(r.Published) * 1e6
+	}
 	p.noteFiles()
 	r.OpenFiles = int(p.maxFiles.Load())
 	r.LatencyFrom, r.LatencyP50, r.LatencyP90, r.LatencyP99, r.LatencyMax, _ = p.latency()
@@ -94,11 +98,25 @@ func (e *env) backlog(ctx context.Context) (Result, error) {
 	res.measureRelay(p)
 	if err == nil && ctx.Err() == nil && e.cfg.Consumers > 0 {
 		log.Info("reading the backlog back through the relay's Kafka listener", "consumers", e.cfg.Consumers, "addr", kafkaAddr)
-		res.Consume, err = readBack(ctx, kafkaAddr, e.topics(), n, e.cfg.Consumers)
+		var idleErr error
+		idle := func() {
+			if e.cfg.IdleRSS > 0 {
+				log.Info("idle with the consumers connected", "for", e.cfg.IdleRSS)
+				res.IdleRSSBytes, res.IdleAnonRSSBytes, idleErr = p.idleRSS(ctx, e.cfg.IdleRSS)
+			}
+		}
+		res.Consume, err = readBack(ctx, kafkaAddr, e.topics(), n, e.cfg.Consumers, idle)
+		err = errors.Join(err, idleErr)
 		p.noteFiles()
 		res.OpenFiles = int(p.maxFiles.Load())
+	} else if err == nil && ctx.Err() == nil && e.cfg.IdleRSS > 0 {
+		log.Info("idle", "for", e.cfg.IdleRSS)
+		res.IdleRSSBytes, res.IdleAnonRSSBytes, err = p.idleRSS(ctx, e.cfg.IdleRSS)
 	}
 	p.stop()
+	if err == nil && ctx.Err() == nil && e.cfg.Restarts > 0 {
+		res.ReadySeconds, err = e.restarts(ctx, e.cfg.Restarts, extra)
+	}
 	if err != nil {
 		return res, err
 	}
@@ -314,6 +332,9 @@ func (e *env) live(ctx context.Context) (Result, error) {
 		xids = map[int]string{}
 	}
 	e.cfg.Logger.Info("writing while the relay runs", "events", e.cfg.Events, "rate", e.cfg.Rate, "writers", e.cfg.Writers, "http", p.addr)
+	// CPU per event counts from here: the relay's start and catching up
+	// are not the live cost.
+	_, p.cpuMark = p.usage()
 	start := time.Now()
 	stopWindows := func() {}
 	if e.cfg.Window > 0 {
@@ -379,4 +400,43 @@ func (e *env) holdForeignTx(ctx context.Context) (release func(), err error) {
 		tx.Rollback(bg)
 		conn.Close(bg)
 	}, nil
+}
+
+// idleRSS waits d with the relay idle and returns its resident set then,
+// and the anonymous part of it.
+func (p *relayProc) idleRSS(ctx context.Context, d time.Duration) (rss, anon int64, err error) {
+	select {
+	case <-ctx.Done():
+		return 0, 0, ctx.Err()
+	case <-p.done:
+		return 0, 0, errors.New("the relay exited while idle")
+	case <-time.After(d):
+	}
+	pid := p.cmd.Process.Pid
+	if rss, err = procstat.RSS(pid); err == nil {
+		anon, err = procstat.AnonRSS(pid)
+	}
+	if err != nil {
+		return 0, 0, fmt.Errorf("reading the relay's RSS: %w", err)
+	}
+	return rss, anon, nil
+}
+
+// restarts starts the relay n times over the data directory the drain
+// left, each after a clean stop, and returns each start's time from exec
+// to the first 200 of /readyz.
+func (e *env) restarts(ctx context.Context, n int, extra []string) ([]float64, error) {
+	var out []float64
+	for i := 0; i < n; i++ {
+		p, err := e.startRelayWith(ctx, extra...)
+		if err != nil {
+			return out, err
+		}
+		out = append(out, p.ready.Sub(p.started).Seconds())
+		p.stop()
+		if code := p.cmd.ProcessState.ExitCode(); code != 0 {
+			return out, fmt.Errorf("the relay exited with status %d on SIGTERM (log: %s)", code, p.logPath)
+		}
+	}
+	return out, nil
 }

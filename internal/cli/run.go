@@ -17,6 +17,7 @@ import (
 
 	"github.com/outboxrelay/relay/cdc"
 	"github.com/outboxrelay/relay/internal/broker"
+	"github.com/outboxrelay/relay/internal/idlemem"
 	"github.com/outboxrelay/relay/internal/pgconfig"
 	"github.com/outboxrelay/relay/internal/relayconf"
 	"github.com/outboxrelay/relay/internal/sink/embedded"
@@ -238,6 +239,13 @@ func runRelay(ctx context.Context, stdio IO, args []string) error {
 	log := f.logger(stdio)
 	forceOnSecondSignal(ctx, log)
 	tuneGC(stdio)
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		idlemem.Watch(watchCtx, idlemem.Config{BusyPercent: busyGCPercent, KeepPercent: stdio.Getenv("GOGC") != ""})
+	}()
+	defer func() { stopWatch(); <-watched }()
 	if f.cpuProfile != "" {
 		stop, err := startCPUProfile(f.cpuProfile)
 		if err != nil {
@@ -429,14 +437,18 @@ func (f *runFlags) newSource(log *slog.Logger, metrics *relay.Metrics) (relay.So
 	return src, nil
 }
 
+// busyGCPercent is the collector's growth while the relay works.
+const busyGCPercent = 400
+
 // tuneGC trades memory the relay barely uses for CPU it needs: profiles
 // of a backlog drain spent about a third of the relay's CPU allocating and
 // collecting. The collector runs at 400% heap growth instead of 100%,
 // under a soft 192 MiB limit that keeps the heap bounded. GOGC and
-// GOMEMLIMIT, when set, win.
+// GOMEMLIMIT, when set, win. While the relay idles, idlemem.Watch
+// collects at 100% and returns the free memory to the system.
 func tuneGC(stdio IO) {
 	if stdio.Getenv("GOGC") == "" {
-		debug.SetGCPercent(400)
+		debug.SetGCPercent(busyGCPercent)
 	}
 	if stdio.Getenv("GOMEMLIMIT") == "" {
 		debug.SetMemoryLimit(192 << 20)

@@ -49,6 +49,8 @@ func runBench(ctx context.Context, stdio cli.IO, args []string) error {
 	child.register(fs)
 	fs.IntVar(&cfg.Runs, "runs", 1, "repeat the measurement this many times in the same environment and report each and the median")
 	fs.DurationVar(&cfg.Window, "window", 0, "live: log the latency p50 / p99 of each such interval alone, with PostgreSQL's checkpoints, autovacuums and WAL bytes per event in it (0: off)")
+	fs.DurationVar(&cfg.IdleRSS, "idle-rss", 0, "with --backlog: keep the relay idle this long after the drain (and the read-back of --consumers), then report its resident set (0: off)")
+	fs.IntVar(&cfg.Restarts, "restarts", 0, "with --backlog: stop the relay cleanly after the drain, start it this many times over the same data, and report each start's time from exec to /readyz 200")
 	asJSON := fs.Bool("json", false, "print JSON instead of a table (an array with --runs above 1)")
 	if err := cli.Parse(fs, args, stdio); err != nil {
 		return err
@@ -106,12 +108,12 @@ func printBench(w io.Writer, results []bench.Result) {
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
 	ms := func(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d)/float64(time.Millisecond)) }
-	fmt.Fprintf(tw, "mode\tsource\tsink\ttopics\tpayload\tevents\twritten/s\tpublished/s\tlatency from\tp50\tp90\tp99\tmax\trelay RSS peak\trelay CPU\trelay open files\t\n")
+	fmt.Fprintf(tw, "mode\tsource\tsink\ttopics\tpayload\tevents\twritten/s\tpublished/s\tlatency from\tp50\tp90\tp99\tmax\trelay RSS peak\trelay CPU\tCPU/event\trelay open files\t\n")
 	for _, r := range results {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d B\t%d\t%.0f\t%.0f\t%s\t%s\t%s\t%s\t%s\t%.1f MiB\t%.1f s\t%d\t\n",
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d B\t%d\t%.0f\t%.0f\t%s\t%s\t%s\t%s\t%s\t%.1f MiB\t%.1f s\t%.1f us\t%d\t\n",
 			r.Mode, r.Source, r.Sink, r.Topics, r.PayloadBytes, r.Published, r.WriteRate, r.PublishRate, r.LatencyFrom,
 			ms(r.LatencyP50), ms(r.LatencyP90), ms(r.LatencyP99), ms(r.LatencyMax),
-			float64(r.RSSPeakBytes)/(1<<20), r.CPUSeconds, r.OpenFiles)
+			float64(r.RSSPeakBytes)/(1<<20), r.CPUSeconds, r.CPUPerEvent, r.OpenFiles)
 	}
 	tw.Flush()
 	for _, r := range results {
@@ -126,12 +128,22 @@ func printBench(w io.Writer, results []bench.Result) {
 	}
 	if slices.ContainsFunc(results, func(r bench.Result) bool { return r.Arrived > 0 }) {
 		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintf(tw, "arrival in the cluster (the bench's consumer)\tfrom\tevents\tp50\tp90\tp99\tmax\t\n")
+		fmt.Fprintf(tw, "arrival in the cluster (the bench's consumer)\tfrom\tevents\tp50\tp90\tp99\tmax\trelay CPU/event\t\n")
 		for _, r := range results {
-			fmt.Fprintf(tw, "%s %s\t%s\t%d\t%s\t%s\t%s\t%s\t\n", r.Mode, r.Source, r.ArrivalFrom, r.Arrived,
-				ms(r.ArrivalP50), ms(r.ArrivalP90), ms(r.ArrivalP99), ms(r.ArrivalMax))
+			fmt.Fprintf(tw, "%s %s\t%s\t%d\t%s\t%s\t%s\t%s\t%.1f us\t\n", r.Mode, r.Source, r.ArrivalFrom, r.Arrived,
+				ms(r.ArrivalP50), ms(r.ArrivalP90), ms(r.ArrivalP99), ms(r.ArrivalMax), r.CPUPerEvent)
 		}
 		tw.Flush()
+	}
+	for _, r := range results {
+		if r.IdleRSSBytes > 0 {
+			fmt.Fprintf(w, "relay RSS: idle %.1f MiB after the drain (anonymous %.1f MiB, the rest mapped files: the executable), peak %.1f MiB while draining (%d partitions)\n",
+				float64(r.IdleRSSBytes)/(1<<20), float64(r.IdleAnonRSSBytes)/(1<<20), float64(r.RSSPeakBytes)/(1<<20), r.Partitions)
+		}
+		if len(r.ReadySeconds) > 0 {
+			s := slices.Sorted(slices.Values(r.ReadySeconds))
+			fmt.Fprintf(w, "start to ready after a clean stop, %d starts: median %.3f s, min %.3f, max %.3f\n", len(s), median(s), s[0], s[len(s)-1])
+		}
 	}
 	var ratios []float64
 	schemaRatios := map[string][]float64{}
@@ -156,7 +168,7 @@ func printBench(w io.Writer, results []bench.Result) {
 	}
 	for _, r := range results {
 		if b := r.Baseline; b != nil {
-			fmt.Fprintf(w, "baseline: %s: %.0f events/s; relay/baseline = %.2f\n", b.Name, b.Rate, b.Ratio)
+			fmt.Fprintf(w, "baseline: %s: %.0f events/s; relay/baseline = %.2f (relay CPU per event %.1f us)\n", b.Name, b.Rate, b.Ratio, r.CPUPerEvent)
 			ratios = append(ratios, b.Ratio)
 		}
 	}

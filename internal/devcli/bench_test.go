@@ -191,19 +191,23 @@ func TestBenchShapes(t *testing.T) {
 		}
 	})
 	t.Run("mixed payloads, a group of three", func(t *testing.T) {
-		res := relayRun(t, "--backlog", "--baseline=false", "--events", "100", "--payload-mix", "--topics", "3", "--consumers", "3")
+		res := relayRun(t, "--backlog", "--baseline=false", "--events", "100", "--payload-mix", "--topics", "3", "--consumers", "3",
+			"--idle-rss", "1s", "--restarts", "2")
 		if res.PayloadBytes < 50_000 || res.Consume == nil || res.Consume.Records != 100 || !res.Consume.Group || res.Consume.Bytes < int64(100*res.PayloadBytes) {
 			t.Fatalf("want 100 payloads of mean size above 50 KB read back by a group of 3: %+v %+v", res, res.Consume)
+		}
+		if res.CPUPerEvent <= 0 || res.IdleRSSBytes <= 0 || len(res.ReadySeconds) != 2 || res.ReadySeconds[0] <= 0 || res.ReadySeconds[1] <= 0 {
+			t.Fatalf("want CPU per event, the idle RSS and two start-to-ready times: %+v", res)
 		}
 	})
 	t.Run("ten million keys, live", func(t *testing.T) {
 		res := relayRun(t, "--events", "500", "--rate", "2000", "--writers", "2", "--keys", "10000000", "--payload-bytes", "16384")
-		if res.LatencyP99 <= 0 || res.PayloadBytes != 16384 {
-			t.Fatalf("no latency measured: %+v", res)
+		if res.LatencyP99 <= 0 || res.PayloadBytes != 16384 || res.CPUPerEvent <= 0 {
+			t.Fatalf("no latency or CPU per event measured: %+v", res)
 		}
 	})
 	t.Run("bad shapes are refused", func(t *testing.T) {
-		for _, args := range [][]string{{"--consumers", "1"}, {"--keys", "10000001"}, {"--partitions", "10001"}} {
+		for _, args := range [][]string{{"--consumers", "1"}, {"--keys", "10000001"}, {"--partitions", "10001"}, {"--restarts", "1"}, {"--idle-rss", "1s"}} {
 			r, err := testbin.Run(context.Background(), bin, nil, append([]string{"bench", "--database-url", admin}, args...)...)
 			if err != nil || r.Code == 0 || !strings.Contains(r.Stderr, args[0]) {
 				t.Fatalf("%v: want a refusal naming %s: %v, exit %d: %s", args, args[0], err, r.Code, r.Stderr)

@@ -57,6 +57,11 @@ func CPUSeconds(pid int) (float64, error) {
 // RSS returns the process's current resident set size in bytes (VmRSS).
 func RSS(pid int) (int64, error) { return statusKB(pid, "VmRSS:") }
 
+// AnonRSS returns the anonymous part of the process's resident set in
+// bytes (RssAnon): its heap and stacks, without the pages of mapped files
+// such as its executable, which the kernel can drop and read again.
+func AnonRSS(pid int) (int64, error) { return statusKB(pid, "RssAnon:") }
+
 // OpenFiles counts the process's open file descriptors (/proc/PID/fd).
 func OpenFiles(pid int) (int, error) {
 	d, err := os.Open(fmt.Sprintf("/proc/%d/fd", pid))
