@@ -139,7 +139,7 @@ func allOps(ops []kmsg.ACLOperation) int32 {
 func auditCases() []auditCase {
 	return []auditCase{
 		{kmsg.Produce, 3, 9, auditProduce},
-		{kmsg.Fetch, 4, 12, auditFetch},
+		{kmsg.Fetch, 4, 13, auditFetch},
 		{kmsg.ListOffsets, 1, 10, auditListOffsets},
 		{kmsg.Metadata, 0, 12, auditMetadata},
 		{kmsg.OffsetCommit, 0, 9, auditOffsetCommit},
@@ -222,22 +222,38 @@ func auditProduce(t *testing.T, a *audit, v int16) {
 
 // auditFetch: records from offset 0 with the high watermark and last
 // stable offset; v5+ the log start offset; v7+ a new fetch session; v11+
-// no preferred read replica (one node).
+// no preferred read replica (one node); v13+ topics by id, an unknown id
+// answered UNKNOWN_TOPIC_ID.
 func auditFetch(t *testing.T, a *audit, v int16) {
 	rc := dialRaw(t, a.f.addr)
 	req := kmsg.NewPtrFetchRequest()
 	req.Version, req.MaxWaitMillis, req.MinBytes, req.MaxBytes = v, 100, 1, 1<<20
 	req.IsolationLevel = 1
 	req.SessionEpoch = 0
-	rt := kmsg.NewFetchRequestTopic()
-	rt.Topic = "audit"
-	rp := kmsg.NewFetchRequestTopicPartition()
-	rp.PartitionMaxBytes = 1 << 20
-	rt.Partitions = append(rt.Partitions, rp)
-	req.Topics = append(req.Topics, rt)
+	for _, name := range []string{"audit", "no-such-topic"} {
+		rt := kmsg.NewFetchRequestTopic()
+		rt.Topic, rt.TopicID = name, topicID(name)
+		rp := kmsg.NewFetchRequestTopicPartition()
+		rp.PartitionMaxBytes = 1 << 20
+		rt.Partitions = append(rt.Partitions, rp)
+		req.Topics = append(req.Topics, rt)
+	}
 	resp := ask[*kmsg.FetchResponse](t, rc, req)
 	want(t, resp.ErrorCode, "fetch")
-	p := resp.Topics[0].Partitions[0]
+	if len(resp.Topics) != 2 {
+		t.Fatalf("topics %+v", resp.Topics)
+	}
+	i := slices.IndexFunc(resp.Topics, func(rt kmsg.FetchResponseTopic) bool { return rt.Topic == "audit" || rt.TopicID == topicID("audit") })
+	if i < 0 {
+		t.Fatalf("audit not answered: %+v", resp.Topics)
+	}
+	if wantCode := map[bool]int16{true: kerr.UnknownTopicID.Code, false: kerr.UnknownTopicOrPartition.Code}[v >= 13]; resp.Topics[1-i].Partitions[0].ErrorCode != wantCode {
+		t.Fatalf("unknown topic: %v, want %v", kerr.ErrorForCode(resp.Topics[1-i].Partitions[0].ErrorCode), kerr.ErrorForCode(wantCode))
+	}
+	if v >= 13 && (resp.Topics[i].TopicID != topicID("audit") || resp.Topics[1-i].TopicID != topicID("no-such-topic")) {
+		t.Fatalf("v13+ topic ids %x %x", resp.Topics[i].TopicID, resp.Topics[1-i].TopicID)
+	}
+	p := resp.Topics[i].Partitions[0]
 	want(t, p.ErrorCode, "fetch partition")
 	if p.HighWatermark != auditRecords || p.LastStableOffset != auditRecords || len(p.RecordBatches) == 0 {
 		t.Fatalf("high watermark %d, last stable %d, %d bytes of batches", p.HighWatermark, p.LastStableOffset, len(p.RecordBatches))
