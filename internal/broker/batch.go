@@ -517,6 +517,17 @@ func checkUncompressedRecords(h BatchHeader, b []byte) error {
 	return nil
 }
 
+// KeylessRecordError is ErrKeylessCompacted for a batch: Index is the
+// first record without a key, by its position in the batch (what Produce
+// v8+ reports in its record errors).
+type KeylessRecordError struct{ Index int32 }
+
+func (e *KeylessRecordError) Error() string {
+	return fmt.Sprintf("%v: record %d of the batch has no key", ErrKeylessCompacted, e.Index)
+}
+
+func (e *KeylessRecordError) Unwrap() error { return ErrKeylessCompacted }
+
 // walkRecords applies decodeRecords' checks to the (decompressed) records
 // body without building Records, so validating a produced batch allocates
 // nothing. With needKeys, a record with a null key fails with
@@ -526,14 +537,14 @@ func walkRecords(h BatchHeader, body []byte, needKeys bool) error {
 	if h.NumRecords > int32(len(body)/7+1) {
 		return fmt.Errorf("%w: %d records cannot fit in %d bytes", ErrCorruptBatch, h.NumRecords, len(body))
 	}
-	keyless := int64(-1)
+	keyless := int32(-1)
 	for i := int32(0); i < h.NumRecords; i++ {
-		n, offDelta, nullKey, err := walkRecord(body, h)
+		n, _, nullKey, err := walkRecord(body, h)
 		if err != nil {
 			return fmt.Errorf("record %d: %w", i, err)
 		}
 		if needKeys && nullKey && keyless < 0 {
-			keyless = offDelta
+			keyless = i
 		}
 		body = body[n:]
 	}
@@ -541,7 +552,7 @@ func walkRecords(h BatchHeader, body []byte, needKeys bool) error {
 		return fmt.Errorf("%w: %d trailing bytes after records", ErrCorruptBatch, len(body))
 	}
 	if keyless >= 0 {
-		return fmt.Errorf("%w: record at delta %d", ErrKeylessCompacted, keyless)
+		return &KeylessRecordError{Index: keyless}
 	}
 	return nil
 }

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
+	kafkago "github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -30,8 +31,11 @@ import (
 // by side from the same host and read the relay's events: kcat
 // (librdkafka), kafka-python, confluent-kafka-python and kafkajs, each in
 // a consumer group of its own, franz-go (in a group, and kadm's
-// max-timestamp ListOffsets, once refused) and sarama. Nothing is refused
-// and nothing is logged as refused.
+// max-timestamp ListOffsets, once refused) and sarama; and kafka-go and
+// @platformatic/kafka each produce records to a topic of their own and
+// read them back in a group (the one setting changed from the defaults is
+// --listener-writable-topics, without which no client may produce).
+// Nothing is refused and nothing is logged as refused.
 func TestClientsSideBySide(t *testing.T) {
 	t.Parallel()
 	python, err := exec.LookPath("/usr/bin/python3")
@@ -65,7 +69,7 @@ func TestClientsSideBySide(t *testing.T) {
 	}
 	kafkaAddr, httpAddr := e2e.FreeAddr(t), e2e.FreeAddr(t)
 	p := e2e.Start(t, testbin.Relay(t), nil, "run", "--database-url", url, "--data-dir", e2e.DataDir(t),
-		"--http-addr", httpAddr, "--kafka-addr", kafkaAddr)
+		"--http-addr", httpAddr, "--kafka-addr", kafkaAddr, "--listener-writable-topics", "side-w-")
 	e2e.WaitDrained(t, url, "outbox", time.Minute)
 
 	// 500 connections from 127.0.0.1, each served an ApiVersions, held
@@ -85,16 +89,19 @@ func TestClientsSideBySide(t *testing.T) {
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	results := map[string]string{}
+	took := map[string]time.Duration{}
 	run := func(name string, fn func(context.Context) (string, error)) {
 		wg.Go(func() {
 			cctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 			defer cancel()
+			began := time.Now()
 			got, err := fn(cctx)
 			if err != nil {
 				got = "error: " + err.Error()
 			}
 			mu.Lock()
 			results[name] = got
+			took[name] = time.Since(began).Round(time.Millisecond)
 			mu.Unlock()
 		})
 	}
@@ -111,10 +118,14 @@ func TestClientsSideBySide(t *testing.T) {
 	}
 	readJSON := func(out string) (string, error) {
 		var r struct {
-			Read int `json:"read"`
+			Produced *int `json:"produced"`
+			Read     int  `json:"read"`
 		}
 		if err := json.Unmarshal([]byte(out), &r); err != nil {
 			return "", fmt.Errorf("printed %q: %v", out, err)
+		}
+		if r.Produced != nil {
+			return fmt.Sprintf("produced %d, read %d", *r.Produced, r.Read), nil
 		}
 		return fmt.Sprintf("read %d", r.Read), nil
 	}
@@ -136,6 +147,18 @@ func TestClientsSideBySide(t *testing.T) {
 			return "", err
 		}
 		return readJSON(out)
+	})
+	want["@platformatic/kafka"] = fmt.Sprintf("produced %d, read %d", events, events)
+	run("@platformatic/kafka", func(ctx context.Context) (string, error) {
+		out, err := command(ctx, clients, node, "side_by_side_platformatic.mjs", kafkaAddr, "side-w-platformatic", "side-platformatic", fmt.Sprint(events))
+		if err != nil {
+			return "", err
+		}
+		return readJSON(out)
+	})
+	want["kafka-go"] = fmt.Sprintf("produced %d, read %d", events, events)
+	run("kafka-go", func(ctx context.Context) (string, error) {
+		return kafkaGoProduceConsume(ctx, kafkaAddr, "side-w-kafka-go", "side-kafka-go", events)
 	})
 	want["kcat"] = fmt.Sprintf("read %d", events)
 	run("kcat", func(ctx context.Context) (string, error) {
@@ -212,7 +235,7 @@ func TestClientsSideBySide(t *testing.T) {
 		return fmt.Sprintf("read %d", n), nil
 	})
 	wg.Wait()
-	t.Logf("six clients side by side, 500 idle connections held: %v", time.Since(start).Round(time.Millisecond))
+	t.Logf("eight clients side by side, 500 idle connections held: %v (%v)", time.Since(start).Round(time.Millisecond), took)
 	for name, w := range want {
 		if results[name] != w {
 			t.Errorf("%s: %s; want %s", name, results[name], w)
@@ -225,6 +248,36 @@ func TestClientsSideBySide(t *testing.T) {
 	if out := p.Output(); strings.Contains(out, "connection refused: connection limit reached") {
 		t.Errorf("the relay logged refused connections:\n%s", out)
 	}
+}
+
+// kafkaGoProduceConsume writes n keyed records to topic with
+// segmentio/kafka-go's Writer (the topic is created on first use) and
+// reads them back with its Reader in group.
+func kafkaGoProduceConsume(ctx context.Context, addr, topic, group string, n int) (string, error) {
+	w := &kafkago.Writer{Addr: kafkago.TCP(addr), Topic: topic, Balancer: &kafkago.Hash{},
+		RequiredAcks: kafkago.RequireAll, AllowAutoTopicCreation: true, BatchTimeout: 10 * time.Millisecond}
+	msgs := make([]kafkago.Message, n)
+	for i := range msgs {
+		msgs[i] = kafkago.Message{Key: []byte(fmt.Sprint("k", i)), Value: []byte(fmt.Sprint("v", i))}
+	}
+	err := w.WriteMessages(ctx, msgs...)
+	if cerr := w.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return "", fmt.Errorf("write: %w", err)
+	}
+	r := kafkago.NewReader(kafkago.ReaderConfig{Brokers: []string{addr}, GroupID: group, Topic: topic,
+		StartOffset: kafkago.FirstOffset, MaxWait: 200 * time.Millisecond})
+	defer r.Close()
+	read := 0
+	for read < n {
+		if _, err := r.FetchMessage(ctx); err != nil {
+			return "", fmt.Errorf("read %d: %w", read, err)
+		}
+		read++
+	}
+	return fmt.Sprintf("produced %d, read %d", n, read), nil
 }
 
 // apiVersionsRoundTrip sends an ApiVersions v0 request on nc and reads its

@@ -2,6 +2,7 @@ package protocol
 
 import (
 	"context"
+	"errors"
 
 	"github.com/outboxrelay/relay/internal/broker"
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -94,4 +95,10 @@ func setProduceError(p *kmsg.ProduceResponseTopicPartition, err error) {
 	p.ErrorCode = broker.KafkaErrorCode(err)
 	msg := err.Error()
 	p.ErrorMessage = &msg
+	var keyless *broker.KeylessRecordError
+	if errors.As(err, &keyless) {
+		rec := kmsg.NewProduceResponseTopicPartitionErrorRecord()
+		rec.RelativeOffset, rec.ErrorMessage = keyless.Index, &msg
+		p.ErrorRecords = append(p.ErrorRecords, rec)
+	}
 }

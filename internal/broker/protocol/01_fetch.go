@@ -13,11 +13,13 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
-// handleFetch resolves the request's fetch session (fetch_session.go),
-// checks the session's partitions against the ACLs (authorizeFetch) and
-// serves them (fetchLog); an incremental response then keeps only the
-// partitions with something new.
+// handleFetch resolves the topic ids of a v13+ request (fetchTopicIDs),
+// the request's fetch session (fetch_session.go), checks the session's
+// partitions against the ACLs (authorizeFetch) and serves them (fetchLog);
+// an incremental response then keeps only the partitions with something
+// new.
 func (s *Server) handleFetch(ctx context.Context, c *conn, req *kmsg.FetchRequest) (kmsg.Response, func()) {
+	unknown := s.fetchTopicIDs(req)
 	fc, code := s.fetchSessions.begin(req)
 	if code != 0 {
 		resp := req.ResponseKind().(*kmsg.FetchResponse)
@@ -36,6 +38,7 @@ func (s *Server) handleFetch(ctx context.Context, c *conn, req *kmsg.FetchReques
 		fix(resp)
 	}
 	fc.finish(resp)
+	resp.Topics = append(resp.Topics, unknown...)
 	return resp, release
 }
 
@@ -251,7 +254,7 @@ func waitAny(ctx context.Context, chs []<-chan struct{}, wait time.Duration) boo
 // offer); callers then use AppendTo.
 func appendFetchResponse(dst []byte, resp *kmsg.FetchResponse) (out []byte, pieces []fetchPiece, ok bool) {
 	v := resp.Version
-	if v < 4 || v > 12 || len(resp.Brokers) > 0 || resp.UnknownTags.Len() > 0 {
+	if v < 4 || v > 13 || len(resp.Brokers) > 0 || resp.UnknownTags.Len() > 0 {
 		return dst, nil, false
 	}
 	flexible := v >= 12
@@ -273,12 +276,16 @@ func appendFetchResponse(dst []byte, resp *kmsg.FetchResponse) (out []byte, piec
 		if t.UnknownTags.Len() > 0 {
 			return dst[:start], nil, false
 		}
-		if flexible {
+		switch {
+		case v >= 13:
+			dst = append(dst, t.TopicID[:]...)
+		case flexible:
 			dst = binary.AppendUvarint(dst, uint64(len(t.Topic))+1)
-		} else {
+			dst = append(dst, t.Topic...)
+		default:
 			dst = binary.BigEndian.AppendUint16(dst, uint16(len(t.Topic)))
+			dst = append(dst, t.Topic...)
 		}
-		dst = append(dst, t.Topic...)
 		dst = appendLen(dst, len(t.Partitions))
 		for j := range t.Partitions {
 			p := &t.Partitions[j]

@@ -20,6 +20,7 @@ func topicID(name string) [16]byte {
 }
 
 func (s *Server) handleMetadata(c *conn, req *kmsg.MetadataRequest, resp *kmsg.MetadataResponse) {
+	defer s.metadataOperations(c, req, resp)
 	host, port := s.advertised(c.nc.LocalAddr())
 	b := kmsg.NewMetadataResponseBroker()
 	b.NodeID, b.Host, b.Port = nodeID, host, port

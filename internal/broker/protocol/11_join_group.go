@@ -14,7 +14,8 @@ import (
 // MEMBER_ID_REQUIRED with their id, as Kafka does (KIP-394). A static
 // member (group.instance.id) rejoining under a new member id takes over its
 // old identity and assignment without a rebalance unless its protocols
-// changed or it leads the group.
+// changed; a leader rejoining a Stable group that way gets the member list
+// with SkipAssignment (v9+, KIP-814), as Kafka answers it.
 func (c *coordinator) handleJoin(ctx context.Context, cc *conn, clientID string, req *kmsg.JoinGroupRequest, resp *kmsg.JoinGroupResponse) {
 	resp.Generation = -1
 	cfg := c.s.cfg
@@ -67,6 +68,7 @@ func (c *coordinator) handleJoin(ctx context.Context, cc *conn, clientID string,
 	resp.MemberID = res.memberID
 	resp.LeaderID = res.leader
 	resp.Members = res.members
+	resp.SkipAssignment = res.skipAssignment
 	if res.code == 0 {
 		pt, proto := req.ProtocolType, res.protocol
 		resp.ProtocolType, resp.Protocol = &pt, &proto
@@ -176,7 +178,7 @@ func (g *group) replaceStatic(m *member, id string, req *kmsg.JoinGroupRequest, 
 	if g.state == groupStable && g.selectProtocol(g.ordered()) == g.protocol {
 		r := g.current(m)
 		if g.leader == id {
-			r.members = g.memberList()
+			r.members, r.skipAssignment = g.memberList(), true
 		}
 		return nil, r
 	}

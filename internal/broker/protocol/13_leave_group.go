@@ -5,8 +5,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
-// handleLeave removes members (v3+: several, by member or instance id) and
-// rebalances the rest at once.
+// handleLeave removes members (v3+: several, by member or instance id;
+// v5+ each with a reason) and rebalances the rest at once.
 func (c *coordinator) handleLeave(req *kmsg.LeaveGroupRequest, resp *kmsg.LeaveGroupResponse) {
 	leaving := req.Members
 	if req.Version < 3 {
@@ -22,7 +22,7 @@ func (c *coordinator) handleLeave(req *kmsg.LeaveGroupRequest, resp *kmsg.LeaveG
 		}
 	} else {
 		for i, lm := range leaving {
-			codes[i] = g.leave(lm.MemberID, lm.InstanceID)
+			codes[i] = g.leave(lm.MemberID, lm.InstanceID, lm.Reason)
 		}
 		c.retire(g)
 		g.mu.Unlock()
@@ -38,7 +38,8 @@ func (c *coordinator) handleLeave(req *kmsg.LeaveGroupRequest, resp *kmsg.LeaveG
 	}
 }
 
-func (g *group) leave(memberID string, instanceID *string) int16 {
+// leave removes a member; its reason (v5+) is logged, as Kafka logs it.
+func (g *group) leave(memberID string, instanceID, reason *string) int16 {
 	if instanceID != nil {
 		owner, ok := g.static[*instanceID]
 		if !ok {
@@ -59,7 +60,11 @@ func (g *group) leave(memberID string, instanceID *string) int16 {
 		}
 		return kerr.UnknownMemberID.Code
 	}
-	g.c.s.log.Debug("group member left", "group", g.id, "member", memberID)
+	why := ""
+	if reason != nil {
+		why = *reason
+	}
+	g.c.s.log.Debug("group member left", "group", g.id, "member", memberID, "reason", why)
 	g.removeMember(m, kerr.UnknownMemberID.Code)
 	return 0
 }

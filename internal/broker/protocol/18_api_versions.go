@@ -14,7 +14,7 @@ type versionRange struct{ min, max int16 }
 // against leader epochs this single-node log does not track.
 var supportedVersions = map[int16]versionRange{
 	kmsg.Produce.Int16():                 {3, 9},
-	kmsg.Fetch.Int16():                   {4, 12},
+	kmsg.Fetch.Int16():                   {4, 13},
 	kmsg.ListOffsets.Int16():             {1, 10},
 	kmsg.Metadata.Int16():                {0, 12},
 	kmsg.OffsetCommit.Int16():            {0, 9},

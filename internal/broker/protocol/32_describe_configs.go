@@ -13,7 +13,8 @@ import (
 // handleDescribeConfigs describes topics' configs (all, or the names
 // asked) and, for tools that ask, the broker's (none: its settings are the
 // relay's flags). A config equal to the broker's default is reported with
-// the default source, any other as a topic override.
+// the default source, any other as a topic override; with synonyms (v1+)
+// and documentation (v3+) when asked.
 func (s *Server) handleDescribeConfigs(req *kmsg.DescribeConfigsRequest, resp *kmsg.DescribeConfigsResponse) {
 	defaults := topicConfigEntries(s.b.DefaultTopicConfig())
 	for _, rr := range req.Resources {
@@ -47,6 +48,10 @@ func (s *Server) handleDescribeConfigs(req *kmsg.DescribeConfigsRequest, resp *k
 					syn := kmsg.NewDescribeConfigsResponseResourceConfigConfigSynonym()
 					syn.Name, syn.Value, syn.Source = e.name, &v, c.Source
 					c.ConfigSynonyms = append(c.ConfigSynonyms, syn)
+				}
+				if req.IncludeDocumentation {
+					doc := topicConfigDocs[e.name]
+					c.Documentation = &doc
 				}
 				r.Configs = append(r.Configs, c)
 			}

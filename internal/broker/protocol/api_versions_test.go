@@ -16,8 +16,8 @@ import (
 // (kmsg's defaults, naming an existing topic and group where the request
 // has a place for them) is answered on an open connection, in that
 // version's format, with no UNSUPPORTED_VERSION anywhere in it: nothing
-// advertised is refused. The per-field behaviour of each version is shown
-// by the tests of each API (docs/kafka-compatibility.md lists them).
+// advertised is refused. The per-field behaviour of each version is
+// asserted by TestEveryAdvertisedVersionAudited.
 func TestEveryAdvertisedVersionAnswers(t *testing.T) {
 	t.Parallel()
 	f := setup(t, nil)

@@ -552,7 +552,7 @@ func (s *Server) handleSync(ctx context.Context, c *conn, r request) (kmsg.Respo
 	case *kmsg.OffsetFetchRequest:
 		return respond(req, s.handleOffsetFetch), nil
 	case *kmsg.DescribeGroupsRequest:
-		return respond(req, s.groups.handleDescribe), nil
+		return respondConn(c, req, s.handleDescribeGroups), nil
 	case *kmsg.ConsumerGroupHeartbeatRequest:
 		return respond(req, func(req *kmsg.ConsumerGroupHeartbeatRequest, resp *kmsg.ConsumerGroupHeartbeatResponse) {
 			s.groups.handleConsumerGroupHeartbeat(c, r.clientID, req, resp)

@@ -11,12 +11,12 @@ import (
 // kmsg's for every fetch version the server offers.
 func TestAppendFetchResponse(t *testing.T) {
 	t.Parallel()
-	for v := int16(4); v <= 12; v++ {
+	for v := int16(4); v <= supportedVersions[kmsg.Fetch.Int16()].max; v++ {
 		resp := kmsg.NewPtrFetchResponse()
 		resp.Version, resp.ThrottleMillis, resp.ErrorCode, resp.SessionID = v, 7, 0, 0
 		for ti, name := range []string{"a", "topic-b"} {
 			rt := kmsg.NewFetchResponseTopic()
-			rt.Topic = name
+			rt.Topic, rt.TopicID = name, topicID(name)
 			for pi := range 3 {
 				p := kmsg.NewFetchResponseTopicPartition()
 				p.Partition = int32(pi)

@@ -196,6 +196,9 @@ type joinResult struct {
 	leader     string
 	memberID   string
 	members    []kmsg.JoinGroupResponseMember
+	// skipAssignment tells a static leader that rejoined a Stable group
+	// not to assign again (JoinGroup v9+, KIP-814).
+	skipAssignment bool
 }
 
 type syncResult struct {

@@ -22,7 +22,11 @@ async function main() {
       },
     });
   });
-  await Promise.race([done, new Promise((resolve) => setTimeout(resolve, 50000))]);
+  // The timer is cleared once done: a pending one would keep node running
+  // for the whole 50 s after the records are read.
+  let timer;
+  await Promise.race([done, new Promise((resolve) => (timer = setTimeout(resolve, 50000)))]);
+  clearTimeout(timer);
   await consumer.disconnect();
   console.log(JSON.stringify({ read }));
 }
