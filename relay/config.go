@@ -98,8 +98,11 @@ type Config struct {
 	// contract before publication; an event that breaks it goes to the
 	// dead letters (route.go).
 	Validator Validator
-	Logger    *slog.Logger
-	Metrics   *Metrics
+	// CloudEvents presents events as CloudEvents (cloudevents.go); off
+	// by default.
+	CloudEvents CloudEvents
+	Logger      *slog.Logger
+	Metrics     *Metrics
 }
 
 // WithDefaults returns c with unset fields filled in.
@@ -170,6 +173,9 @@ func (c Config) Validate() error {
 		return fmt.Errorf("batch size %d is above the limit of 100000", c.BatchSize)
 	}
 	if err := c.validatePolicies(); err != nil {
+		return err
+	}
+	if err := c.CloudEvents.validate(); err != nil {
 		return err
 	}
 	_, err := pgconfig.ParseConfig(c.DatabaseURL)

@@ -67,6 +67,7 @@ type runFlags struct {
 	readyTimeout    time.Duration
 	createTopics    bool
 	schemaRun       schemaRunFlags
+	cloudEvents     cloudEventsFlags
 	// config is --config; file is what it held when parsed (run_config.go).
 	config           string
 	allowRepartition bool
@@ -113,6 +114,7 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.topicPolicies, "dead-letter-policy-topics", "", "per-topic dead-letter policies overriding --dead-letter-policy, as topic=policy[,topic=policy]")
 	fs.DurationVar(&f.readyTimeout, "ready-timeout", relay.DefaultReadyTimeout, "/readyz fails when no heartbeat went through the whole path (read, published, acknowledged) for this long; the leader sends one every sixth of it")
 	f.schemaRun.register(fs)
+	f.cloudEvents.register(fs)
 	fs.StringVar(&f.cpuProfile, "cpu-profile", "", "write a CPU profile of the whole run to this file (for go tool pprof)")
 	fs.StringVar(&f.config, "config", "", "YAML file of settings (any flag of relay run, by name) and declared topics (topics, topic-defaults); re-read on SIGHUP; flags and RELAY_* win")
 	fs.BoolVar(&f.allowRepartition, "allow-repartition", false, "embedded broker: confirm partition increases, from the config file's topics and from Kafka clients' CreatePartitions (keys move: see docs/topics.md)")
@@ -158,6 +160,9 @@ func (f *runFlags) validate() error {
 		return usagef("--http-tls-* need --http-addr")
 	}
 	if err := f.schemaRun.validate(f.httpAddr); err != nil {
+		return err
+	}
+	if err := f.cloudEvents.validate(); err != nil {
 		return err
 	}
 	if err := relay.ValidPolicy(f.deadPolicy); err != nil {
@@ -340,6 +345,10 @@ func (f *runFlags) serve(ctx context.Context, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	cloudEvents, err := f.cloudEventsConfig()
+	if err != nil {
+		return err
+	}
 	contracts, err := f.schemaRun.open(ctx, f.db)
 	if err != nil {
 		return err
@@ -361,6 +370,7 @@ func (f *runFlags) serve(ctx context.Context, log *slog.Logger) error {
 		TopicPolicies:    topicPolicies,
 		ReadyTimeout:     f.readyTimeout,
 		Validator:        contracts.relayValidator(),
+		CloudEvents:      cloudEvents,
 		Logger:           log,
 		Metrics:          metrics,
 	}, source, sink)
