@@ -35,8 +35,8 @@ func (c *cloudEventsFlags) validate() error {
 		}
 	}
 	if c.dataSchema != "" {
-		if u, err := url.Parse(c.dataSchema); err != nil || !u.IsAbs() {
-			return usagef("--cloudevents-dataschema-url %q: an absolute URL is expected", c.dataSchema)
+		if u, err := url.Parse(c.dataSchema); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return usagef("--cloudevents-dataschema-url %q: an http or https URL is expected", c.dataSchema)
 		}
 	}
 	return nil
