@@ -17,6 +17,7 @@ import (
 
 	"github.com/outboxrelay/relay/cdc"
 	"github.com/outboxrelay/relay/internal/broker"
+	"github.com/outboxrelay/relay/internal/broker/protocol"
 	"github.com/outboxrelay/relay/internal/pgconfig"
 	"github.com/outboxrelay/relay/internal/relayconf"
 	"github.com/outboxrelay/relay/internal/sink/embedded"
@@ -68,6 +69,7 @@ type runFlags struct {
 	createTopics    bool
 	schemaRun       schemaRunFlags
 	cloudEvents     cloudEventsFlags
+	partSeries      protocol.PartitionSeries
 	// config is --config; file is what it held when parsed (run_config.go).
 	config           string
 	allowRepartition bool
@@ -115,6 +117,8 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.readyTimeout, "ready-timeout", relay.DefaultReadyTimeout, "/readyz fails when no heartbeat went through the whole path (read, published, acknowledged) for this long; the leader sends one every sixth of it")
 	f.schemaRun.register(fs)
 	f.cloudEvents.register(fs)
+	fs.IntVar(&f.partSeries.Max, "metrics-partition-series-max", protocol.DefaultPartitionSeriesMax, "embedded broker: above this many partitions (all topics) the per-partition series relay_broker_partition_* are not exported, only the per-topic sums relay_broker_topic_*")
+	fs.BoolVar(&f.partSeries.Always, "metrics-per-partition", false, "embedded broker: export the per-partition series at any partition count (each partition costs 3 series)")
 	fs.StringVar(&f.cpuProfile, "cpu-profile", "", "write a CPU profile of the whole run to this file (for go tool pprof)")
 	fs.StringVar(&f.config, "config", "", "YAML file of settings (any flag of relay run, by name) and declared topics (topics, topic-defaults); re-read on SIGHUP; flags and RELAY_* win")
 	fs.BoolVar(&f.allowRepartition, "allow-repartition", false, "embedded broker: confirm partition increases, from the config file's topics and from Kafka clients' CreatePartitions (keys move: see docs/topics.md)")
@@ -136,6 +140,8 @@ func (f *runFlags) validate() error {
 		return usagef("--batch-bytes %d: must be positive", f.batchBytes)
 	case f.partitions < 1 || f.partitions > 10_000:
 		return usagef("--partitions %d: must be 1..10000", f.partitions)
+	case f.partSeries.Max < 1:
+		return usagef("--metrics-partition-series-max must be positive")
 	case f.maxOpenFiles < 0:
 		return usagef("--max-open-files must not be negative")
 	case f.retain < 0:
@@ -308,12 +314,13 @@ func (f *runFlags) serve(ctx context.Context, log *slog.Logger) error {
 		if err != nil {
 			return err
 		}
+		security.PartitionSeries = f.partSeries
 		kl := &kafkaListener{addr: f.kafkaAddr, advertised: f.kafkaAdvertised, autoCreate: f.createTopics, security: security, log: log,
 			allowRepartition: admin.allowRepartition}
 		metrics.Registry.MustRegister(kl)
 		onOpen = kl.attach
 	default:
-		bs := &brokerStorage{}
+		bs := &brokerStorage{parts: f.partSeries}
 		metrics.Registry.MustRegister(bs)
 		onOpen = bs.attach
 	}
