@@ -19,6 +19,7 @@ import (
 
 	"github.com/outboxrelay/relay/internal/e2e"
 	"github.com/outboxrelay/relay/internal/pgtest"
+	"github.com/outboxrelay/relay/internal/sink/kafka/kafkatest"
 )
 
 // ceRecord is a Kafka record as a CloudEvents SDK message, read the way the
@@ -274,6 +275,58 @@ topics:
 	}
 	if reason != "cloudevents_unwrappable" || !strings.Contains(msg, "not JSON") {
 		t.Errorf("dead letter: reason %q, error %q", reason, msg)
+	}
+	p.Stop(30 * time.Second)
+}
+
+// TestCloudEventsKafkaSink: with the Kafka sink (a kfake cluster), the
+// structured envelope and the binary headers reach the Kafka records, and
+// the CloudEvents Go SDK reads them with the event id as their id.
+func TestCloudEventsKafkaSink(t *testing.T) {
+	t.Parallel()
+	url, bin := e2e.Migrated(t)
+	cluster := kafkatest.Start(t)
+	cfgPath := filepath.Join(t.TempDir(), "relay.yaml")
+	writeFile(t, cfgPath, "topics:\n  ks-struct:\n    cloudevents: structured\n")
+	p := e2e.Start(t, bin, nil, "run", "--config", cfgPath, "--database-url", url, "--sink", "kafka",
+		"--kafka-brokers", strings.Join(cluster.Addrs(), ","), "--kafka-create-topics", "--kafka-topic-partitions", "1",
+		"--data-dir", e2e.DataDir(t), "--http-addr", e2e.FreeAddr(t), "--poll-interval", "100ms",
+		"--cloudevents", "binary", "--cloudevents-source", "urn:shop:orders")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	conn := pgtest.Connect(t, url)
+	ids := map[string]string{}
+	for _, topic := range []string{"ks-bin", "ks-struct"} {
+		var id string
+		if err := conn.QueryRow(ctx, `INSERT INTO outbox.events (topic, key, payload) VALUES ($1, 'k', '{"n":1}') RETURNING event_id::text`, topic).Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		ids[topic] = id
+	}
+	e2e.WaitDrained(t, url, "outbox", time.Minute)
+	for topic, id := range ids {
+		cl := kafkaClient(t, cluster.Addrs()[0], kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+		var recs []*kgo.Record
+		for len(recs) == 0 {
+			fs := cl.PollFetches(ctx)
+			if ctx.Err() != nil {
+				t.Fatalf("%s: no record", topic)
+			}
+			recs = fs.Records()
+		}
+		ev, err := binding.ToEvent(ctx, ceRecord{recs[0]})
+		if err == nil {
+			err = ev.Validate()
+		}
+		if err != nil {
+			t.Fatalf("%s: the SDK cannot read a valid event: %v", topic, err)
+		}
+		if ev.ID() != id || ev.Source() != "urn:shop:orders" || ev.Type() != topic || string(ev.Data()) != `{"n":1}` {
+			t.Errorf("%s: event %v", topic, ev)
+		}
+		if enc := (ceRecord{recs[0]}).ReadEncoding(); (topic == "ks-struct") != (enc == binding.EncodingStructured) {
+			t.Errorf("%s: encoding %v", topic, enc)
+		}
 	}
 	p.Stop(30 * time.Second)
 }
