@@ -102,9 +102,12 @@ type Config struct {
 	Validator Validator
 	// Tracer, when set, traces each publication (trace.go); nil is
 	// tracing off, at no cost.
-	Tracer  trace.Tracer
-	Logger  *slog.Logger
-	Metrics *Metrics
+	Tracer trace.Tracer
+	// CloudEvents presents events as CloudEvents (cloudevents.go); off
+	// by default.
+	CloudEvents CloudEvents
+	Logger      *slog.Logger
+	Metrics     *Metrics
 }
 
 // WithDefaults returns c with unset fields filled in.
@@ -175,6 +178,9 @@ func (c Config) Validate() error {
 		return fmt.Errorf("batch size %d is above the limit of 100000", c.BatchSize)
 	}
 	if err := c.validatePolicies(); err != nil {
+		return err
+	}
+	if err := c.CloudEvents.validate(); err != nil {
 		return err
 	}
 	_, err := pgconfig.ParseConfig(c.DatabaseURL)

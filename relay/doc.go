@@ -22,6 +22,11 @@
 // checks each payload against its topic's schema contract: one that breaks
 // it is a route error like the others (ReasonSchemaInvalid); a validator
 // that cannot read its contracts fails the pipeline instead (route.go).
+// With CloudEvents configured, routing then presents the message as a
+// CloudEvent of its topic's mode; a payload structured mode cannot wrap is
+// a route error too (ReasonNotWrappable), dead-lettered like the others:
+// routing is a pure function of the event, so a crash or a replay routes
+// it the same way again (cloudevents.go).
 //
 // # Starting
 //

@@ -26,20 +26,41 @@ import (
 // visible, and delivers every row whole).
 
 // route is Route, for an event with its content or without it, followed
-// by the schema contract's check when there is a Validator.
+// by the schema contract's check when there is a Validator, then the
+// CloudEvents presentation of the event's topic (cloudevents.go).
 func (r *Relay) route(e Event) (Message, error) {
 	if e.TooLarge > 0 {
 		return Message{}, &RouteError{Reason: ReasonTooLarge, Err: fmt.Errorf("%w: %d bytes of key, payload and headers (as JSON text), the limit is %d",
 			ErrTooLarge, e.TooLarge, r.cfg.MaxMessageBytes)}
 	}
 	msg, err := Route(e, r.cfg.MaxMessageBytes)
-	if err != nil || r.cfg.Validator == nil || msg.Value == nil {
+	if err != nil {
 		return msg, err
 	}
-	if msg.Value, err = r.cfg.Validator.Validate(msg); err != nil {
-		return Message{}, &RouteError{Reason: ReasonSchemaInvalid, Err: err}
+	if r.cfg.Validator != nil && msg.Value != nil {
+		if msg.Value, err = r.cfg.Validator.Validate(msg); err != nil {
+			return Message{}, &RouteError{Reason: ReasonSchemaInvalid, Err: err}
+		}
+	}
+	if !r.cloudEvents {
+		return msg, nil
+	}
+	if msg, err = r.cloudEvent(e, msg); err != nil {
+		return msg, err
+	}
+	if size := msg.size(); size > r.cfg.MaxMessageBytes {
+		return Message{}, &RouteError{Reason: ReasonTooLarge, Err: fmt.Errorf("%w: %d bytes of key, payload and headers as a CloudEvent, the limit is %d", ErrTooLarge, size, r.cfg.MaxMessageBytes)}
 	}
 	return msg, nil
+}
+
+// size is the sum of m's key, value and headers.
+func (m Message) size() int {
+	n := len(m.Key) + len(m.Value)
+	for _, h := range m.Headers {
+		n += len(h.Key) + len(h.Value)
+	}
+	return n
 }
 
 type routed struct {

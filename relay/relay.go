@@ -70,6 +70,8 @@ type Relay struct {
 	fullPage atomic.Pointer[time.Time]
 	// waiting holds the topics the destination refuses for now.
 	waiting waiting
+	// cloudEvents: some topic is presented as CloudEvents.
+	cloudEvents bool
 }
 
 // New returns a Relay; Run starts it.
@@ -80,8 +82,9 @@ func New(cfg Config, source Source, sink Sink) (*Relay, error) {
 	}
 	r := &Relay{
 		cfg: cfg, source: source, sink: sink, log: cfg.Logger, m: cfg.Metrics,
-		store: storageOf(cfg.Schema),
-		holds: holds{by: map[holdKey]int64{}},
+		store:       storageOf(cfg.Schema),
+		holds:       holds{by: map[holdKey]int64{}},
+		cloudEvents: cfg.CloudEvents.on(),
 	}
 	r.initHeartbeats()
 	r.initServices()

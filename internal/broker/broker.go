@@ -71,6 +71,8 @@ type Broker struct {
 	done   chan struct{}
 	loopWG sync.WaitGroup
 	scrub  scrubStats
+	// fsync times the storage's fsyncs (fsyncstats.go).
+	fsync fsyncStats
 
 	// kick asks the janitor for a pass now; janitorPasses counts them.
 	kick          chan struct{}
@@ -160,7 +162,7 @@ func (b *Broker) Reopen(ctx context.Context) error {
 	if err := b.shutdownLocked(false); err != nil {
 		b.opts.Logger.Warn("closing files after a storage failure", "err", err)
 	}
-	h := newHealth(b.opts.Logger)
+	h := newHealth(b.opts.Logger, &b.fsync)
 	if err := b.start(ctx, h); err != nil {
 		old.setReopenErr(fmt.Errorf("reopen: %w", err))
 		return err

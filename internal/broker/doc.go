@@ -583,5 +583,8 @@
 //	                     background checks, DeleteRecords, lost ranges
 //	health.go, fs.go, fdcache.go, errors.go          fsync health, the
 //	                     FS interface, the file descriptor cache, errors
+//	fsyncstats.go        fsync latency histograms and the slow-fsync
+//	                     warning (timing only: an fsync's outcome and its
+//	                     handling are health.go's, unchanged)
 //	inspect.go, dump.go  read-only views for the relay's commands
 package broker

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // health is the broker's sticky storage state. The first failed fsync (or a
@@ -16,6 +17,8 @@ import (
 // replayJournals) clears it, with a new health.
 type health struct {
 	logger *slog.Logger
+	// fsyncs times every fsync (fsyncstats.go).
+	fsyncs *fsyncStats
 	err    atomic.Pointer[failedError]
 	// failed is closed on the first failure, waking waiters.
 	failed chan struct{}
@@ -25,8 +28,8 @@ type health struct {
 	reopenErr error
 }
 
-func newHealth(logger *slog.Logger) *health {
-	return &health{logger: logger, failed: make(chan struct{})}
+func newHealth(logger *slog.Logger, fsyncs *fsyncStats) *health {
+	return &health{logger: logger, fsyncs: fsyncs, failed: make(chan struct{})}
 }
 
 // fail records a storage failure (the first one wins) and returns the
@@ -55,7 +58,10 @@ func (h *health) sync(f File, op string) error {
 	if err := h.check(); err != nil {
 		return err
 	}
-	if err := f.Sync(); err != nil {
+	start := time.Now()
+	err := f.Sync()
+	h.fsyncs.observe(fsyncFile(op), time.Since(start), op, h.logger)
+	if err != nil {
 		// A failed write of buffered bytes (writeback.go) dropped
 		// nothing from the page cache: it fails the caller, not the
 		// broker.
@@ -72,7 +78,10 @@ func (h *health) syncDir(fsys FS, dir, op string) error {
 	if err := h.check(); err != nil {
 		return err
 	}
-	if err := fsys.SyncDir(dir); err != nil {
+	start := time.Now()
+	err := fsys.SyncDir(dir)
+	h.fsyncs.observe(fsyncFile(op), time.Since(start), op, h.logger)
+	if err != nil {
 		return h.fail(op, err)
 	}
 	return nil

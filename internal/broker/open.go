@@ -35,7 +35,7 @@ func Open(ctx context.Context, opts Options) (*Broker, error) {
 		return nil, err
 	}
 	b := &Broker{opts: opts, lock: lock, topics: map[string]*topic{}, done: make(chan struct{}), kick: make(chan struct{}, 1)}
-	h := newHealth(opts.Logger)
+	h := newHealth(opts.Logger, &b.fsync)
 	b.health.Store(h)
 	if err := b.start(ctx, h); err != nil {
 		_ = lock.Close()

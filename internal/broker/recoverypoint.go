@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"os"
+	"time"
 )
 
 // A recovery point says how much of the active segment is known durable
@@ -107,7 +108,7 @@ func (p *partition) writeRecoveryLocked(s *segment, st recoveryState) bool {
 	b = append(b, st.snap...)
 	binary.BigEndian.PutUint32(b[0:], uint32(len(b)-8))
 	binary.BigEndian.PutUint32(b[4:], crc32.Checksum(b[8:], castagnoli))
-	if err := writeRecoveryFrame(p.set.fs, segmentName(p.dir, s.base, recoverySuffix), flag, b); err != nil {
+	if err := writeRecoveryFrame(p.set.fs, p.set.health, segmentName(p.dir, s.base, recoverySuffix), flag, b); err != nil {
 		s.rpStale = true
 		p.set.logger.Warn("writing the recovery point failed; the next open after a crash scans more of the active segment",
 			"topic", p.topic, "partition", p.id, "segment", s.base, "err", err)
@@ -117,7 +118,7 @@ func (p *partition) writeRecoveryLocked(s *segment, st recoveryState) bool {
 	return true
 }
 
-func writeRecoveryFrame(fsys FS, path string, flag int, frame []byte) error {
+func writeRecoveryFrame(fsys FS, h *health, path string, flag int, frame []byte) error {
 	f, err := fsys.OpenFile(path, flag, 0o644)
 	if err != nil {
 		return err
@@ -126,7 +127,10 @@ func writeRecoveryFrame(fsys FS, path string, flag int, frame []byte) error {
 		_ = f.Close()
 		return err
 	}
-	if err := f.Sync(); err != nil {
+	start := time.Now()
+	err = f.Sync()
+	h.fsyncs.observe(fsyncFile("fsync recovery point"), time.Since(start), "fsync recovery point", h.logger)
+	if err != nil {
 		_ = f.Close()
 		return err
 	}

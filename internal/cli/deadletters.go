@@ -38,7 +38,7 @@ type deadLetterFlags struct {
 func (f *deadLetterFlags) register(fs *flag.FlagSet, action string) {
 	f.db.register(fs)
 	f.events.register(fs, "dead letters", "that failed")
-	fs.StringVar(&f.reason, "reason", "", "only this reason: invalid_topic, invalid_headers, too_large, sink_rejected, schema_invalid, held")
+	fs.StringVar(&f.reason, "reason", "", "only this reason: invalid_topic, invalid_headers, too_large, sink_rejected, schema_invalid, cloudevents_unwrappable, held")
 	fs.BoolVar(&f.asJSON, "json", false, "print JSON")
 	switch action {
 	case "list":

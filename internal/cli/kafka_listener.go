@@ -177,7 +177,8 @@ func validateListenAddr(flag, addr string) error {
 // brokerStorage exports the embedded broker's storage health and lost data
 // when no Kafka listener (which exports them with its own) runs.
 type brokerStorage struct {
-	b whileOpen[broker.Broker]
+	b     whileOpen[broker.Broker]
+	parts protocol.PartitionSeries
 }
 
 // attach is the embedded sink's OnOpen hook.
@@ -189,6 +190,6 @@ func (s *brokerStorage) Describe(chan<- *prometheus.Desc) {}
 
 func (s *brokerStorage) Collect(ch chan<- prometheus.Metric) {
 	if b := s.b.get(); b != nil {
-		protocol.StorageCollector(b).Collect(ch)
+		protocol.StorageCollector(b, s.parts).Collect(ch)
 	}
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/outboxrelay/relay/cdc"
 	"github.com/outboxrelay/relay/internal/broker"
+	"github.com/outboxrelay/relay/internal/broker/protocol"
 	"github.com/outboxrelay/relay/internal/idlemem"
 	"github.com/outboxrelay/relay/internal/pgconfig"
 	"github.com/outboxrelay/relay/internal/relayconf"
@@ -68,6 +69,8 @@ type runFlags struct {
 	readyTimeout    time.Duration
 	createTopics    bool
 	schemaRun       schemaRunFlags
+	cloudEvents     cloudEventsFlags
+	partSeries      protocol.PartitionSeries
 	// config is --config; file is what it held when parsed (run_config.go).
 	config           string
 	allowRepartition bool
@@ -114,6 +117,9 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.topicPolicies, "dead-letter-policy-topics", "", "per-topic dead-letter policies overriding --dead-letter-policy, as topic=policy[,topic=policy]")
 	fs.DurationVar(&f.readyTimeout, "ready-timeout", relay.DefaultReadyTimeout, "/readyz fails when no heartbeat went through the whole path (read, published, acknowledged) for this long; the leader sends one every sixth of it")
 	f.schemaRun.register(fs)
+	f.cloudEvents.register(fs)
+	fs.IntVar(&f.partSeries.Max, "metrics-partition-series-max", protocol.DefaultPartitionSeriesMax, "embedded broker: above this many partitions (all topics) the per-partition series relay_broker_partition_* are not exported, only the per-topic sums relay_broker_topic_*")
+	fs.BoolVar(&f.partSeries.Always, "metrics-per-partition", false, "embedded broker: export the per-partition series at any partition count (each partition costs 3 series)")
 	fs.StringVar(&f.cpuProfile, "cpu-profile", "", "write a CPU profile of the whole run to this file (for go tool pprof)")
 	fs.StringVar(&f.config, "config", "", "YAML file of settings (any flag of relay run, by name) and declared topics (topics, topic-defaults); re-read on SIGHUP; flags and RELAY_* win")
 	fs.BoolVar(&f.allowRepartition, "allow-repartition", false, "embedded broker: confirm partition increases, from the config file's topics and from Kafka clients' CreatePartitions (keys move: see docs/topics.md)")
@@ -135,6 +141,8 @@ func (f *runFlags) validate() error {
 		return usagef("--batch-bytes %d: must be positive", f.batchBytes)
 	case f.partitions < 1 || f.partitions > 10_000:
 		return usagef("--partitions %d: must be 1..10000", f.partitions)
+	case f.partSeries.Max < 1:
+		return usagef("--metrics-partition-series-max must be positive")
 	case f.maxOpenFiles < 0:
 		return usagef("--max-open-files must not be negative")
 	case f.retain < 0:
@@ -159,6 +167,9 @@ func (f *runFlags) validate() error {
 		return usagef("--http-tls-* need --http-addr")
 	}
 	if err := f.schemaRun.validate(f.httpAddr); err != nil {
+		return err
+	}
+	if err := f.cloudEvents.validate(); err != nil {
 		return err
 	}
 	if err := relay.ValidPolicy(f.deadPolicy); err != nil {
@@ -316,12 +327,13 @@ func (f *runFlags) serve(ctx context.Context, log *slog.Logger) error {
 		if err != nil {
 			return err
 		}
+		security.PartitionSeries = f.partSeries
 		kl := &kafkaListener{addr: f.kafkaAddr, advertised: f.kafkaAdvertised, autoCreate: f.createTopics, security: security, log: log,
 			allowRepartition: admin.allowRepartition}
 		metrics.Registry.MustRegister(kl)
 		onOpen = kl.attach
 	default:
-		bs := &brokerStorage{}
+		bs := &brokerStorage{parts: f.partSeries}
 		metrics.Registry.MustRegister(bs)
 		onOpen = bs.attach
 	}
@@ -353,6 +365,10 @@ func (f *runFlags) serve(ctx context.Context, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	cloudEvents, err := f.cloudEventsConfig()
+	if err != nil {
+		return err
+	}
 	contracts, err := f.schemaRun.open(ctx, f.db)
 	if err != nil {
 		return err
@@ -375,6 +391,7 @@ func (f *runFlags) serve(ctx context.Context, log *slog.Logger) error {
 		ReadyTimeout:     f.readyTimeout,
 		Validator:        contracts.relayValidator(),
 		Tracer:           tracer.Tracer(tracerName),
+		CloudEvents:      cloudEvents,
 		Logger:           log,
 		Metrics:          metrics,
 	}, source, sink)

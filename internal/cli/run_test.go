@@ -54,6 +54,8 @@ func TestRunRejectsBadFlags(t *testing.T) {
 		{"--kafka-addr", "no-port"},
 		{"--create-topics=false", "--kafka-addr", ""},
 		{"--log-level", "loud"},
+		{"--cloudevents", "json"},
+		{"--cloudevents-dataschema-url", "registry:9464"},
 	} {
 		r := relay(t, nil, append([]string{"run"}, args...)...)
 		if r.Code != 2 || r.Stderr == "" {

@@ -113,10 +113,11 @@ func (v *Validator) Refresh(ctx context.Context) error {
 	return nil
 }
 
-// Validate checks msg against its topic's contract.
-func (v *Validator) Validate(msg relay.Message) ([]byte, error) {
+// contract returns the version msg's payload must match: nil with a nil
+// error when no contract applies.
+func (v *Validator) contract(msg relay.Message) (*compiled, error) {
 	if !v.all && !v.topics[msg.Topic] {
-		return msg.Value, nil
+		return nil, nil
 	}
 	s := v.snap.Load()
 	if s == nil {
@@ -126,7 +127,7 @@ func (v *Validator) Validate(msg relay.Message) ([]byte, error) {
 	c := s.latest[subject]
 	if c == nil {
 		if v.all {
-			return msg.Value, nil
+			return nil, nil
 		}
 		return nil, fmt.Errorf("topic %q has a contract but subject %q has no registered schema", msg.Topic, subject)
 	}
@@ -142,6 +143,29 @@ func (v *Validator) Validate(msg relay.Message) ([]byte, error) {
 			return nil, fmt.Errorf("header %s names version %d, which subject %q does not have", HeaderSchemaVersion, n, subject)
 		}
 	}
+	return c, nil
+}
+
+// SchemaID implements relay.SchemaIdentifier: the id of the schema msg's
+// contract checks it against (the CloudEvents dataschema).
+func (v *Validator) SchemaID(msg relay.Message) (int, bool) {
+	c, err := v.contract(msg)
+	if c == nil || err != nil {
+		return 0, false
+	}
+	return c.id, true
+}
+
+// Validate checks msg against its topic's contract.
+func (v *Validator) Validate(msg relay.Message) ([]byte, error) {
+	c, err := v.contract(msg)
+	if err != nil {
+		return nil, err
+	}
+	if c == nil {
+		return msg.Value, nil
+	}
+	subject := c.subject
 	if c.err != nil {
 		return nil, fmt.Errorf("version %d of subject %q cannot be used: %w", c.version, subject, c.err)
 	}

@@ -86,6 +86,24 @@ func TestValidator(t *testing.T) {
 	check(relay.Message{Topic: "orders", Value: order1, Headers: v1Header}, r1.ID, "")
 	check(relay.Message{Topic: "orders", Value: order1, Headers: []relay.Header{{Key: HeaderSchemaVersion, Value: []byte("7")}}}, 0, "names version 7")
 
+	// SchemaID (the CloudEvents dataschema) names the schema Validate
+	// checks against: the latest, or the one the header names.
+	for _, c := range []struct {
+		msg    relay.Message
+		id     int
+		exists bool
+	}{
+		{relay.Message{Topic: "orders"}, r2.ID, true},
+		{relay.Message{Topic: "orders", Headers: v1Header}, r1.ID, true},
+		{relay.Message{Topic: "payments"}, p1.ID, true},
+		{relay.Message{Topic: "unregistered"}, 0, false},
+		{relay.Message{Topic: "free"}, 0, false},
+	} {
+		if id, ok := val.SchemaID(c.msg); id != c.id || ok != c.exists {
+			t.Errorf("SchemaID(%s %v) = %d %v, want %d %v", c.msg.Topic, c.msg.Headers, id, ok, c.id, c.exists)
+		}
+	}
+
 	// "*": every registered subject's topic has a contract, others pass.
 	all := NewValidator(ValidatorConfig{Store: s, Topics: []string{"*"}})
 	if err := all.Refresh(ctx); err != nil {

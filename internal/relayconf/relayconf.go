@@ -24,6 +24,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/outboxrelay/relay/internal/broker"
+	"github.com/outboxrelay/relay/relay"
 )
 
 // File is a parsed configuration file.
@@ -56,6 +57,9 @@ type Topic struct {
 	PartitionsLine int
 	// AllowRepartition confirms a partition increase of this topic.
 	AllowRepartition bool
+	// CloudEvents is the topic's CloudEvents mode (off, binary or
+	// structured), overriding --cloudevents; empty when not declared.
+	CloudEvents string
 }
 
 // Section names of the file; every other top-level key is a flag.
@@ -188,11 +192,15 @@ func (f *File) parseTopics(v *yaml.Node, fail func(int, string, ...any) error) e
 			return fail(k.Line, "topic %s is declared twice (first on line %d)", k.Value, first)
 		}
 		seen[k.Value] = k.Line
+		ce, err := cloudEventsMode(c, fail)
+		if err != nil {
+			return err
+		}
 		cfg, partsLine, allow, err := parseTopicConfig(c, fail, true)
 		if err != nil {
 			return err
 		}
-		f.Topics = append(f.Topics, Topic{Name: k.Value, Line: k.Line, Config: cfg, PartitionsLine: partsLine, AllowRepartition: allow})
+		f.Topics = append(f.Topics, Topic{Name: k.Value, Line: k.Line, Config: cfg, PartitionsLine: partsLine, AllowRepartition: allow, CloudEvents: ce})
 	}
 	return nil
 }
@@ -218,6 +226,11 @@ func parseTopicConfig(v *yaml.Node, fail func(int, string, ...any) error, topic 
 			return cfg, 0, false, fail(val.Line, "%s: a single value is expected", k.Value)
 		}
 		switch k.Value {
+		case KeyCloudEvents:
+			if !topic {
+				return cfg, 0, false, fail(k.Line, "cloudevents is set per topic, or as the cloudevents setting (--cloudevents)")
+			}
+			continue
 		case "partitions":
 			if !topic {
 				return cfg, 0, false, fail(k.Line, "partitions of topics created on first use is the partitions setting (--partitions), not a topic default")
@@ -265,10 +278,35 @@ func millis(s string) string {
 	return s
 }
 
+// KeyCloudEvents is a declared topic's CloudEvents mode; it is the
+// relay's, not the broker's, and it takes effect at the next start.
+const KeyCloudEvents = "cloudevents"
+
+// cloudEventsMode reads a topic's cloudevents key, "" when absent.
+func cloudEventsMode(v *yaml.Node, fail func(int, string, ...any) error) (string, error) {
+	if v.Kind != yaml.MappingNode {
+		return "", nil
+	}
+	for i := 0; i+1 < len(v.Content); i += 2 {
+		k, val := v.Content[i], v.Content[i+1]
+		if k.Value != KeyCloudEvents {
+			continue
+		}
+		if val.Kind != yaml.ScalarNode {
+			return "", fail(val.Line, "cloudevents: off, binary or structured is expected")
+		}
+		if err := relay.ValidCloudEventsMode(val.Value); err != nil {
+			return "", fail(val.Line, "%v", err)
+		}
+		return val.Value, nil
+	}
+	return "", nil
+}
+
 func knownConfigs(topic bool) string {
 	var names []string
 	if topic {
-		names = append(names, "partitions", "allow-repartition")
+		names = append(names, "partitions", "allow-repartition", KeyCloudEvents)
 	}
 	for _, n := range broker.TopicConfigNames {
 		names = append(names, n.Name)

@@ -63,6 +63,9 @@ func TestParseRefusesWithTheLine(t *testing.T) {
 		{"- a\n- b\n", "relay.yaml:1: the file must be a mapping"},
 		{"a: [\n", "relay.yaml: "},
 		{"a: 1\n---\nb: 2\n", "relay.yaml:2: a second YAML document"},
+		{"topics:\n  t:\n    cloudevents: json\n", "relay.yaml:3: CloudEvents mode \"json\": must be off, binary or structured"},
+		{"topics:\n  t:\n    cloudevents: [binary]\n", "relay.yaml:3: cloudevents: off, binary or structured"},
+		{"topic-defaults:\n  cloudevents: binary\n", "relay.yaml:2: cloudevents is set per topic"},
 	}
 	for _, c := range cases {
 		_, err := Parse("relay.yaml", []byte(c.file))
@@ -70,6 +73,22 @@ func TestParseRefusesWithTheLine(t *testing.T) {
 		if err == nil || !errors.As(err, &fe) || !strings.HasPrefix(err.Error(), c.want) {
 			t.Errorf("%q: %v; want an error starting %q", c.file, err, c.want)
 		}
+	}
+}
+
+// TestParseCloudEvents: a topic's cloudevents key is its CloudEvents
+// mode, not a broker config.
+func TestParseCloudEvents(t *testing.T) {
+	f, err := Parse("relay.yaml", []byte("topics:\n  a:\n    cloudevents: off\n    partitions: 2\n  b:\n    cloudevents: structured\n  c:\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, tp := range f.Topics {
+		got[tp.Name] = tp.CloudEvents
+	}
+	if got["a"] != "off" || got["b"] != "structured" || got["c"] != "" || f.Topics[0].Config.Partitions != 2 {
+		t.Errorf("topics %+v", f.Topics)
 	}
 }
 

@@ -54,7 +54,7 @@ func (c collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- lagDesc
 	ch <- retentionDesc
 	ch <- membersDesc
-	storageCollector{c.s.b}.Describe(ch)
+	storageCollector{c.s.b, c.s.cfg.PartitionSeries}.Describe(ch)
 	c.s.describeListener(ch)
 }
 
@@ -80,6 +80,6 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(membersDesc, prometheus.GaugeValue, float64(n), id, state)
 		}
 	}
-	storageCollector{c.s.b}.Collect(ch)
+	storageCollector{c.s.b, c.s.cfg.PartitionSeries}.Collect(ch)
 	c.s.collectListener(ch)
 }

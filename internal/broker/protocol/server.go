@@ -105,6 +105,9 @@ type Config struct {
 	// HandshakeTimeout bounds a new connection's TLS handshake and SASL
 	// authentication together (default 10s).
 	HandshakeTimeout time.Duration
+	// PartitionSeries decides whether the broker's per-partition storage
+	// series are exported (storage_metrics.go).
+	PartitionSeries PartitionSeries
 	// MaxInFlightBytes is the server-wide budget of bytes held for
 	// requests being read and handled (half) and for fetch responses until
 	// they are written (the other half); 0: none. A request waits for its

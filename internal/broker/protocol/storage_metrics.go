@@ -41,20 +41,65 @@ var (
 	partitionBytesDesc = prometheus.NewDesc("relay_broker_partition_bytes",
 		"Bytes of the partition's log on disk (what retention keeps).",
 		[]string{"topic", "partition"}, nil)
+	// Per topic, always exported: the sums of the per-partition series.
+	topicRecordsDesc = prometheus.NewDesc("relay_broker_topic_records_appended_total",
+		"Records ever appended to the topic: the sum of its partitions' log end offsets.",
+		[]string{"topic"}, nil)
+	topicAppendedBytesDesc = prometheus.NewDesc("relay_broker_topic_appended_bytes_total",
+		"Bytes of record batches appended to the topic since the process opened it.",
+		[]string{"topic"}, nil)
+	topicBytesDesc = prometheus.NewDesc("relay_broker_topic_bytes",
+		"Bytes of the topic's logs on disk.",
+		[]string{"topic"}, nil)
+	partitionSeriesDesc = prometheus.NewDesc("relay_broker_partition_series_exported",
+		"1 while the per-partition series (relay_broker_partition_*) are exported, 0 while there are more partitions than --metrics-partition-series-max and --metrics-per-partition is not set.",
+		nil, nil)
+	fsyncDesc = prometheus.NewDesc("relay_broker_fsync_duration_seconds",
+		"Latency of the embedded broker's fsyncs, by file: journal (the write-ahead journal), segment (partition logs), checkpoint (recovery points, committed offsets, transaction state), directory.",
+		[]string{"file"}, nil)
 )
+
+// DefaultPartitionSeriesMax is PartitionSeries.Max's default.
+const DefaultPartitionSeriesMax = 1000
+
+// PartitionSeries decides whether the per-partition storage series are
+// exported: three series per partition would be 24,000 at 8,000
+// partitions, so above Max partitions (over all topics) only the
+// per-topic sums are, unless Always.
+type PartitionSeries struct {
+	// Max is the partition count above which the per-partition series
+	// are off (0: DefaultPartitionSeriesMax).
+	Max int
+	// Always exports them at any count.
+	Always bool
+}
+
+func (p PartitionSeries) on(partitions int) bool {
+	limit := p.Max
+	if limit <= 0 {
+		limit = DefaultPartitionSeriesMax
+	}
+	return p.Always || partitions <= limit
+}
 
 // StorageCollector returns a prometheus.Collector of b's storage state:
 // whether it may acknowledge (Health), the lost ranges of every partition
-// (count and offsets), the background check's progress, and each
-// partition's appended records and bytes and size (hot partitions).
-// Server's Collector includes it.
-func StorageCollector(b *broker.Broker) prometheus.Collector { return storageCollector{b} }
+// (count and offsets), the background check's progress, the fsync latency
+// histograms, each topic's appended records and bytes and size, and, as
+// parts allows, the same per partition (hot partitions). Server's
+// Collector includes it, with its Config's PartitionSeries.
+func StorageCollector(b *broker.Broker, parts PartitionSeries) prometheus.Collector {
+	return storageCollector{b, parts}
+}
 
-type storageCollector struct{ b *broker.Broker }
+type storageCollector struct {
+	b     *broker.Broker
+	parts PartitionSeries
+}
 
 func (c storageCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{storageHealthyDesc, lostRecordsTotalDesc, lostRangesTotalDesc, lostRecordsDesc, lostRangeDesc, scrubPassesDesc, scrubBytesDesc,
-		appendedRecordsDesc, appendedBytesDesc, partitionBytesDesc} {
+		appendedRecordsDesc, appendedBytesDesc, partitionBytesDesc, topicRecordsDesc, topicAppendedBytesDesc, topicBytesDesc, partitionSeriesDesc, fsyncDesc} {
 		ch <- d
 	}
 }
@@ -66,12 +111,32 @@ func (c storageCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(storageHealthyDesc, prometheus.GaugeValue, healthy)
 	var records, ranges int64
-	for _, t := range c.b.Topics() {
+	topics := c.b.Topics()
+	n := 0
+	for _, t := range topics {
+		n += len(t.Partitions)
+	}
+	perPartition := c.parts.on(n)
+	exported := 0.0
+	if perPartition {
+		exported = 1
+	}
+	ch <- prometheus.MustNewConstMetric(partitionSeriesDesc, prometheus.GaugeValue, exported)
+	for _, t := range topics {
+		var tRecords, tAppended, tBytes int64
+		for _, p := range t.Partitions {
+			tRecords, tAppended, tBytes = tRecords+p.LogEndOffset, tAppended+p.AppendedBytes, tBytes+p.Bytes
+		}
+		ch <- prometheus.MustNewConstMetric(topicRecordsDesc, prometheus.CounterValue, float64(tRecords), t.Name)
+		ch <- prometheus.MustNewConstMetric(topicAppendedBytesDesc, prometheus.CounterValue, float64(tAppended), t.Name)
+		ch <- prometheus.MustNewConstMetric(topicBytesDesc, prometheus.GaugeValue, float64(tBytes), t.Name)
 		for _, p := range t.Partitions {
 			part := strconv.Itoa(int(p.Partition))
-			ch <- prometheus.MustNewConstMetric(appendedRecordsDesc, prometheus.CounterValue, float64(p.LogEndOffset), t.Name, part)
-			ch <- prometheus.MustNewConstMetric(appendedBytesDesc, prometheus.CounterValue, float64(p.AppendedBytes), t.Name, part)
-			ch <- prometheus.MustNewConstMetric(partitionBytesDesc, prometheus.GaugeValue, float64(p.Bytes), t.Name, part)
+			if perPartition {
+				ch <- prometheus.MustNewConstMetric(appendedRecordsDesc, prometheus.CounterValue, float64(p.LogEndOffset), t.Name, part)
+				ch <- prometheus.MustNewConstMetric(appendedBytesDesc, prometheus.CounterValue, float64(p.AppendedBytes), t.Name, part)
+				ch <- prometheus.MustNewConstMetric(partitionBytesDesc, prometheus.GaugeValue, float64(p.Bytes), t.Name, part)
+			}
 			if len(p.Lost) == 0 {
 				continue
 			}
@@ -91,4 +156,11 @@ func (c storageCollector) Collect(ch chan<- prometheus.Metric) {
 	st := c.b.ScrubStatus()
 	ch <- prometheus.MustNewConstMetric(scrubPassesDesc, prometheus.CounterValue, float64(st.Passes))
 	ch <- prometheus.MustNewConstMetric(scrubBytesDesc, prometheus.CounterValue, float64(st.BytesChecked))
+	for _, h := range c.b.FsyncStats() {
+		buckets := make(map[float64]uint64, len(broker.FsyncBuckets))
+		for i, ub := range broker.FsyncBuckets {
+			buckets[ub] = h.Buckets[i]
+		}
+		ch <- prometheus.MustNewConstHistogram(fsyncDesc, h.Count, h.Sum.Seconds(), buckets, h.File)
+	}
 }

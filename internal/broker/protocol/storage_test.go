@@ -125,3 +125,85 @@ func testLostDataFetch(t *testing.T, code int16, want *kerr.Error, opts ...kgo.O
 		t.Fatalf("metrics: %v", vals)
 	}
 }
+
+// gatherNames returns the exported series as name -> label sets.
+func gatherNames(t *testing.T, c prometheus.Collector) map[string][]map[string]string {
+	t.Helper()
+	reg := prometheus.NewPedanticRegistry()
+	if err := reg.Register(c); err != nil {
+		t.Fatal(err)
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string][]map[string]string{}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if h := m.GetHistogram(); h != nil {
+				labels["count"] = fmt.Sprint(h.GetSampleCount())
+			}
+			out[mf.GetName()] = append(out[mf.GetName()], labels)
+		}
+	}
+	return out
+}
+
+// TestPartitionSeriesOptIn: with more partitions than PartitionSeries.Max
+// the per-partition storage series are gone and the per-topic sums stay
+// (with the right totals), and Always brings them back; the fsync
+// histograms are exported by file, with the appends' journal fsyncs
+// counted.
+func TestPartitionSeriesOptIn(t *testing.T) {
+	t.Parallel()
+	f := setupBroker(t, broker.Options{}, nil)
+	ctx := testContext(t, 30*time.Second)
+	if _, err := f.b.CreateTopic("many", broker.TopicConfig{Partitions: 3}); err != nil {
+		t.Fatal(err)
+	}
+	for p := int32(0); p < 3; p++ {
+		rs := []broker.Record{{Key: []byte("k"), Value: []byte("v"), Timestamp: time.UnixMilli(1_700_000_000_000)}}
+		if _, err := f.b.Append(ctx, "many", p, broker.EncodeBatch(-1, -1, -1, rs)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	off := gatherNames(t, StorageCollector(f.b, PartitionSeries{Max: 2}))
+	for _, name := range []string{"relay_broker_partition_records_appended_total", "relay_broker_partition_appended_bytes_total", "relay_broker_partition_bytes"} {
+		if len(off[name]) != 0 {
+			t.Errorf("%s exported above the partition limit: %v", name, off[name])
+		}
+	}
+	if len(off["relay_broker_topic_records_appended_total"]) != 1 || len(off["relay_broker_topic_bytes"]) != 1 || len(off["relay_broker_topic_appended_bytes_total"]) != 1 {
+		t.Errorf("per-topic series: %v", off)
+	}
+	if len(off["relay_broker_partition_series_exported"]) != 1 {
+		t.Errorf("no relay_broker_partition_series_exported")
+	}
+	files := map[string]string{}
+	for _, l := range off["relay_broker_fsync_duration_seconds"] {
+		files[l["file"]] = l["count"]
+	}
+	if len(files) != len(broker.FsyncFiles) || files[broker.FsyncJournal] == "0" {
+		t.Errorf("fsync histograms by file: %v", files)
+	}
+	for name, parts := range map[PartitionSeries]int{{Max: 2, Always: true}: 3, {Max: 3}: 3, {}: 3} {
+		on := gatherNames(t, StorageCollector(f.b, name))
+		if got := len(on["relay_broker_partition_records_appended_total"]); got != parts {
+			t.Errorf("%+v: %d per-partition series, want %d", name, got, parts)
+		}
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(StorageCollector(f.b, PartitionSeries{Max: 2}))
+	mfs, _ := reg.Gather()
+	for _, mf := range mfs {
+		if mf.GetName() == "relay_broker_topic_records_appended_total" {
+			if v := mf.GetMetric()[0].GetCounter().GetValue(); v != 3 {
+				t.Errorf("relay_broker_topic_records_appended_total %v, want 3", v)
+			}
+		}
+	}
+}
