@@ -52,6 +52,10 @@ var supportedVersions = map[int16]versionRange{
 	kmsg.DeleteACLs.Int16():              {0, 3},
 	kmsg.ConsumerGroupHeartbeat.Int16():  {0, 1},
 	kmsg.ConsumerGroupDescribe.Int16():   {0, 1},
+	kmsg.ShareGroupHeartbeat.Int16():     {1, 1},
+	kmsg.ShareGroupDescribe.Int16():      {1, 1},
+	kmsg.ShareFetch.Int16():              {1, 2},
+	kmsg.ShareAcknowledge.Int16():        {1, 2},
 }
 
 func apiVersionKeys() []kmsg.ApiVersionsResponseApiKey {

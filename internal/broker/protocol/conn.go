@@ -561,6 +561,18 @@ func (s *Server) handleSync(ctx context.Context, c *conn, r request) (kmsg.Respo
 		return respond(req, s.groups.handleConsumerGroupDescribe), nil
 	case *kmsg.ListGroupsRequest:
 		return respond(req, s.groups.handleList), nil
+	case *kmsg.ShareGroupHeartbeatRequest:
+		return respond(req, func(req *kmsg.ShareGroupHeartbeatRequest, resp *kmsg.ShareGroupHeartbeatResponse) {
+			s.share.handleShareGroupHeartbeat(c, r.clientID, req, resp)
+		}), nil
+	case *kmsg.ShareGroupDescribeRequest:
+		return respond(req, s.share.handleShareGroupDescribe), nil
+	case *kmsg.ShareFetchRequest:
+		return respond(req, func(req *kmsg.ShareFetchRequest, resp *kmsg.ShareFetchResponse) {
+			s.handleShareFetch(ctx, c, req, resp)
+		}), nil
+	case *kmsg.ShareAcknowledgeRequest:
+		return respondConn(c, req, s.handleShareAcknowledge), nil
 	case *kmsg.CreateTopicsRequest:
 		return respond(req, s.handleCreateTopics), nil
 	case *kmsg.DescribeConfigsRequest:

@@ -249,6 +249,7 @@ type Server struct {
 	cfg    Config
 	log    *slog.Logger
 	groups *coordinator
+	share  *shareCoordinator
 
 	advHost string
 	advPort int32
@@ -307,6 +308,7 @@ func NewServer(b *broker.Broker, cfg Config) (*Server, error) {
 		s.fetchSessions = newFetchSessionCache(cfg.FetchSessionCacheSlots)
 	}
 	s.groups = newCoordinator(s)
+	s.share = newShareCoordinator(s)
 	return s, nil
 }
 
@@ -429,6 +431,7 @@ func (s *Server) Close() error {
 	s.mu.Unlock()
 	s.wg.Wait()
 	s.groups.close()
+	s.share.close()
 	return errors.Join(errs...)
 }
 
