@@ -573,6 +573,12 @@ func (s *Server) handleSync(ctx context.Context, c *conn, r request) (kmsg.Respo
 		}), nil
 	case *kmsg.ShareAcknowledgeRequest:
 		return respondConn(c, req, s.handleShareAcknowledge), nil
+	case *kmsg.DescribeShareGroupOffsetsRequest:
+		return respond(req, s.share.handleDescribeShareGroupOffsets), nil
+	case *kmsg.AlterShareGroupOffsetsRequest:
+		return respond(req, s.share.handleAlterShareGroupOffsets), nil
+	case *kmsg.DeleteShareGroupOffsetsRequest:
+		return respond(req, s.share.handleDeleteShareGroupOffsets), nil
 	case *kmsg.CreateTopicsRequest:
 		return respond(req, s.handleCreateTopics), nil
 	case *kmsg.DescribeConfigsRequest:

@@ -2,6 +2,7 @@ package protocol
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"sync"
@@ -342,13 +343,7 @@ func (sc *shareCoordinator) handleShareGroupHeartbeat(cc *conn, clientID string,
 	resp.HeartbeatIntervalMillis = int32(sc.s.cfg.ConsumerHeartbeatInterval.Milliseconds())
 	if full {
 		a := kmsg.NewShareGroupHeartbeatResponseAssignment()
-		for _, name := range slices.Sorted(func(yield func(string) bool) {
-			for k := range target {
-				if !yield(k) {
-					return
-				}
-			}
-		}) {
+		for _, name := range slices.Sorted(maps.Keys(target)) {
 			tp := kmsg.NewShareGroupHeartbeatResponseAssignmentTopicPartition()
 			tp.TopicID, tp.Partitions = topicID(name), target[name]
 			a.TopicPartitions = append(a.TopicPartitions, tp)
@@ -397,24 +392,12 @@ func (sc *shareCoordinator) handleShareGroupDescribe(req *kmsg.ShareGroupDescrib
 		if len(g.members) > 0 {
 			rg.GroupState = "Stable"
 		}
-		for _, mid := range slices.Sorted(func(yield func(string) bool) {
-			for k := range g.members {
-				if !yield(k) {
-					return
-				}
-			}
-		}) {
+		for _, mid := range slices.Sorted(maps.Keys(g.members)) {
 			m := g.members[mid]
 			rm := kmsg.NewShareGroupDescribeResponseGroupMember()
 			rm.MemberID, rm.RackID, rm.MemberEpoch, rm.ClientID, rm.ClientHost = m.id, m.rackID, m.epoch, m.clientID, m.clientHost
 			rm.SubscribedTopicNames = slices.Clone(m.subscribed)
-			for _, name := range slices.Sorted(func(yield func(string) bool) {
-				for k := range m.sent {
-					if !yield(k) {
-						return
-					}
-				}
-			}) {
+			for _, name := range slices.Sorted(maps.Keys(m.sent)) {
 				tp := kmsg.NewShareGroupDescribeResponseGroupMemberAssignmentTopicPartition()
 				tp.TopicID, tp.Topic, tp.Partitions = topicID(name), name, slices.Clone(m.sent[name])
 				rm.Assignment.TopicPartitions = append(rm.Assignment.TopicPartitions, tp)
@@ -521,11 +504,32 @@ func strOrEmpty(s *string) string {
 }
 
 // authorizeShare refuses a share group request whose group c may not read
-// (describe, for ShareGroupDescribe, answered per group); the share fetch
-// handlers check each topic.
+// (describe, for ShareGroupDescribe, answered per group, and
+// DescribeShareGroupOffsets; delete for DeleteShareGroupOffsets); the
+// share fetch handlers check each topic.
 func (s *Server) authorizeShare(c *conn, r kmsg.Request) kmsg.Response {
 	var group string
+	op := kmsg.ACLOperationRead
 	switch req := r.(type) {
+	case *kmsg.AlterShareGroupOffsetsRequest:
+		group = req.GroupID
+	case *kmsg.DeleteShareGroupOffsetsRequest:
+		group, op = req.GroupID, kmsg.ACLOperationDelete
+	case *kmsg.DescribeShareGroupOffsetsRequest:
+		denied := false
+		for _, g := range req.Groups {
+			denied = denied || !s.canGroup(c, kmsg.ACLOperationDescribe, g.GroupID)
+		}
+		if !denied {
+			return nil
+		}
+		resp := req.ResponseKind().(*kmsg.DescribeShareGroupOffsetsResponse)
+		for _, g := range req.Groups {
+			rg := kmsg.NewDescribeShareGroupOffsetsResponseGroup()
+			rg.GroupID, rg.ErrorCode = g.GroupID, groupDenied
+			resp.Groups = append(resp.Groups, rg)
+		}
+		return resp
 	case *kmsg.ShareGroupHeartbeatRequest:
 		group = req.GroupID
 	case *kmsg.ShareFetchRequest:
@@ -552,7 +556,7 @@ func (s *Server) authorizeShare(c *conn, r kmsg.Request) kmsg.Response {
 		s.share.handleShareGroupDescribe(&sub, resp)
 		return resp
 	}
-	if s.canGroup(c, kmsg.ACLOperationRead, group) {
+	if s.canGroup(c, op, group) {
 		return nil
 	}
 	resp := r.ResponseKind()
@@ -562,6 +566,10 @@ func (s *Server) authorizeShare(c *conn, r kmsg.Request) kmsg.Response {
 	case *kmsg.ShareFetchResponse:
 		resp.ErrorCode = groupDenied
 	case *kmsg.ShareAcknowledgeResponse:
+		resp.ErrorCode = groupDenied
+	case *kmsg.AlterShareGroupOffsetsResponse:
+		resp.ErrorCode = groupDenied
+	case *kmsg.DeleteShareGroupOffsetsResponse:
 		resp.ErrorCode = groupDenied
 	}
 	return resp
