@@ -10,6 +10,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/outboxrelay/relay/internal/broker"
 )
 
 // Share groups (KIP-932, "queues for Kafka"): members of a share group
@@ -42,6 +44,8 @@ type shareConfig struct {
 	LockMillis    int64 `json:"lock_ms,omitempty"`
 	DeliveryLimit int   `json:"delivery_limit,omitempty"`
 	MaxLocks      int   `json:"max_locks,omitempty"`
+	// DLQ is the dead-letter topic (share_dlq.go), none when empty.
+	DLQ string `json:"dlq,omitempty"`
 }
 
 func (c shareConfig) lock() time.Duration {
@@ -77,6 +81,7 @@ func (c shareConfig) entries() []configEntry {
 		{cfgShareDeliveryLimit, strconv.Itoa(c.limit()), c.DeliveryLimit == 0},
 		{cfgSharePartitionLocks, strconv.Itoa(c.maxLocks()), c.MaxLocks == 0},
 		{cfgShareLockDuration, strconv.FormatInt(c.lock().Milliseconds(), 10), c.LockMillis == 0},
+		{cfgShareDLQTopic, c.DLQ, c.DLQ == ""},
 	}
 }
 
@@ -136,6 +141,15 @@ func (c *shareConfig) set(name, value string, del bool) error {
 			return err
 		}
 		c.MaxLocks = int(n)
+	case cfgShareDLQTopic:
+		if del || value == "" {
+			c.DLQ = ""
+			return nil
+		}
+		if err := broker.ValidateTopicName(value); err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		c.DLQ = value
 	default:
 		return fmt.Errorf("unknown group config %q", name)
 	}

@@ -19,6 +19,9 @@ import (
 type sharePartition struct {
 	start, end int64
 	recs       map[int64]*shareRec
+	// dead are records archived by rejection or the delivery limit, for
+	// the dead-letter topic (share_dlq.go).
+	dead []deadRec
 }
 
 // shareRec is one in-flight record.
@@ -87,6 +90,7 @@ func (sp *sharePartition) expire(now time.Time, limit int) bool {
 func (sp *sharePartition) makeAvailable(o int64, r *shareRec, limit int) {
 	if int(r.count) >= limit {
 		delete(sp.recs, o)
+		sp.dead = append(sp.dead, deadRec{offset: o, count: r.count, reason: deadDeliveryLimit})
 		return
 	}
 	r.owner, r.deadline = "", time.Time{}
@@ -233,8 +237,11 @@ func (sp *sharePartition) apply(member string, batches []ackBatch, limit int, de
 				if r.owner == member {
 					delete(sp.recs, o)
 				}
-			case ackAccept, ackReject:
+			case ackAccept:
 				delete(sp.recs, o)
+			case ackReject:
+				delete(sp.recs, o)
+				sp.dead = append(sp.dead, deadRec{offset: o, count: r.count, reason: deadRejected})
 			case ackRelease:
 				sp.makeAvailable(o, r, limit)
 				released = true

@@ -54,8 +54,10 @@ func (sc *shareCoordinator) statePath(id string) string {
 	return filepath.Join(sc.s.b.Dir(), shareStateDir, hex.EncodeToString([]byte(id))+".json")
 }
 
-// persist saves g. g.mu held.
+// persist copies newly archived records to the dead-letter topic, then
+// saves g. g.mu held.
 func (sc *shareCoordinator) persist(g *shareGroup) {
+	sc.writeDeadLetters(g)
 	sg := savedShareGroup{ID: g.id, Cfg: g.cfg}
 	for tp, sp := range g.parts {
 		p := savedSharePartn{Topic: tp.topic, Partition: tp.partition, Start: sp.start, End: sp.end}

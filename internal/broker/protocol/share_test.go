@@ -398,3 +398,68 @@ func TestShareStateSurvivesRestart(t *testing.T) {
 		t.Fatal("share.auto.offset.reset=earliest did not survive the restart")
 	}
 }
+
+func ackAs(first, last int64, typ int8) kmsg.ShareFetchRequestTopicPartitionAcknowledgementBatch {
+	b := kmsg.NewShareFetchRequestTopicPartitionAcknowledgementBatch()
+	b.FirstOffset, b.LastOffset, b.AcknowledgeTypes = first, last, []int8{typ}
+	return b
+}
+
+// TestShareGroupDeadLetters: with errors.deadletterqueue.topic.name set,
+// rejected records and a record released past the delivery limit are
+// copied to the dead-letter topic with their origin, delivery count and
+// reason, and keep their relay-event-id header; accepted ones are not.
+func TestShareGroupDeadLetters(t *testing.T) {
+	t.Parallel()
+	f, ctx := setupTopic(t, "orders", 1, 60*time.Second)
+	a := newRawShare(t, ctx, f.addr, "dl", "member-a", "orders")
+	setShareConfigs(t, ctx, a.cl, "dl", "share.auto.offset.reset", "earliest",
+		"share.delivery.count.limit", "2", "errors.deadletterqueue.topic.name", "dlq.orders")
+	for i := range 6 {
+		r := &kgo.Record{Topic: "orders", Value: fmt.Appendf(nil, "order-%d", i),
+			Headers: []kgo.RecordHeader{{Key: "relay-event-id", Value: fmt.Appendf(nil, "ev-%d", i)}}}
+		if err := a.cl.ProduceSync(ctx, r).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := ranges(a.fetch(ctx, "orders", nil)); got != "[0-5]x1" {
+		t.Fatalf("fetch acquired %s, want [0-5]x1", got)
+	}
+	acks := []kmsg.ShareFetchRequestTopicPartitionAcknowledgementBatch{
+		ackAs(0, 1, ackReject), ackAs(2, 2, ackRelease), ackAs(3, 5, ackAccept)}
+	if got := ranges(a.fetch(ctx, "orders", acks)); got != "[2-2]x2" {
+		t.Fatalf("after the acknowledgements acquired %s, want the released [2-2]x2", got)
+	}
+	if got := ranges(a.fetch(ctx, "orders", []kmsg.ShareFetchRequestTopicPartitionAcknowledgementBatch{ackAs(2, 2, ackRelease)})); got != "" {
+		t.Fatalf("a record released at the delivery limit came back: %s", got)
+	}
+
+	cl, err := kgo.NewClient(kgo.SeedBrokers(f.addr), kgo.ConsumeTopics("dlq.orders"), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	var got []string
+	for len(got) < 3 && ctx.Err() == nil {
+		for _, r := range cl.PollFetches(ctx).Records() {
+			h := map[string]string{}
+			for _, kv := range r.Headers {
+				h[kv.Key] = string(kv.Value)
+			}
+			got = append(got, fmt.Sprintf("%s %s %s/%s@%s count=%s reason=%s", r.Value, h["relay-event-id"], h["__dlq.errors.group"],
+				h["__dlq.errors.topic"], h["__dlq.errors.offset"], h["__dlq.errors.delivery.count"], h["__dlq.errors.reason"]))
+		}
+	}
+	want := []string{
+		"order-0 ev-0 dl/orders@0 count=1 reason=rejected",
+		"order-1 ev-1 dl/orders@1 count=1 reason=rejected",
+		"order-2 ev-2 dl/orders@2 count=2 reason=delivery_limit",
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("dead letters:\n%q\nwant\n%q", got, want)
+	}
+	_, end, err := f.b.Offsets("dlq.orders", 0)
+	if err != nil || end != 3 {
+		t.Fatalf("dead-letter topic ends at %d (%v), want 3 records", end, err)
+	}
+}
