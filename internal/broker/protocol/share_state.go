@@ -4,6 +4,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -126,4 +127,56 @@ func (sc *shareCoordinator) deleteState(id string) error {
 		return nil
 	}
 	return err
+}
+
+// ShareGroupState is a share group's saved state, as `relay groups` shows
+// it.
+type ShareGroupState struct {
+	Group      string
+	Partitions []SharePartitionState
+}
+
+// SharePartitionState is one saved share partition: its start and end
+// offsets and the records in flight between them (acquired or to be
+// delivered again).
+type SharePartitionState struct {
+	Topic      string
+	Partition  int32
+	Start, End int64
+	InFlight   int
+}
+
+// SavedShareGroups reads the share groups saved in the broker data
+// directory dir, sorted by id. It only reads, so it is safe while a relay
+// runs; a file that does not parse is an error naming it.
+func SavedShareGroups(dir string) ([]ShareGroupState, error) {
+	entries, err := os.ReadDir(filepath.Join(dir, shareStateDir))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var out []ShareGroupState
+	for _, e := range entries {
+		if !strings.HasSuffix(e.Name(), ".json") {
+			continue
+		}
+		path := filepath.Join(dir, shareStateDir, e.Name())
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return nil, err
+		}
+		var sg savedShareGroup
+		if err := json.Unmarshal(data, &sg); err != nil {
+			return nil, fmt.Errorf("share group state %s: %w", path, err)
+		}
+		st := ShareGroupState{Group: sg.ID}
+		for _, p := range sg.Parts {
+			st.Partitions = append(st.Partitions, SharePartitionState{Topic: p.Topic, Partition: p.Partition, Start: p.Start, End: p.End, InFlight: len(p.Recs)})
+		}
+		out = append(out, st)
+	}
+	slices.SortFunc(out, func(a, b ShareGroupState) int { return strings.Compare(a.Group, b.Group) })
+	return out, nil
 }
