@@ -4,10 +4,12 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -294,6 +296,10 @@ func TestShareGroupLockTimeoutAndDeliveryLimit(t *testing.T) {
 	if got := ranges(a.fetch(ctx, "locks", nil)); got != "[0-4]x1" {
 		t.Fatalf("first fetch acquired %s, want [0-4]x1", got)
 	}
+	if m := shareMetrics(t, f.srv, "lg"); m["relay_kafka_share_group_acquired_records"] != 5 ||
+		m["relay_kafka_share_group_lag_records"] != 5 || m["relay_kafka_share_group_members"] != 2 {
+		t.Fatalf("metrics with 5 records acquired by one of 2 members: %v", m)
+	}
 	// b gets nothing while a holds the locks, then everything again once
 	// they time out (within a second).
 	var got string
@@ -462,4 +468,27 @@ func TestShareGroupDeadLetters(t *testing.T) {
 	if err != nil || end != 3 {
 		t.Fatalf("dead-letter topic ends at %d (%v), want 3 records", end, err)
 	}
+}
+
+// shareMetrics gathers the server's share group metrics of group, summed
+// over partitions, by name.
+func shareMetrics(t *testing.T, srv *Server, group string) map[string]float64 {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(srv.Collector())
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]float64{}
+	for _, mf := range mfs {
+		for _, m := range mf.Metric {
+			for _, l := range m.Label {
+				if l.GetName() == "group" && l.GetValue() == group && strings.HasPrefix(mf.GetName(), "relay_kafka_share_group_") {
+					out[mf.GetName()] += m.GetGauge().GetValue()
+				}
+			}
+		}
+	}
+	return out
 }
