@@ -19,7 +19,7 @@ import (
 
 // setShareConfigs sets share group configs through IncrementalAlterConfigs
 // on the group resource, as Kafka's admin clients do.
-func setShareConfigs(t *testing.T, ctx context.Context, cl *kgo.Client, group string, kvs ...string) {
+func setShareConfigs(t testing.TB, ctx context.Context, cl *kgo.Client, group string, kvs ...string) {
 	t.Helper()
 	req := kmsg.NewPtrIncrementalAlterConfigsRequest()
 	res := kmsg.NewIncrementalAlterConfigsRequestResource()
