@@ -69,7 +69,7 @@ func TestShareGroupTwoMembersAcceptOnce(t *testing.T) {
 	var mu sync.Mutex
 	accepted := map[[2]int64]int{}
 	byMember := map[int]int{}
-	done := make(chan struct{})
+	all, done := make(chan struct{}), make(chan struct{})
 	var once sync.Once
 	var wg sync.WaitGroup
 	for m := range 2 {
@@ -99,7 +99,7 @@ func TestShareGroupTwoMembersAcceptOnce(t *testing.T) {
 					accepted[[2]int64{int64(r.Partition), r.Offset}]++
 					byMember[m]++
 					if len(accepted) == 2*perPart {
-						once.Do(func() { close(done) })
+						once.Do(func() { close(all) })
 					}
 					mu.Unlock()
 				}
@@ -110,18 +110,26 @@ func TestShareGroupTwoMembersAcceptOnce(t *testing.T) {
 		}()
 	}
 	select {
-	case <-done:
+	case <-all:
 	case <-ctx.Done():
 	}
-	// Both members are in the group while it consumes; describe it now.
+	// Both members are still in the group (they poll until done); describe
+	// it now.
 	dreq := kmsg.NewPtrShareGroupDescribeRequest()
 	dreq.GroupIDs = []string{"workers"}
-	dresp, err := dreq.RequestWith(ctx, admin)
-	if err != nil {
-		t.Fatalf("describe: %v", err)
+	var dresp *kmsg.ShareGroupDescribeResponse
+	for ctx.Err() == nil {
+		// A member that got nothing yet may still be joining.
+		if dresp, err = dreq.RequestWith(ctx, admin); err != nil || len(dresp.Groups[0].Members) == 2 {
+			break
+		}
+		time.Sleep(50 * time.Millisecond) // condition poll: membership is the broker's
 	}
-	once.Do(func() { close(done) })
+	close(done)
 	wg.Wait()
+	if err != nil || dresp == nil {
+		t.Fatalf("describe: %v (%v)", err, ctx.Err())
+	}
 	mu.Lock()
 	defer mu.Unlock()
 	if len(accepted) != 2*perPart {
