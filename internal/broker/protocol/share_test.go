@@ -2,6 +2,7 @@ package protocol
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"strings"
@@ -499,4 +500,74 @@ func shareMetrics(t *testing.T, srv *Server, group string) map[string]float64 {
 		}
 	}
 	return out
+}
+
+// TestACLsShareGroup: a share group named by an ACL admits only the
+// principals it allows: bob's ShareGroupHeartbeat (or finding its
+// coordinator), ShareFetch and ShareGroupDescribe of alice's group get
+// GROUP_AUTHORIZATION_FAILED, while alice joins and fetches.
+func TestACLsShareGroup(t *testing.T) {
+	t.Parallel()
+	f, authz := setupACL(t, nil)
+	ctx := testContext(t, 60*time.Second)
+	const topic, group = "tickets", "alice-share"
+	f.createTopic(t, topic, 1)
+	if err := authz.create([]ACL{{ResourceType: kmsg.ACLResourceTypeGroup, Name: group, Pattern: kmsg.ACLResourcePatternTypeLiteral,
+		Principal: "User:alice", Host: "*", Operation: kmsg.ACLOperationRead, Permission: kmsg.ACLPermissionTypeAllow}}); err != nil {
+		t.Fatal(err)
+	}
+	heartbeat := func(cl *kgo.Client, member string) int16 {
+		t.Helper()
+		req := kmsg.NewPtrShareGroupHeartbeatRequest()
+		req.GroupID, req.MemberID, req.SubscribedTopicNames = group, member, []string{topic}
+		resp, err := req.RequestWith(ctx, cl)
+		if errors.Is(err, kerr.GroupAuthorizationFailed) {
+			return kerr.GroupAuthorizationFailed.Code // refused finding the coordinator
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.ErrorCode
+	}
+	fetch := func(cl *kgo.Client, member string) int16 {
+		t.Helper()
+		g := group
+		req := kmsg.NewPtrShareFetchRequest()
+		req.GroupID, req.MemberID, req.MaxRecords = &g, &member, 10
+		rt := kmsg.NewShareFetchRequestTopic()
+		rt.TopicID = topicID(topic)
+		rt.Partitions = append(rt.Partitions, kmsg.NewShareFetchRequestTopicPartition())
+		req.Topics = append(req.Topics, rt)
+		resp, err := cl.Broker(int(nodeID)).RetriableRequest(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.(*kmsg.ShareFetchResponse).ErrorCode
+	}
+	alice := f.kgoAs(t, MechanismSCRAM256, "alice", "alice-pw")
+	bob := f.kgoAs(t, MechanismSCRAM256, "bob", "bob-pw")
+	if code := heartbeat(alice, "a1"); code != 0 {
+		t.Fatalf("alice joining her share group: %v", kerr.ErrorForCode(code))
+	}
+	if code := fetch(alice, "a1"); code != 0 {
+		t.Fatalf("alice fetching: %v", kerr.ErrorForCode(code))
+	}
+	if code := heartbeat(bob, "b1"); code != kerr.GroupAuthorizationFailed.Code {
+		t.Fatalf("bob joining alice's share group: %v, want GROUP_AUTHORIZATION_FAILED", kerr.ErrorForCode(code))
+	}
+	if code := fetch(bob, "b1"); code != kerr.GroupAuthorizationFailed.Code {
+		t.Fatalf("bob fetching from alice's share group: %v, want GROUP_AUTHORIZATION_FAILED", kerr.ErrorForCode(code))
+	}
+	dreq := kmsg.NewPtrShareGroupDescribeRequest()
+	dreq.GroupIDs = []string{group}
+	dresp, err := dreq.RequestWith(ctx, bob)
+	if errors.Is(err, kerr.GroupAuthorizationFailed) {
+		return // refused finding the coordinator
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(dresp.Groups) != 1 || dresp.Groups[0].ErrorCode != kerr.GroupAuthorizationFailed.Code {
+		t.Fatalf("bob describing alice's share group: %+v, want GROUP_AUTHORIZATION_FAILED", dresp.Groups)
+	}
 }
