@@ -38,6 +38,7 @@ func (c *coordinator) handleList(req *kmsg.ListGroupsRequest, resp *kmsg.ListGro
 		}
 		g.mu.Unlock()
 	}
+	c.s.share.listed(add)
 	for _, id := range c.s.b.Groups() {
 		if !seen[id] {
 			add(id, c.savedProtocolType(id), groupEmpty.String(), c.savedGroupType(id))

@@ -55,8 +55,10 @@ func (s *Server) handleDescribeConfigs(req *kmsg.DescribeConfigsRequest, resp *k
 				}
 				r.Configs = append(r.Configs, c)
 			}
+		case kmsg.ConfigResourceTypeGroupConfig:
+			s.share.describeConfigs(rr, &r)
 		default:
-			fail(kerr.InvalidRequest.Code, fmt.Errorf("resource type %d: the embedded broker describes topics and brokers", rr.ResourceType))
+			fail(kerr.InvalidRequest.Code, fmt.Errorf("resource type %d: the embedded broker describes topics, groups and brokers", rr.ResourceType))
 		}
 		resp.Resources = append(resp.Resources, r)
 	}

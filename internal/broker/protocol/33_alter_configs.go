@@ -93,6 +93,15 @@ func (s *Server) handleAlterConfigs(req *kmsg.AlterConfigsRequest, resp *kmsg.Al
 	for _, rr := range req.Resources {
 		r := kmsg.NewAlterConfigsResponseResource()
 		r.ResourceType, r.ResourceName = rr.ResourceType, rr.ResourceName
+		if rr.ResourceType == kmsg.ConfigResourceTypeGroupConfig {
+			names, values, dels := make([]string, 0, len(rr.Configs)), make([]string, 0, len(rr.Configs)), make([]bool, 0, len(rr.Configs))
+			for _, c := range rr.Configs {
+				names, values, dels = append(names, c.Name), append(values, strOrEmpty(c.Value)), append(dels, c.Value == nil)
+			}
+			r.ErrorCode, r.ErrorMessage = errOutcome(s.share.alterConfigs(rr.ResourceName, names, values, dels, false, req.ValidateOnly))
+			resp.Resources = append(resp.Resources, r)
+			continue
+		}
 		r.ErrorCode, r.ErrorMessage = alterOutcome(rr.ResourceType, func() (int16, error) {
 			changes := make([]configChange, 0, len(rr.Configs))
 			for _, c := range rr.Configs {
@@ -116,6 +125,11 @@ func (s *Server) handleIncrementalAlterConfigs(req *kmsg.IncrementalAlterConfigs
 	for _, rr := range req.Resources {
 		r := kmsg.NewIncrementalAlterConfigsResponseResource()
 		r.ResourceType, r.ResourceName = rr.ResourceType, rr.ResourceName
+		if rr.ResourceType == kmsg.ConfigResourceTypeGroupConfig {
+			r.ErrorCode, r.ErrorMessage = errOutcome(s.incrementalGroup(rr, req.ValidateOnly))
+			resp.Resources = append(resp.Resources, r)
+			continue
+		}
 		r.ErrorCode, r.ErrorMessage = alterOutcome(rr.ResourceType, func() (int16, error) {
 			return s.incrementalTopic(rr, req.ValidateOnly)
 		})

@@ -28,6 +28,9 @@ func (c *coordinator) handleDeleteGroups(req *kmsg.DeleteGroupsRequest, resp *km
 }
 
 func (c *coordinator) deleteGroup(id string) (int16, error) {
+	if share, code, err := c.s.share.deleteGroup(id); share {
+		return code, err
+	}
 	if c.isConsumerGroup(id) {
 		return kerr.NonEmptyGroup.Code, fmt.Errorf("consumer group %s has members", id)
 	}

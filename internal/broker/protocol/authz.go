@@ -248,6 +248,9 @@ func (s *Server) authorizeRequest(c *conn, r kmsg.Request) (refused kmsg.Respons
 		*kmsg.ConsumerGroupHeartbeatRequest, *kmsg.ConsumerGroupDescribeRequest:
 		refused, fix = s.authorizeClassic(c, r)
 		return refused, fix, true
+	case *kmsg.ShareGroupHeartbeatRequest, *kmsg.ShareGroupDescribeRequest, *kmsg.ShareFetchRequest, *kmsg.ShareAcknowledgeRequest,
+		*kmsg.DescribeShareGroupOffsetsRequest, *kmsg.AlterShareGroupOffsetsRequest, *kmsg.DeleteShareGroupOffsetsRequest:
+		return s.authorizeShare(c, r), nil, true
 	}
 	return nil, nil, false
 }

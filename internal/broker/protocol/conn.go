@@ -561,6 +561,24 @@ func (s *Server) handleSync(ctx context.Context, c *conn, r request) (kmsg.Respo
 		return respond(req, s.groups.handleConsumerGroupDescribe), nil
 	case *kmsg.ListGroupsRequest:
 		return respond(req, s.groups.handleList), nil
+	case *kmsg.ShareGroupHeartbeatRequest:
+		return respond(req, func(req *kmsg.ShareGroupHeartbeatRequest, resp *kmsg.ShareGroupHeartbeatResponse) {
+			s.share.handleShareGroupHeartbeat(c, r.clientID, req, resp)
+		}), nil
+	case *kmsg.ShareGroupDescribeRequest:
+		return respond(req, s.share.handleShareGroupDescribe), nil
+	case *kmsg.ShareFetchRequest:
+		return respond(req, func(req *kmsg.ShareFetchRequest, resp *kmsg.ShareFetchResponse) {
+			s.handleShareFetch(ctx, c, req, resp)
+		}), nil
+	case *kmsg.ShareAcknowledgeRequest:
+		return respondConn(c, req, s.handleShareAcknowledge), nil
+	case *kmsg.DescribeShareGroupOffsetsRequest:
+		return respond(req, s.share.handleDescribeShareGroupOffsets), nil
+	case *kmsg.AlterShareGroupOffsetsRequest:
+		return respond(req, s.share.handleAlterShareGroupOffsets), nil
+	case *kmsg.DeleteShareGroupOffsetsRequest:
+		return respond(req, s.share.handleDeleteShareGroupOffsets), nil
 	case *kmsg.CreateTopicsRequest:
 		return respond(req, s.handleCreateTopics), nil
 	case *kmsg.DescribeConfigsRequest:

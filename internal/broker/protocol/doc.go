@@ -152,6 +152,35 @@
 // member's current generation, except that a group with no members
 // accepts standalone commits (generation -1).
 //
+// # Share groups
+//
+// Share groups (KIP-932: ShareGroupHeartbeat, ShareGroupDescribe,
+// ShareFetch, ShareAcknowledge and the share group offsets APIs;
+// share_group.go, share_partition.go, share_fetch.go, share_admin.go)
+// give every member every partition of its topics; each record is
+// acquired by one member at a time under a lock
+// (share.record.lock.duration.ms), then accepted, released or rejected,
+// delivered again after a release or a lock timeout, and archived after
+// share.delivery.count.limit deliveries. Share sessions are kept per
+// member; closing one, the member leaving or its session timing out
+// releases what it holds.
+//
+// Fault model of the share state (share_state.go): each group's configs
+// and share partitions (start and end offsets, in-flight records with
+// their delivery counts) are one file replaced atomically and fsynced
+// before the acknowledgement that changed it is answered, so a crash,
+// SIGKILL or restart at any point loses no answered acknowledgement: an
+// accepted or rejected record is not delivered again; a record acquired
+// and not yet acknowledged is saved as available and delivered again
+// after a restart (TestShareStateSurvivesRestart). Acquisitions alone are
+// not written: a crash forgets delivery counts raised since the last
+// write (a record may then be delivered more than
+// share.delivery.count.limit times, never fewer than it was acknowledged).
+// A failed write is logged; the change lasts in memory until the next
+// write succeeds or the relay stops. Member ids, epochs and share
+// sessions are not saved: after a restart members rejoin, as clients do
+// on UNKNOWN_MEMBER_ID and SHARE_SESSION_NOT_FOUND.
+//
 // # Metrics
 //
 // GroupLags and Collector (a prometheus.Collector) report, per group, topic

@@ -18,9 +18,16 @@ import (
 // known to fail against the embedded broker, with why: none. Every test
 // that does not skip itself passes, the KIP-848 ones included
 // (Test848RegexBrokerResolves since __consumer_offsets is served, empty
-// and read-only); those needing SCRAM, OAuth or share groups skip
-// themselves on this broker.
+// and read-only); those needing SCRAM or OAuth skip themselves on this
+// broker.
 var franzGoExpectedFailures = map[string]string{}
+
+// franzGoMustPass are tests that skip themselves on a broker without a
+// feature the relay serves, so a skip is a failure here: the share-group
+// tests (KIP-932) skip unless ShareFetch and ShareAcknowledge v2 are
+// advertised.
+var franzGoMustPass = []string{"TestShareGroup", "TestShareGroupETL", "TestShareGroupAckOnClose",
+	"TestShareGroupOffsetsAdmin", "TestConsumeRegexShareSkipsInternal"}
 
 // TestFranzGoSuite runs franz-go's own integration tests (pkg/kgo, the
 // version in go.mod) against a broker served here, as their README says:
@@ -75,6 +82,11 @@ func TestFranzGoSuite(t *testing.T) {
 	for name, why := range franzGoExpectedFailures {
 		if passed[name] {
 			t.Errorf("%s passes now; remove it from franzGoExpectedFailures (%s)", name, why)
+		}
+	}
+	for _, name := range franzGoMustPass {
+		if !passed[name] && !failed[name] {
+			t.Errorf("%s did not pass (skipped: %v)", name, skipped[name])
 		}
 	}
 	if len(unexpected) > 0 {

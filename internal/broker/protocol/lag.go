@@ -54,6 +54,7 @@ func (c collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- lagDesc
 	ch <- retentionDesc
 	ch <- membersDesc
+	c.s.share.describe(ch)
 	storageCollector{c.s.b, c.s.cfg.PartitionSeries}.Describe(ch)
 	c.s.describeListener(ch)
 }
@@ -80,6 +81,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(membersDesc, prometheus.GaugeValue, float64(n), id, state)
 		}
 	}
+	c.s.share.collect(ch)
 	storageCollector{c.s.b, c.s.cfg.PartitionSeries}.Collect(ch)
 	c.s.collectListener(ch)
 }

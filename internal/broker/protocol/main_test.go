@@ -17,10 +17,10 @@ import (
 )
 
 // The test binary doubles as the helper processes of the crash tests
-// (txn_eos_test.go): with envTxnRole set it runs that role until killed
-// instead of the tests.
+// (txn_eos_test.go, share_kill_test.go): with envTxnRole set it runs that
+// role until killed instead of the tests.
 const (
-	envTxnRole = "RELAY_PROTOCOL_TEST_ROLE" // "processor" or "broker"
+	envTxnRole = "RELAY_PROTOCOL_TEST_ROLE" // "processor", "broker" or "share-member"
 	envTxnAddr = "RELAY_PROTOCOL_TEST_ADDR"
 	envTxnDir  = "RELAY_PROTOCOL_TEST_DIR"
 )
@@ -36,6 +36,10 @@ func TestMain(m *testing.M) {
 			fmt.Fprintf(os.Stderr, format+"\n", args...)
 		}).Run(context.Background())
 		fmt.Fprintln(os.Stderr, "processor:", err)
+		os.Exit(1)
+	case "share-member":
+		err := runShareMemberProcess(os.Getenv(envTxnAddr))
+		fmt.Fprintln(os.Stderr, "share member:", err)
 		os.Exit(1)
 	case "broker":
 		if err := runBrokerProcess(os.Getenv(envTxnDir), os.Getenv(envTxnAddr)); err != nil {

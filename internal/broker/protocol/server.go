@@ -252,6 +252,7 @@ type Server struct {
 	cfg    Config
 	log    *slog.Logger
 	groups *coordinator
+	share  *shareCoordinator
 
 	advHost string
 	advPort int32
@@ -310,6 +311,7 @@ func NewServer(b *broker.Broker, cfg Config) (*Server, error) {
 		s.fetchSessions = newFetchSessionCache(cfg.FetchSessionCacheSlots)
 	}
 	s.groups = newCoordinator(s)
+	s.share = newShareCoordinator(s)
 	return s, nil
 }
 
@@ -432,6 +434,7 @@ func (s *Server) Close() error {
 	s.mu.Unlock()
 	s.wg.Wait()
 	s.groups.close()
+	s.share.close()
 	return errors.Join(errs...)
 }
 
