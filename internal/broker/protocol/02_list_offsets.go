@@ -70,7 +70,7 @@ func (s *Server) listOffset(topic string, rp kmsg.ListOffsetsRequestTopicPartiti
 		return kerr.InvalidRequest.Code
 	}
 	if isOffsetsTopic(topic) {
-		return offsetsTopicListOffset(rp, p)
+		return s.offsets.listOffset(rp, p)
 	}
 	switch ts := rp.Timestamp; ts {
 	case listEarliest, listLatest, listEarliestLocal:

@@ -249,6 +249,8 @@ type Server struct {
 	cfg    Config
 	log    *slog.Logger
 	groups *coordinator
+	// offsets serves __consumer_offsets (offsets_topic.go).
+	offsets *offsetsLog
 
 	advHost string
 	advPort int32
@@ -307,6 +309,7 @@ func NewServer(b *broker.Broker, cfg Config) (*Server, error) {
 		s.fetchSessions = newFetchSessionCache(cfg.FetchSessionCacheSlots)
 	}
 	s.groups = newCoordinator(s)
+	s.offsets = newOffsetsLog()
 	return s, nil
 }
 
