@@ -35,7 +35,11 @@ import (
 // @platformatic/kafka each produce records to a topic of their own and
 // read them back in a group (the one setting changed from the defaults is
 // --listener-writable-topics, without which no client may produce).
-// Nothing is refused and nothing is logged as refused.
+// Meanwhile LinkedIn's Burrow, a consumer lag checker, reads the topic's
+// end offsets (ListOffsets v0) and a group's commits from
+// __consumer_offsets and reports each partition's committed offset and
+// lag (burrowLagCheck). Nothing is refused and nothing is logged as
+// refused.
 func TestClientsSideBySide(t *testing.T) {
 	t.Parallel()
 	python, err := exec.LookPath("/usr/bin/python3")
