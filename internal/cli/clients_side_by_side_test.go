@@ -35,7 +35,11 @@ import (
 // @platformatic/kafka each produce records to a topic of their own and
 // read them back in a group (the one setting changed from the defaults is
 // --listener-writable-topics, without which no client may produce).
-// Nothing is refused and nothing is logged as refused.
+// Meanwhile LinkedIn's Burrow, a consumer lag checker, reads the topic's
+// end offsets (ListOffsets v0) and a group's commits from
+// __consumer_offsets and reports each partition's committed offset and
+// lag (burrowLagCheck). Nothing is refused and nothing is logged as
+// refused.
 func TestClientsSideBySide(t *testing.T) {
 	t.Parallel()
 	python, err := exec.LookPath("/usr/bin/python3")
@@ -53,6 +57,11 @@ func TestClientsSideBySide(t *testing.T) {
 		t.Fatalf("kafkajs is missing (npm ci --prefix internal/cli/testdata/clients; .ci/run does): %v\n%s", err, out)
 	}
 	kcat := kcatPath(t)
+	burrow, err := exec.LookPath("Burrow")
+	if err != nil {
+		t.Fatal("Burrow is required (apt-get install burrow; .ci/run does)")
+	}
+	zkAddr, burrowDir := startZKStandIn(t), t.TempDir()
 
 	url := pgtest.NewDatabase(t)
 	if r := relay(t, nil, "migrate", "up", "--database-url", url); r.Code != 0 {
@@ -234,8 +243,12 @@ func TestClientsSideBySide(t *testing.T) {
 		}
 		return fmt.Sprintf("read %d", n), nil
 	})
+	want["burrow"] = "group side-burrow: every partition's committed offset and lag"
+	run("burrow", func(ctx context.Context) (string, error) {
+		return burrowLagCheck(ctx, burrow, burrowDir, zkAddr, kafkaAddr, e2e.FreeAddr(t), "side", "side-burrow")
+	})
 	wg.Wait()
-	t.Logf("eight clients side by side, 500 idle connections held: %v (%v)", time.Since(start).Round(time.Millisecond), took)
+	t.Logf("eight clients and Burrow side by side, 500 idle connections held: %v (%v)", time.Since(start).Round(time.Millisecond), took)
 	for name, w := range want {
 		if results[name] != w {
 			t.Errorf("%s: %s; want %s", name, results[name], w)

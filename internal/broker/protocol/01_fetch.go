@@ -124,9 +124,7 @@ func (s *Server) fetchWatches(req *kmsg.FetchRequest, deadline time.Time) []<-ch
 	for _, rt := range req.Topics {
 		for _, rp := range rt.Partitions {
 			if isOffsetsTopic(rt.Topic) {
-				// Never written: a nil channel, so that a fetch of it
-				// alone waits out MaxWaitMillis.
-				chs = append(chs, nil)
+				chs = append(chs, s.offsets.watch())
 				continue
 			}
 			if ch, err := s.b.Watch(rt.Topic, rp.Partition); err == nil {
@@ -163,7 +161,7 @@ func (s *Server) fillFetch(ctx context.Context, req *kmsg.FetchRequest, resp *km
 				continue
 			}
 			if isOffsetsTopic(rt.Topic) {
-				offsetsTopicFetch(rp, &p)
+				s.offsets.fetch(rp, &p)
 				stop = stop || p.ErrorCode != 0
 				t.Partitions = append(t.Partitions, p)
 				continue

@@ -18,7 +18,7 @@ const (
 	listEarliestUpload = -6 // v11+, KIP-1023: not advertised
 )
 
-// handleListOffsets answers every version it advertises (1 to 10) as
+// handleListOffsets answers every version it advertises (0 to 10) as
 // Kafka does:
 //   - earliest (-2): the log start offset;
 //   - latest (-1): the high watermark, under read_committed the last
@@ -34,6 +34,12 @@ const (
 //     answers (nothing is in remote storage);
 //   - a timestamp: the first offset whose record is at least that recent
 //     (-1 when none is), from the time index.
+//
+// Version 0 (which Burrow's offset refresh sends) answers a list of at
+// most one offset, the one above, where Kafka's lists up to MaxNumOffsets
+// segment base offsets for a timestamp: earliest and latest are the same
+// in both; for a time the list holds the first offset at least that
+// recent rather than segment starts before it.
 //
 // Version 10's timeout bounds a remote-storage lookup; with none, every
 // answer is immediate. A special timestamp below the version that defines
@@ -51,6 +57,12 @@ func (s *Server) handleListOffsets(req *kmsg.ListOffsetsRequest, resp *kmsg.List
 			p.ErrorCode = s.listOffset(rt.Topic, rp, req.Version, req.IsolationLevel == 1, &p)
 			if p.ErrorCode != 0 {
 				p.LeaderEpoch = -1
+			}
+			if req.Version == 0 {
+				p.OldStyleOffsets = []int64{}
+				if p.ErrorCode == 0 && p.Offset >= 0 && rp.MaxNumOffsets > 0 {
+					p.OldStyleOffsets = append(p.OldStyleOffsets, p.Offset)
+				}
 			}
 			t.Partitions = append(t.Partitions, p)
 		}
@@ -70,7 +82,7 @@ func (s *Server) listOffset(topic string, rp kmsg.ListOffsetsRequestTopicPartiti
 		return kerr.InvalidRequest.Code
 	}
 	if isOffsetsTopic(topic) {
-		return offsetsTopicListOffset(rp, p)
+		return s.offsets.listOffset(rp, p)
 	}
 	switch ts := rp.Timestamp; ts {
 	case listEarliest, listLatest, listEarliestLocal:

@@ -2,6 +2,7 @@ package protocol
 
 import (
 	"context"
+	"time"
 
 	"github.com/outboxrelay/relay/internal/broker"
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -60,7 +61,11 @@ func (s *Server) handleOffsetCommit(ctx context.Context, req *kmsg.OffsetCommitR
 		}
 	}
 	if len(commits) > 0 {
-		if err := s.b.CommitOffsets(ctx, req.Group, commits); err != nil {
+		err := s.b.CommitOffsets(ctx, req.Group, commits)
+		if err == nil {
+			s.offsets.appendCommits(req.Group, commits, time.Now())
+		}
+		if err != nil {
 			ec := broker.KafkaErrorCode(err)
 			for i := range codes {
 				for j := range codes[i] {

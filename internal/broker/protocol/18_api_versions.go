@@ -15,7 +15,7 @@ type versionRange struct{ min, max int16 }
 var supportedVersions = map[int16]versionRange{
 	kmsg.Produce.Int16():                   {3, 9},
 	kmsg.Fetch.Int16():                     {4, 13},
-	kmsg.ListOffsets.Int16():               {1, 10},
+	kmsg.ListOffsets.Int16():               {0, 10},
 	kmsg.Metadata.Int16():                  {0, 12},
 	kmsg.OffsetCommit.Int16():              {0, 9},
 	kmsg.OffsetFetch.Int16():               {0, 8},

@@ -17,8 +17,8 @@ import (
 // franzGoExpectedFailures are the tests of franz-go's pkg/kgo that are
 // known to fail against the embedded broker, with why: none. Every test
 // that does not skip itself passes, the KIP-848 ones included
-// (Test848RegexBrokerResolves since __consumer_offsets is served, empty
-// and read-only); those needing SCRAM or OAuth skip themselves on this
+// (Test848RegexBrokerResolves since __consumer_offsets is served
+// read-only); those needing SCRAM or OAuth skip themselves on this
 // broker.
 var franzGoExpectedFailures = map[string]string{}
 

@@ -2,6 +2,7 @@ package protocol
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -29,7 +30,8 @@ func appendAt(t *testing.T, b *broker.Broker, topic string, part int32, size int
 }
 
 // TestListOffsetsEveryVersion drives ListOffsets at every version the
-// listener advertises (1 to 10, Kafka 4.0's), with each special timestamp
+// listener advertises (0, which Burrow sends, to 10), with each special
+// timestamp
 // and a time: a version answers those it defines as Kafka without tiered
 // storage does, and refuses the later ones per partition with
 // INVALID_REQUEST. Max-timestamp (-3) finds the first record with the
@@ -55,8 +57,8 @@ func TestListOffsetsEveryVersion(t *testing.T) {
 	if ti, _ := f.b.Topic("times"); ti.Partitions[0].Segments < 5 {
 		t.Fatalf("partition 0 has %d segments; want one per batch", ti.Partitions[0].Segments)
 	}
-	if r := supportedVersions[kmsg.ListOffsets.Int16()]; r.min != 1 || r.max != 10 {
-		t.Fatalf("ListOffsets advertised as v%d to v%d, want v1 to v10", r.min, r.max)
+	if r := supportedVersions[kmsg.ListOffsets.Int16()]; r.min != 0 || r.max != 10 {
+		t.Fatalf("ListOffsets advertised as v%d to v%d, want v0 to v10", r.min, r.max)
 	}
 	type want struct {
 		part          int32
@@ -77,7 +79,7 @@ func TestListOffsetsEveryVersion(t *testing.T) {
 		{0, listEarliestUpload, 99, 0, 0},
 	}
 	rc := dialRaw(t, f.addr)
-	for v := int16(1); v <= 10; v++ {
+	for v := int16(0); v <= 10; v++ {
 		req := kmsg.NewPtrListOffsetsRequest()
 		req.Version, req.ReplicaID = v, -1
 		for _, c := range cases {
@@ -99,6 +101,17 @@ func TestListOffsetsEveryVersion(t *testing.T) {
 			if v < c.since {
 				if p.ErrorCode != kerr.InvalidRequest.Code {
 					t.Errorf("v%d partition %d timestamp %d: error %d, want INVALID_REQUEST", v, c.part, c.ts, p.ErrorCode)
+				}
+				continue
+			}
+			if v == 0 {
+				// v0 answers a list: one offset, none when none is found.
+				wantList := []int64{}
+				if c.offset >= 0 {
+					wantList = append(wantList, c.offset)
+				}
+				if p.ErrorCode != 0 || !slices.Equal(p.OldStyleOffsets, wantList) {
+					t.Errorf("v0 partition %d timestamp %d: error %d offsets %v; want %v", c.part, c.ts, p.ErrorCode, p.OldStyleOffsets, wantList)
 				}
 				continue
 			}

@@ -253,6 +253,8 @@ type Server struct {
 	log    *slog.Logger
 	groups *coordinator
 	share  *shareCoordinator
+	// offsets serves __consumer_offsets (offsets_topic.go).
+	offsets *offsetsLog
 
 	advHost string
 	advPort int32
@@ -312,6 +314,7 @@ func NewServer(b *broker.Broker, cfg Config) (*Server, error) {
 	}
 	s.groups = newCoordinator(s)
 	s.share = newShareCoordinator(s)
+	s.offsets = newOffsetsLog()
 	return s, nil
 }
 

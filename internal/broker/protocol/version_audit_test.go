@@ -140,7 +140,7 @@ func auditCases() []auditCase {
 	return []auditCase{
 		{kmsg.Produce, 3, 9, auditProduce},
 		{kmsg.Fetch, 4, 13, auditFetch},
-		{kmsg.ListOffsets, 1, 10, auditListOffsets},
+		{kmsg.ListOffsets, 0, 10, auditListOffsets},
 		{kmsg.Metadata, 0, 12, auditMetadata},
 		{kmsg.OffsetCommit, 0, 9, auditOffsetCommit},
 		{kmsg.OffsetFetch, 0, 8, auditOffsetFetch},
@@ -278,7 +278,8 @@ func listOffsetsReq(v int16, topic string, ts int64, isolation int8) *kmsg.ListO
 	return req
 }
 
-// auditListOffsets: latest and earliest; v4+ the leader epoch; each
+// auditListOffsets: latest and earliest (v0 as a one-offset list); v4+
+// the leader epoch; each
 // special timestamp from the version that defines it (-5, latest tiered,
 // is -1 without tiered storage), INVALID_REQUEST below it.
 func auditListOffsets(t *testing.T, a *audit, v int16) {
@@ -297,6 +298,12 @@ func auditListOffsets(t *testing.T, a *audit, v int16) {
 			continue
 		}
 		want(t, p.ErrorCode, fmt.Sprint("timestamp ", c.ts))
+		if v == 0 {
+			if len(p.OldStyleOffsets) != 1 || p.OldStyleOffsets[0] != c.want {
+				t.Fatalf("v0 timestamp %d: offsets %v, want [%d]", c.ts, p.OldStyleOffsets, c.want)
+			}
+			continue
+		}
 		if p.Offset != c.want {
 			t.Fatalf("timestamp %d: offset %d, want %d", c.ts, p.Offset, c.want)
 		}
