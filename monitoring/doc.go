@@ -11,5 +11,5 @@
 // that each metric the rules and the dashboard name is one a real `relay
 // run` exports, with every conditional family made to appear: a dead
 // letter, a pipeline restart, a topic the destination refuses, a consumer
-// group's commits and the WAL reader's slot.
+// group's commits, a share group's fetch and the WAL reader's slot.
 package monitoring

@@ -8,7 +8,9 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/outboxrelay/relay/internal/e2e"
 	"github.com/outboxrelay/relay/internal/pgtest"
@@ -33,7 +35,7 @@ func exported(t *testing.T, addr string) map[string]bool {
 // every conditional metric family appear: events published and consumed
 // by a group that commits, an event the core dead-letters (it sets a
 // relay- header), a pipeline restart (its Postgres sessions terminated),
-// and last an event for a topic the broker does not have (with
+// a share group member's fetch, and last an event for a topic the broker does not have (with
 // --create-topics=false it waits, and everything behind it). Then every relay metric the alert rules and the
 // dashboard name must be on /metrics: a renamed or removed metric fails
 // here, not silently in production.
@@ -81,6 +83,7 @@ func TestMetricsExist(t *testing.T) {
 	if err := cl.CommitUncommittedOffsets(ctx); err != nil {
 		t.Fatalf("committing the group's offsets: %v", err)
 	}
+	shareFetch(ctx, t, cl, "orders")
 	if _, err := conn.Exec(ctx, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
 WHERE datname = current_database() AND pid <> pg_backend_pid()`); err != nil {
 		t.Fatal(err)
@@ -110,5 +113,48 @@ WHERE datname = current_database() AND pid <> pg_backend_pid()`); err != nil {
 			t.Fatalf("relay output:\n%s", p.Output())
 		}
 		time.Sleep(500 * time.Millisecond) // condition poll: /metrics of another process
+	}
+}
+
+// shareFetch joins the share group "monitoring-share" (KIP-932) with a
+// member subscribed to topic and share-fetches its partitions once, which
+// gives the group share partitions (and so its lag and acquired-records
+// series).
+func shareFetch(ctx context.Context, t *testing.T, cl *kgo.Client, topic string) {
+	t.Helper()
+	topics, err := kadm.NewClient(cl).ListTopics(ctx, topic)
+	if err != nil {
+		t.Fatalf("metadata of %s: %v", topic, err)
+	}
+	td, ok := topics[topic]
+	if !ok || td.Err != nil {
+		t.Fatalf("metadata of %s: %v", topic, td.Err)
+	}
+	group, member := "monitoring-share", "monitoring-member"
+	hb := kmsg.NewPtrShareGroupHeartbeatRequest()
+	hb.GroupID, hb.MemberID, hb.SubscribedTopicNames = group, member, []string{topic}
+	hbResp, err := hb.RequestWith(ctx, cl)
+	if err == nil {
+		err = kerr.ErrorForCode(hbResp.ErrorCode)
+	}
+	if err != nil {
+		t.Fatalf("share group heartbeat: %v", err)
+	}
+	req := kmsg.NewPtrShareFetchRequest()
+	req.GroupID, req.MemberID, req.MaxRecords = &group, &member, 10
+	rt := kmsg.NewShareFetchRequestTopic()
+	rt.TopicID = td.ID
+	for p := range td.Partitions {
+		rp := kmsg.NewShareFetchRequestTopicPartition()
+		rp.Partition = p
+		rt.Partitions = append(rt.Partitions, rp)
+	}
+	req.Topics = append(req.Topics, rt)
+	resp, err := req.RequestWith(ctx, cl)
+	if err == nil {
+		err = kerr.ErrorForCode(resp.ErrorCode)
+	}
+	if err != nil {
+		t.Fatalf("share fetch: %v", err)
 	}
 }

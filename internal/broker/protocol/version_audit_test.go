@@ -177,6 +177,13 @@ func auditCases() []auditCase {
 		{kmsg.ListTransactions, 0, 1, auditListTransactions},
 		{kmsg.ConsumerGroupHeartbeat, 0, 1, auditConsumerGroupHeartbeat},
 		{kmsg.ConsumerGroupDescribe, 0, 1, auditConsumerGroupDescribe},
+		{kmsg.ShareGroupHeartbeat, 1, 1, auditShareGroupHeartbeat},
+		{kmsg.ShareGroupDescribe, 1, 1, auditShareGroupDescribe},
+		{kmsg.ShareFetch, 1, 2, auditShareFetch},
+		{kmsg.ShareAcknowledge, 1, 2, auditShareAcknowledge},
+		{kmsg.DescribeShareGroupOffsets, 0, 1, auditDescribeShareGroupOffsets},
+		{kmsg.AlterShareGroupOffsets, 0, 0, auditAlterShareGroupOffsets},
+		{kmsg.DeleteShareGroupOffsets, 0, 0, auditDeleteShareGroupOffsets},
 	}
 }
 
