@@ -172,7 +172,10 @@ func TestJournalCheckpoint(t *testing.T) {
 // be rotated out and deleted by the checkpoint.
 func waitCheckpointed(t *testing.T, jdir string) {
 	t.Helper()
-	testwait.Until(t, 2*time.Second, "the full journal file to be checkpointed", func() error {
+	// The background checkpoint writes out and fsyncs every partition
+	// the file holds (2,500 in TestJournalRotatesLaterWithManyPartitions):
+	// on a loaded 2-core CI machine that took longer than 2 s.
+	testwait.Until(t, 30*time.Second, "the full journal file to be checkpointed", func() error {
 		nums, err := listJournals(OSFS{}, jdir)
 		if err != nil {
 			t.Fatal(err)

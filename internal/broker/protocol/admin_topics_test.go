@@ -228,6 +228,11 @@ func TestEveryAPIIsAuthorized(t *testing.T) {
 		kmsg.TxnOffsetCommit.Int16(): "Write transactional id, Read group, Read topic", kmsg.EndTxn.Int16(): "Write transactional id",
 		kmsg.DescribeTransactions.Int16(): "Describe transactional id", kmsg.ListTransactions.Int16(): "Describe transactional id",
 		kmsg.ConsumerGroupHeartbeat.Int16(): "Read group, Describe subscribed topics", kmsg.ConsumerGroupDescribe.Int16(): "Describe group",
+		// Share groups: TestACLsShareGroup.
+		kmsg.ShareGroupHeartbeat.Int16(): "Read group", kmsg.ShareGroupDescribe.Int16(): "Describe group",
+		kmsg.ShareFetch.Int16(): "Read group, Read topic", kmsg.ShareAcknowledge.Int16(): "Read group, Read topic",
+		kmsg.DescribeShareGroupOffsets.Int16(): "Describe group", kmsg.AlterShareGroupOffsets.Int16(): "Read group",
+		kmsg.DeleteShareGroupOffsets.Int16(): "Delete group",
 	}
 	for key := range supportedVersions {
 		if _, ok := checked[key]; !ok {

@@ -558,16 +558,42 @@ func TestACLsShareGroup(t *testing.T) {
 	if code := fetch(bob, "b1"); code != kerr.GroupAuthorizationFailed.Code {
 		t.Fatalf("bob fetching from alice's share group: %v, want GROUP_AUTHORIZATION_FAILED", kerr.ErrorForCode(code))
 	}
+	// The rest go to the broker directly: through the client, finding
+	// the coordinator would be refused first.
+	send := func(req kmsg.Request) kmsg.Response {
+		t.Helper()
+		resp, err := bob.Broker(int(nodeID)).RetriableRequest(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	g, member := group, "b1"
 	dreq := kmsg.NewPtrShareGroupDescribeRequest()
 	dreq.GroupIDs = []string{group}
-	dresp, err := dreq.RequestWith(ctx, bob)
-	if errors.Is(err, kerr.GroupAuthorizationFailed) {
-		return // refused finding the coordinator
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(dresp.Groups) != 1 || dresp.Groups[0].ErrorCode != kerr.GroupAuthorizationFailed.Code {
+	if dresp := send(dreq).(*kmsg.ShareGroupDescribeResponse); len(dresp.Groups) != 1 || dresp.Groups[0].ErrorCode != kerr.GroupAuthorizationFailed.Code {
 		t.Fatalf("bob describing alice's share group: %+v, want GROUP_AUTHORIZATION_FAILED", dresp.Groups)
+	}
+	areq := kmsg.NewPtrShareAcknowledgeRequest()
+	areq.GroupID, areq.MemberID, areq.ShareSessionEpoch = &g, &member, 1
+	if code := send(areq).(*kmsg.ShareAcknowledgeResponse).ErrorCode; code != kerr.GroupAuthorizationFailed.Code {
+		t.Fatalf("bob acknowledging in alice's share group: %v, want GROUP_AUTHORIZATION_FAILED", kerr.ErrorForCode(code))
+	}
+	oreq := kmsg.NewPtrDescribeShareGroupOffsetsRequest()
+	og := kmsg.NewDescribeShareGroupOffsetsRequestGroup()
+	og.GroupID = group
+	oreq.Groups = append(oreq.Groups, og)
+	if oresp := send(oreq).(*kmsg.DescribeShareGroupOffsetsResponse); len(oresp.Groups) != 1 || oresp.Groups[0].ErrorCode != kerr.GroupAuthorizationFailed.Code {
+		t.Fatalf("bob describing alice's share offsets: %+v, want GROUP_AUTHORIZATION_FAILED", oresp.Groups)
+	}
+	alter := kmsg.NewPtrAlterShareGroupOffsetsRequest()
+	alter.GroupID = group
+	if code := send(alter).(*kmsg.AlterShareGroupOffsetsResponse).ErrorCode; code != kerr.GroupAuthorizationFailed.Code {
+		t.Fatalf("bob altering alice's share offsets: %v, want GROUP_AUTHORIZATION_FAILED", kerr.ErrorForCode(code))
+	}
+	del := kmsg.NewPtrDeleteShareGroupOffsetsRequest()
+	del.GroupID = group
+	if code := send(del).(*kmsg.DeleteShareGroupOffsetsResponse).ErrorCode; code != kerr.GroupAuthorizationFailed.Code {
+		t.Fatalf("bob deleting alice's share offsets: %v, want GROUP_AUTHORIZATION_FAILED", kerr.ErrorForCode(code))
 	}
 }
