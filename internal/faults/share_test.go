@@ -198,8 +198,9 @@ func (l *shareLog) durable() int {
 // delivered again after a member's acknowledgement of it was answered;
 // the released-once events came back (delivery count above 1); the
 // rejected events are in the dead-letter topic as rejected, and the
-// always-released ones as past the delivery limit, each with its
-// relay-event-id; the relay's saved share state has everything settled.
+// always-released ones as past the delivery limit (never delivered past
+// it), each with its relay-event-id; the relay's saved share state has
+// everything settled.
 func TestShareGroupOverOutboxSurvivesMemberAndRelayKills(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -327,8 +328,10 @@ func TestShareGroupOverOutboxSurvivesMemberAndRelayKills(t *testing.T) {
 			if !isDead || d.Headers["__dlq.errors.reason"] != "delivery_limit" || d.Headers["__dlq.errors.delivery.count"] != strconv.Itoa(shareLimit) {
 				t.Errorf("always-released event %s: dead letter %v %v", id, isDead, d.Headers)
 			}
-			if log.came[id] != shareLimit {
-				t.Errorf("always-released event %s: highest delivery count %d, want the limit %d", id, log.came[id], shareLimit)
+			// A delivery whose response a kill cut is counted but not
+			// seen, so the highest seen may be below the limit.
+			if log.came[id] > shareLimit {
+				t.Errorf("always-released event %s delivered %d times, past the limit %d", id, log.came[id], shareLimit)
 			}
 		}
 	}
