@@ -81,8 +81,13 @@ func runShareMember(addr string) error {
 		pctx, cancel := context.WithTimeout(ctx, time.Second)
 		fs := cl.PollFetches(pctx)
 		cancel()
+		// The acking line is printed before any Ack call: franz-go may
+		// send acknowledgements in the background as soon as they are
+		// made, and the test must know of every acceptance sent.
 		var acking, durable strings.Builder
-		for _, r := range fs.Records() {
+		recs := fs.Records()
+		acks := make([]kgo.AckStatus, len(recs))
+		for i, r := range recs {
 			var p e2e.Payload
 			if err := json.Unmarshal(r.Value, &p); err != nil {
 				return fmt.Errorf("record %d@%d: %v", r.Partition, r.Offset, err)
@@ -91,13 +96,11 @@ func runShareMember(addr string) error {
 			do := shareAction(p.ID)
 			switch {
 			case do == doReject:
-				r.Ack(kgo.AckReject)
+				acks[i] = kgo.AckReject
 			case do == doReleaseAlway, do == doReleaseOnce && r.DeliveryCount() == 1:
-				r.Ack(kgo.AckRelease)
-				do = "release"
+				acks[i], do = kgo.AckRelease, "release"
 			default:
-				r.Ack(kgo.AckAccept)
-				do = doAccept
+				acks[i], do = kgo.AckAccept, doAccept
 			}
 			fmt.Fprintf(&acking, " %s:%s", p.ID, do)
 			if do != "release" {
@@ -108,6 +111,9 @@ func runShareMember(addr string) error {
 			continue
 		}
 		fmt.Printf("acking %d%s\n", time.Now().UnixNano(), acking.String())
+		for i, r := range recs {
+			r.Ack(acks[i])
+		}
 		mu.Lock()
 		failed = false
 		mu.Unlock()
