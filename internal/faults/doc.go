@@ -22,7 +22,12 @@
 //   - SIGKILLs while poison events hold three keys under the hold-key
 //     dead-letter policy, and during their release after retry and
 //     discard (the log must have each key's events in order, none of a
-//     held key published before its release).
+//     held key published before its release);
+//   - a share group member and then the relay SIGKILLed while two
+//     members consume the outbox's events through the Kafka listener,
+//     accepting, releasing and rejecting them (every event accepted or
+//     dead-lettered as it should be, none delivered again after its
+//     acknowledgement was answered).
 //
 // The package has no non-test code besides this comment; the helpers it
 // uses (the fault proxy, writers, the log checker) are in internal/e2e.

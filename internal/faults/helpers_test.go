@@ -3,6 +3,8 @@ package faults_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"os"
 	"strings"
 	"syscall"
 	"testing"
@@ -18,7 +20,13 @@ import (
 	"github.com/outboxrelay/relay/internal/testbin"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m, testbin.Cleanup) }
+func TestMain(m *testing.M) {
+	if addr := os.Getenv(envShareMember); addr != "" {
+		fmt.Fprintln(os.Stderr, "share member:", runShareMember(addr))
+		os.Exit(1)
+	}
+	pgtest.Main(m, testbin.Cleanup)
+}
 
 // lease is the leader lease the tests run with: short, so that takeovers
 // are quick, and long enough for a loaded 2-core machine to renew it.

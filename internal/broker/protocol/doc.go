@@ -176,6 +176,11 @@
 // not written: a crash forgets delivery counts raised since the last
 // write (a record may then be delivered more than
 // share.delivery.count.limit times, never fewer than it was acknowledged).
+// A record saved while acquired at the limit is archived at restore (and
+// copied to the dead-letter topic), not delivered again
+// (TestShareStateRestartArchivesAtTheLimit). With the relay binary, the
+// outbox and a SIGKILLed member and relay: internal/faults
+// TestShareGroupOverOutboxSurvivesMemberAndRelayKills.
 // A failed write is logged; the change lasts in memory until the next
 // write succeeds or the relay stops. Member ids, epochs and share
 // sessions are not saved: after a restart members rejoin, as clients do

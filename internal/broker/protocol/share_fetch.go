@@ -121,17 +121,12 @@ func (s *Server) handleShareFetch(ctx context.Context, c *conn, req *kmsg.ShareF
 	now := time.Now()
 	g.mu.Lock()
 	resp.AcquisitionLockTimeoutMillis = int32(g.cfg.lock().Milliseconds())
-	if req.IsRenewAck && req.ShareSessionEpoch != -1 {
-		// Renewals may not be combined with fetching (KIP-1222).
-		for _, rt := range req.Topics {
-			for _, rp := range rt.Partitions {
-				if rp.PartitionMaxBytes > 0 {
-					g.mu.Unlock()
-					fail(kerr.InvalidRequest.Code, "a renewing acknowledgement fetches nothing")
-					return
-				}
-			}
-		}
+	if req.IsRenewAck && (req.MaxWaitMillis != 0 || req.MinBytes != 0 || req.MaxBytes != 0 || req.MaxRecords != 0) {
+		// Renewals may not be combined with fetching (KIP-1222): a
+		// ShareFetch with IsRenewAck has its fetch parameters zero.
+		g.mu.Unlock()
+		fail(kerr.InvalidRequest.Code, "a ShareFetch with IsRenewAck must have MaxWaitMs, MinBytes, MaxBytes and MaxRecords zero")
+		return
 	}
 	ss, code := g.session(member, req.ShareSessionEpoch)
 	if code != 0 {

@@ -21,8 +21,10 @@ import (
 // changed it is answered. A share partition is saved as its start and end
 // offsets and its in-flight records with their delivery counts; an
 // acquired record is saved as available, so after a restart it is
-// delivered again (with its count) rather than lost, and a record whose
-// acceptance was answered is never delivered again. The file holds only
+// delivered again (with its count) rather than lost, or archived (and
+// copied to the dead-letter topic) at restore if that count reached
+// share.delivery.count.limit, so no record is delivered past the limit;
+// a record whose acceptance was answered is never delivered again. The file holds only
 // records in flight, so it does not grow with the log.
 //
 // Acquisitions alone do not write the file (a fetch would otherwise cost
@@ -109,12 +111,27 @@ func (sc *shareCoordinator) restore() {
 		}
 		g := newShareGroup(sg.ID)
 		g.cfg = sg.Cfg
+		archived := false
 		for _, p := range sg.Parts {
 			sp := &sharePartition{start: p.Start, end: p.End, recs: map[int64]*shareRec{}}
 			for _, r := range p.Recs {
-				sp.recs[r[0]] = &shareRec{count: int16(r[1])}
+				rec := &shareRec{count: int16(r[1])}
+				sp.recs[r[0]] = rec
+				// A record saved while acquired for its last delivery
+				// had that acquisition ended by the restart: archived,
+				// as its lock running out would have.
+				if int(rec.count) >= g.cfg.limit() {
+					sp.makeAvailable(r[0], rec, g.cfg.limit())
+					archived = true
+				}
 			}
+			sp.settle()
 			g.parts[topicPart{topic: p.Topic, partition: p.Partition}] = sp
+		}
+		if archived {
+			g.mu.Lock()
+			sc.persist(g)
+			g.mu.Unlock()
 		}
 		sc.groups[sg.ID] = g
 	}

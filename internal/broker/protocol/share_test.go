@@ -414,6 +414,69 @@ func TestShareStateSurvivesRestart(t *testing.T) {
 	}
 }
 
+// TestShareStateRestartArchivesAtTheLimit: records saved while acquired
+// for their last allowed delivery are archived at restore, with their
+// dead letters written, and never delivered past the limit (the relay
+// acceptance test over the outbox found them delivered limit+1 times).
+func TestShareStateRestartArchivesAtTheLimit(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	start := func() (addr string, srv *Server, b *broker.Broker, stop func()) {
+		b, err := broker.Open(context.Background(), broker.Options{Dir: dir, JanitorInterval: -1, Logger: testLogger(t)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv, err = NewServer(b, Config{AutoCreateTopics: true, Logger: testLogger(t)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ln.Addr().String(), srv, b, serve(t, context.Background(), srv, ln, b)
+	}
+	ctx := testContext(t, 60*time.Second)
+	addr, srv, _, stop := start()
+	if _, err := srv.b.CreateTopic("limited", broker.TopicConfig{Partitions: 1}); err != nil {
+		t.Fatal(err)
+	}
+	a := newRawShare(t, ctx, addr, "lg", "member-a", "limited")
+	setShareConfigs(t, ctx, a.cl, "lg", "share.auto.offset.reset", "earliest", "share.delivery.count.limit", "2",
+		"errors.deadletterqueue.topic.name", "dlq.limited")
+	produceStrings(t, ctx, a.cl, "limited", 0, 4)
+	if got := ranges(a.fetch(ctx, "limited", nil)); got != "[0-3]x1" {
+		t.Fatalf("fetch acquired %s, want [0-3]x1", got)
+	}
+	rel := []kmsg.ShareFetchRequestTopicPartitionAcknowledgementBatch{ackAs(0, 3, ackRelease)}
+	if got := ranges(a.fetch(ctx, "limited", rel)); got != "[0-3]x2" {
+		t.Fatalf("after the release acquired %s, want [0-3]x2", got)
+	}
+	// Accepting 0 saves the state with 1-3 acquired at the limit.
+	if got := ranges(a.fetch(ctx, "limited", accept(0, 0))); got != "" {
+		t.Fatalf("after accepting 0 acquired %s, want nothing", got)
+	}
+	a.cl.Close()
+	stop()
+
+	addr, _, b, stop := start()
+	defer stop()
+	m := newRawShare(t, ctx, addr, "lg", "member-b", "limited")
+	if got := ranges(m.fetch(ctx, "limited", nil)); got != "" {
+		t.Fatalf("after restart acquired %s, want nothing: 1-3 were delivered twice, the limit", got)
+	}
+	if _, end, err := b.Offsets("dlq.limited", 0); err != nil || end != 3 {
+		t.Fatalf("dead-letter topic ends at %d (%v), want the 3 records past the limit", end, err)
+	}
+	saved, err := SavedShareGroups(dir)
+	if err != nil || len(saved) != 1 || len(saved[0].Partitions) != 1 {
+		t.Fatalf("saved share state %+v (%v)", saved, err)
+	}
+	if p := saved[0].Partitions[0]; p.Start != 4 || p.End != 4 || p.InFlight != 0 {
+		t.Fatalf("saved share partition %+v, want everything settled at 4", p)
+	}
+}
+
 func ackAs(first, last int64, typ int8) kmsg.ShareFetchRequestTopicPartitionAcknowledgementBatch {
 	b := kmsg.NewShareFetchRequestTopicPartitionAcknowledgementBatch()
 	b.FirstOffset, b.LastOffset, b.AcknowledgeTypes = first, last, []int8{typ}

@@ -57,6 +57,10 @@ func shareFetchAt(t *testing.T, rc *rawConn, v int16, group, member string, epoc
 	req.Version, req.GroupID, req.MemberID, req.ShareSessionEpoch = v, &group, &member, epoch
 	req.MaxBytes, req.MaxRecords, req.BatchSize = 1<<20, maxRecords, maxRecords
 	req.IsRenewAck = renew
+	if renew {
+		// KIP-1222: a renewing ShareFetch has its fetch parameters zero.
+		req.MaxWaitMillis, req.MinBytes, req.MaxBytes, req.MaxRecords = 0, 0, 0, 0
+	}
 	if v >= 2 {
 		req.ShareAcquireMode = 1 // record limit
 	}
@@ -208,6 +212,14 @@ func auditShareFetch(t *testing.T, a *audit, v int16) {
 	// releases is available; the renewed records stay the member's.
 	again := ""
 	if v >= 2 {
+		// With a fetch parameter set it is INVALID_REQUEST, and the session
+		// epoch does not move.
+		bad := kmsg.NewPtrShareFetchRequest()
+		bad.Version, bad.GroupID, bad.MemberID, bad.ShareSessionEpoch, bad.IsRenewAck = v, &group, kmsg.StringPtr("m1"), 2, true
+		bad.MaxRecords = 10
+		if got := ask[*kmsg.ShareFetchResponse](t, rc, bad); got.ErrorCode != kerr.InvalidRequest.Code {
+			t.Fatalf("renewing share fetch with MaxRecords 10: %v, want INVALID_REQUEST", kerr.ErrorForCode(got.ErrorCode))
+		}
 		resp, p = shareFetchAt(t, rc, v, group, "m1", 2, 10, true, acked(2, 2, ackRelease), acked(3, auditRecords-1, ackRenew))
 		want(t, resp.ErrorCode, "renewing share fetch")
 		if p == nil || p.AcknowledgeErrorCode != 0 || len(p.AcquiredRecords) != 0 || len(p.Records) != 0 {
