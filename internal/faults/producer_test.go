@@ -16,9 +16,10 @@ import (
 // kafkaBroker is a client of the relay's Kafka listener, talking to its
 // one broker directly.
 type kafkaBroker struct {
-	t  *testing.T
-	cl *kgo.Client
-	b  *kgo.Broker
+	t   *testing.T
+	cl  *kgo.Client
+	b   *kgo.Broker
+	ids map[string][16]byte // topic ids, for Fetch v13 and later
 }
 
 func dialKafka(t *testing.T, addr string) *kafkaBroker {
@@ -34,7 +35,13 @@ func dialKafka(t *testing.T, addr string) *kafkaBroker {
 	if err != nil || len(md.Brokers) != 1 {
 		t.Fatalf("metadata: %v (%d brokers)", err, len(md.Brokers))
 	}
-	return &kafkaBroker{t: t, cl: cl, b: cl.Broker(int(md.Brokers[0].NodeID))}
+	ids := map[string][16]byte{}
+	for _, mt := range md.Topics {
+		if mt.Topic != nil {
+			ids[*mt.Topic] = mt.TopicID
+		}
+	}
+	return &kafkaBroker{t: t, cl: cl, b: cl.Broker(int(md.Brokers[0].NodeID)), ids: ids}
 }
 
 // lastBatch fetches partition p of topic and returns the header of its
@@ -49,7 +56,7 @@ func (k *kafkaBroker) lastBatch(topic string, p int32) broker.BatchHeader {
 		req := kmsg.NewPtrFetchRequest()
 		req.ReplicaID, req.MaxWaitMillis, req.MinBytes, req.MaxBytes = -1, 100, 1, 16<<20
 		rt := kmsg.NewFetchRequestTopic()
-		rt.Topic = topic
+		rt.Topic, rt.TopicID = topic, k.ids[topic] // the name up to v12, the id from v13
 		rp := kmsg.NewFetchRequestTopicPartition()
 		rp.Partition, rp.FetchOffset, rp.PartitionMaxBytes, rp.LogStartOffset = p, off, 16<<20, -1
 		rt.Partitions = append(rt.Partitions, rp)
