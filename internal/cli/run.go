@@ -329,7 +329,8 @@ func (f *runFlags) serve(ctx context.Context, log *slog.Logger) error {
 		}
 		security.PartitionSeries = f.partSeries
 		kl := &kafkaListener{addr: f.kafkaAddr, advertised: f.kafkaAdvertised, autoCreate: f.createTopics, security: security, log: log,
-			allowRepartition: admin.allowRepartition}
+			allowRepartition: admin.allowRepartition, shareGroups: admin.shareGroups}
+		admin.reloadShares = kl.reloadShareGroups
 		metrics.Registry.MustRegister(kl)
 		onOpen = kl.attach
 	default:
