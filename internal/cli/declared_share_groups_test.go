@@ -13,12 +13,15 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/outboxrelay/relay/internal/e2e"
+	"github.com/outboxrelay/relay/internal/pgtest"
+	"github.com/outboxrelay/relay/internal/sink/kafka/kafkatest"
 )
 
 // TestDeclaredShareGroups runs the real binary with a config file that
 // declares a share group and checks, through DescribeConfigs on the group
 // resource, that the declared configs are set when the Kafka listener
-// starts, that SIGHUP sets the re-read file's values over an
+// starts (and, with a franz-go share consumer, that the declared
+// share.auto.offset.reset and dead-letter topic take effect), that SIGHUP sets the re-read file's values over an
 // IncrementalAlterConfigs change (a config the file no longer names
 // keeping its value), and that at a restart the declared values win over
 // an alteration made since.
@@ -109,6 +112,38 @@ share-groups:
 		"share.partition.max.record.locks", "2000",
 		"errors.deadletterqueue.topic.name", "jobs.dlq")
 
+	// The declared earliest and dead-letter topic at work: five outbox
+	// events written before the group's first member, each received by a
+	// franz-go share consumer and rejected, reach jobs.dlq.
+	conn := pgtest.Connect(t, url)
+	if _, err := conn.Exec(ctx, `INSERT INTO outbox.events (topic, key, payload) SELECT 'jobs', 'j' || g, convert_to('job ' || g, 'UTF8') FROM generate_series(1, 5) g`); err != nil {
+		t.Fatal(err)
+	}
+	e2e.WaitDrained(t, url, "outbox", time.Minute)
+	t.Log("outbox drained")
+	member := kafkaClient(t, kafkaAddr, kgo.ConsumeTopics("jobs"), kgo.ShareGroup("jobs"))
+	for got := 0; got < 5; {
+		fs := member.PollFetches(ctx)
+		if ctx.Err() != nil {
+			t.Fatalf("the share consumer got %d of 5 records", got)
+		}
+		for _, r := range fs.Records() {
+			r.Ack(kgo.AckReject)
+			got++
+		}
+		if err := member.FlushAcks(ctx); err != nil {
+			t.Fatalf("flush acks: %v", err)
+		}
+	}
+	eventually(t, 15*time.Second, "the rejected records in jobs.dlq", func() error {
+		if n := len(kafkatest.ReadRecords(t, []string{kafkaAddr}, "jobs.dlq", false)); n != 5 {
+			return fmt.Errorf("%d records in jobs.dlq", n)
+		}
+		return nil
+	})
+	member.Close()
+	t.Log("five records rejected into jobs.dlq")
+
 	alter("share.delivery.count.limit", "7", "share.record.lock.duration.ms", "20000")
 	want(cl, "the alteration", "share.delivery.count.limit", "7", "share.record.lock.duration.ms", "20000")
 
@@ -126,6 +161,7 @@ share-groups:
 
 	alter("share.delivery.count.limit", "9", "share.auto.offset.reset", "latest")
 	want(cl, "the second alteration", "share.delivery.count.limit", "9", "share.auto.offset.reset", "latest")
+	t.Log("stopping the relay")
 	p.Stop(30 * time.Second)
 
 	p2 := e2e.Start(t, bin, nil, args...)
