@@ -112,7 +112,7 @@ func Reference(root string) ([]byte, error) {
 	b.WriteString("| `topics` | a mapping of topic name to a mapping of the topic configs below, plus `partitions` and `allow-repartition` |\n")
 	b.WriteString("| `topics.<name>.partitions` | the topic's partition count (raising it needs `allow-repartition`) |\n")
 	b.WriteString("| `topics.<name>.allow-repartition` | true confirms a partition increase of this topic |\n")
-	b.WriteString("| `share-groups` | a mapping of share group id to a mapping of the share group configs below, set as IncrementalAlterConfigs on the group would when the Kafka listener starts and on SIGHUP |\n")
+	b.WriteString("| `share-groups` | a mapping of share group id to a mapping of the share group configs in the next rows, set as IncrementalAlterConfigs on the group would when the Kafka listener starts and on SIGHUP |\n")
 	for _, name := range protocol.ShareGroupConfigNames {
 		fmt.Fprintf(&b, "| `share-groups.<id>.%s` | share group config |\n", name)
 	}
