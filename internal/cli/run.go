@@ -338,6 +338,9 @@ func (f *runFlags) serve(ctx context.Context, log *slog.Logger) error {
 		metrics.Registry.MustRegister(bs)
 		onOpen = bs.attach
 	}
+	if admin.reloadShares == nil && len(admin.shareGroups()) > 0 {
+		log.Warn("the config file declares share groups; only the embedded broker's Kafka listener (--kafka-addr) serves them, so they are not set")
+	}
 	if f.sink == "embedded" {
 		// A data directory a newer relay wrote is refused before this
 		// relay stands by or leads: see broker.FormatVersion.
