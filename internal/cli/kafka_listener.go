@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/outboxrelay/relay/internal/broker"
 	"github.com/outboxrelay/relay/internal/broker/protocol"
+	"github.com/outboxrelay/relay/internal/relayconf"
 )
 
 // listenerFlags secure the embedded broker's Kafka listener.
@@ -120,7 +122,10 @@ type kafkaListener struct {
 	// allowRepartition says whether CreatePartitions may raise a count
 	// (--allow-repartition, re-read from the config file on SIGHUP).
 	allowRepartition func() bool
-	log              *slog.Logger
+	// shareGroups are the config file's declared share groups as last
+	// read (nil without --config).
+	shareGroups func() []relayconf.ShareGroup
+	log         *slog.Logger
 
 	srv whileOpen[protocol.Server]
 }
@@ -135,8 +140,13 @@ func (k *kafkaListener) attach(b *broker.Broker) (stop func(), err error) {
 	if err != nil {
 		return nil, fmt.Errorf("starting the Kafka listener: %w", err)
 	}
+	if err := applyShareGroups(srv, k.shareGroups()); err != nil {
+		_ = srv.Close()
+		return nil, err
+	}
 	ln, err := net.Listen("tcp", k.addr)
 	if err != nil {
+		_ = srv.Close()
 		return nil, fmt.Errorf("starting the Kafka listener on %s: %w", k.addr, err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -154,6 +164,31 @@ func (k *kafkaListener) attach(b *broker.Broker) (stop func(), err error) {
 		cancel()
 		<-done
 	}, nil
+}
+
+// applyShareGroups sets the declared share groups' configs on srv, as
+// IncrementalAlterConfigs SET would: the declared values win over any
+// earlier alteration, the configs not declared keep theirs. A group
+// refused (its id held by a classic or consumer group) does not keep the
+// others from being set; the refusals are returned together.
+func applyShareGroups(srv *protocol.Server, groups []relayconf.ShareGroup) error {
+	var errs []error
+	for _, g := range groups {
+		if err := srv.ApplyShareGroupConfigs(g.Name, g.Configs); err != nil {
+			errs = append(errs, fmt.Errorf("declared share groups (line %d): %w", g.Line, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// reloadShareGroups applies the share groups of a re-read config file
+// to the running listener, if one runs.
+func (k *kafkaListener) reloadShareGroups(groups []relayconf.ShareGroup) error {
+	srv := k.srv.get()
+	if srv == nil {
+		return nil
+	}
+	return applyShareGroups(srv, groups)
 }
 
 func (k *kafkaListener) Describe(ch chan<- *prometheus.Desc) {}

@@ -121,7 +121,7 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.partSeries.Max, "metrics-partition-series-max", protocol.DefaultPartitionSeriesMax, "embedded broker: above this many partitions (all topics) the per-partition series relay_broker_partition_* are not exported, only the per-topic sums relay_broker_topic_*")
 	fs.BoolVar(&f.partSeries.Always, "metrics-per-partition", false, "embedded broker: export the per-partition series at any partition count (each partition costs 3 series)")
 	fs.StringVar(&f.cpuProfile, "cpu-profile", "", "write a CPU profile of the whole run to this file (for go tool pprof)")
-	fs.StringVar(&f.config, "config", "", "YAML file of settings (any flag of relay run, by name) and declared topics (topics, topic-defaults); re-read on SIGHUP; flags and RELAY_* win")
+	fs.StringVar(&f.config, "config", "", "YAML file of settings (any flag of relay run, by name), declared topics (topics, topic-defaults) and share groups (share-groups); re-read on SIGHUP; flags and RELAY_* win")
 	fs.BoolVar(&f.allowRepartition, "allow-repartition", false, "embedded broker: confirm partition increases, from the config file's topics and from Kafka clients' CreatePartitions (keys move: see docs/topics.md)")
 }
 
@@ -329,13 +329,17 @@ func (f *runFlags) serve(ctx context.Context, log *slog.Logger) error {
 		}
 		security.PartitionSeries = f.partSeries
 		kl := &kafkaListener{addr: f.kafkaAddr, advertised: f.kafkaAdvertised, autoCreate: f.createTopics, security: security, log: log,
-			allowRepartition: admin.allowRepartition}
+			allowRepartition: admin.allowRepartition, shareGroups: admin.shareGroups}
+		admin.reloadShares = kl.reloadShareGroups
 		metrics.Registry.MustRegister(kl)
 		onOpen = kl.attach
 	default:
 		bs := &brokerStorage{parts: f.partSeries}
 		metrics.Registry.MustRegister(bs)
 		onOpen = bs.attach
+	}
+	if admin.reloadShares == nil && len(admin.shareGroups()) > 0 {
+		log.Warn("the config file declares share groups; only the embedded broker's Kafka listener (--kafka-addr) serves them, so they are not set")
 	}
 	if f.sink == "embedded" {
 		// A data directory a newer relay wrote is refused before this

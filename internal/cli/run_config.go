@@ -38,7 +38,7 @@ func (f *runFlags) readConfig(fs *flag.FlagSet) error {
 		case s.Name == "config":
 			at.Msg = "config names the file itself; it cannot be set in it"
 		case fs.Lookup(s.Name) == nil:
-			at.Msg = fmt.Sprintf("unknown setting %q: not a flag of relay run, nor topics or topic-defaults", s.Name)
+			at.Msg = fmt.Sprintf("unknown setting %q: not a flag of relay run, nor topics, topic-defaults or share-groups", s.Name)
 		case given[s.Name]:
 			continue
 		default:
@@ -70,6 +70,9 @@ type topicAdmin struct {
 	mu      sync.Mutex
 	f       *runFlags // the settings in force
 	b       whileOpen[broker.Broker]
+	// reloadShares applies a re-read file's share groups to the Kafka
+	// listener (nil without one).
+	reloadShares func([]relayconf.ShareGroup) error
 }
 
 func (f *runFlags) topicAdmin(log *slog.Logger) *topicAdmin {
@@ -87,6 +90,15 @@ func (a *topicAdmin) current() (*runFlags, *broker.Broker) {
 func (a *topicAdmin) allowRepartition() bool {
 	f, _ := a.current()
 	return f.allowRepartition
+}
+
+// shareGroups are the declared share groups as last read.
+func (a *topicAdmin) shareGroups() []relayconf.ShareGroup {
+	f, _ := a.current()
+	if f.file == nil {
+		return nil
+	}
+	return f.file.ShareGroups
 }
 
 // wrap is the embedded sink's OnOpen hook: the declared topics are
@@ -195,7 +207,9 @@ func (a *topicAdmin) watchSIGHUP(ctx context.Context) (stop func()) {
 
 // reload re-reads the file with the same command line and environment.
 // A file refused, or declared topics refused, leave everything as it
-// was. Settings other than the declared topics and allow-repartition
+// was. The declared share groups' configs are then set on the Kafka
+// listener (a group id a classic or consumer group holds is refused and
+// logged; the other groups' configs are set). Settings other than the declared topics and allow-repartition
 // take effect at the next start; they are named in a warning.
 func (a *topicAdmin) reload() {
 	old, b := a.current()
@@ -229,5 +243,11 @@ func (a *topicAdmin) reload() {
 	a.mu.Lock()
 	a.f = nf
 	a.mu.Unlock()
+	if a.reloadShares != nil && nf.file != nil {
+		if err := a.reloadShares(nf.file.ShareGroups); err != nil {
+			a.log.Error("SIGHUP: declared share groups refused", "err", err)
+			return
+		}
+	}
 	a.log.Info("SIGHUP: config file applied", "file", nf.config)
 }

@@ -106,12 +106,16 @@ func Reference(root string) ([]byte, error) {
 
 	b.WriteString("## Configuration file keys\n\n")
 	b.WriteString("`relay run --config FILE` reads a YAML file. Its top-level keys are the flags of\n")
-	b.WriteString("[relay run](#relay-run), by name without the dashes, and two sections:\n\n")
+	b.WriteString("[relay run](#relay-run), by name without the dashes, and three sections:\n\n")
 	b.WriteString("| key | value |\n|---|---|\n")
 	b.WriteString("| `topic-defaults` | a mapping of the topic configs below: the configs of topics created from now on, declared or not |\n")
 	b.WriteString("| `topics` | a mapping of topic name to a mapping of the topic configs below, plus `partitions` and `allow-repartition` |\n")
 	b.WriteString("| `topics.<name>.partitions` | the topic's partition count (raising it needs `allow-repartition`) |\n")
 	b.WriteString("| `topics.<name>.allow-repartition` | true confirms a partition increase of this topic |\n")
+	b.WriteString("| `share-groups` | a mapping of share group id to a mapping of the share group configs in the next rows, set as IncrementalAlterConfigs on the group would when the Kafka listener starts and on SIGHUP |\n")
+	for _, name := range protocol.ShareGroupConfigNames {
+		fmt.Fprintf(&b, "| `share-groups.<id>.%s` | share group config |\n", name)
+	}
 	for _, c := range broker.TopicConfigNames {
 		kind := map[broker.TopicConfigKind]string{broker.KindLong: "64-bit integer", broker.KindInt: "32-bit integer", broker.KindList: "list"}[c.Kind]
 		if c.Duration {

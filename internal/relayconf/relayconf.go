@@ -1,9 +1,12 @@
 // Package relayconf owns `relay run`'s configuration file: a YAML
 // document whose top-level keys are the flags of `relay run` (by their
-// names, without the dashes in front) and two sections, topic-defaults and
-// topics, that declare the embedded broker's topics by their Kafka config
-// names. It parses the file, naming the line of every mistake, and applies
-// the declared topics to a broker, all or nothing.
+// names, without the dashes in front) and three sections: topic-defaults
+// and topics, that declare the embedded broker's topics by their Kafka
+// config names, and share-groups, that declare share groups' configs
+// (checked by the Kafka listener's own rules, protocol.
+// ValidateShareGroupConfig; the listener applies them, see internal/cli).
+// It parses the file, naming the line of every mistake, and applies the
+// declared topics to a broker, all or nothing.
 //
 // The file is parsed with go.yaml.in/yaml/v3 (the YAML organisation's
 // maintained continuation of gopkg.in/yaml.v3, already a dependency),
@@ -17,6 +20,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -24,6 +28,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/outboxrelay/relay/internal/broker"
+	"github.com/outboxrelay/relay/internal/broker/protocol"
 	"github.com/outboxrelay/relay/relay"
 )
 
@@ -37,6 +42,16 @@ type File struct {
 	Defaults broker.TopicConfig
 	// Topics are the declared topics, in the file's order.
 	Topics []Topic
+	// ShareGroups are the declared share groups, in the file's order.
+	ShareGroups []ShareGroup
+}
+
+// ShareGroup is one declared share group: the configs the file sets, by
+// Kafka's names, in the file's order. The others keep their value.
+type ShareGroup struct {
+	Name    string
+	Line    int
+	Configs []protocol.ShareGroupConfig
 }
 
 // Setting is one flag's value from the file.
@@ -64,8 +79,9 @@ type Topic struct {
 
 // Section names of the file; every other top-level key is a flag.
 const (
-	SectionTopics   = "topics"
-	SectionDefaults = "topic-defaults"
+	SectionTopics      = "topics"
+	SectionDefaults    = "topic-defaults"
+	SectionShareGroups = "share-groups"
 )
 
 // Error is a mistake in the file, at a line.
@@ -126,6 +142,10 @@ func Parse(path string, data []byte) (*File, error) {
 		switch k.Value {
 		case SectionTopics:
 			if err := f.parseTopics(v, fail); err != nil {
+				return nil, err
+			}
+		case SectionShareGroups:
+			if err := f.parseShareGroups(v, fail); err != nil {
 				return nil, err
 			}
 		case SectionDefaults:
@@ -201,6 +221,60 @@ func (f *File) parseTopics(v *yaml.Node, fail func(int, string, ...any) error) e
 			return err
 		}
 		f.Topics = append(f.Topics, Topic{Name: k.Value, Line: k.Line, Config: cfg, PartitionsLine: partsLine, AllowRepartition: allow, CloudEvents: ce})
+	}
+	return nil
+}
+
+// parseShareGroups reads share-groups: each group id maps the share
+// group configs it sets, checked by the rules IncrementalAlterConfigs
+// applies on the group resource. A .ms config may be written as a Go
+// duration (15s).
+func (f *File) parseShareGroups(v *yaml.Node, fail func(int, string, ...any) error) error {
+	if v.Kind != yaml.MappingNode {
+		if v.Tag == "!!null" {
+			return nil
+		}
+		return fail(v.Line, "share-groups must map each share group id to its configs")
+	}
+	seen := map[string]int{}
+	for i := 0; i+1 < len(v.Content); i += 2 {
+		k, c := v.Content[i], v.Content[i+1]
+		if k.Kind != yaml.ScalarNode || k.Value == "" {
+			return fail(k.Line, "a share group id is a non-empty name")
+		}
+		if first, dup := seen[k.Value]; dup {
+			return fail(k.Line, "share group %s is declared twice (first on line %d)", k.Value, first)
+		}
+		seen[k.Value] = k.Line
+		g := ShareGroup{Name: k.Value, Line: k.Line}
+		if c.Kind != yaml.MappingNode {
+			if c.Tag != "!!null" {
+				return fail(c.Line, "share group %s: a mapping of share group configs (share.record.lock.duration.ms: ..., share.delivery.count.limit: ...) is expected", k.Value)
+			}
+		}
+		keys := map[string]int{}
+		for j := 0; c.Kind == yaml.MappingNode && j+1 < len(c.Content); j += 2 {
+			ck, cv := c.Content[j], c.Content[j+1]
+			if first, dup := keys[ck.Value]; dup {
+				return fail(ck.Line, "%s is set twice (first on line %d)", ck.Value, first)
+			}
+			keys[ck.Value] = ck.Line
+			if !slices.Contains(protocol.ShareGroupConfigNames, ck.Value) {
+				return fail(ck.Line, "share group %s: unknown share group config %q (known: %s)", k.Value, ck.Value, strings.Join(protocol.ShareGroupConfigNames, ", "))
+			}
+			if cv.Kind != yaml.ScalarNode || cv.Tag == "!!null" {
+				return fail(cv.Line, "share group %s: %s: a single value is expected", k.Value, ck.Value)
+			}
+			s := cv.Value
+			if strings.HasSuffix(ck.Value, ".ms") {
+				s = millis(s)
+			}
+			if err := protocol.ValidateShareGroupConfig(ck.Value, s); err != nil {
+				return fail(cv.Line, "share group %s: %v", k.Value, err)
+			}
+			g.Configs = append(g.Configs, protocol.ShareGroupConfig{Name: ck.Value, Value: s})
+		}
+		f.ShareGroups = append(f.ShareGroups, g)
 	}
 	return nil
 }

@@ -163,7 +163,11 @@
 // delivered again after a release or a lock timeout, and archived after
 // share.delivery.count.limit deliveries. Share sessions are kept per
 // member; closing one, the member leaving or its session timing out
-// releases what it holds.
+// releases what it holds. A group's configs are set by
+// IncrementalAlterConfigs or AlterConfigs on the group resource, or by
+// Server.ApplyShareGroupConfigs (the config file's share-groups, applied
+// as a SET when the relay's listener starts and on SIGHUP);
+// ValidateShareGroupConfig is the one check of a config's value for both.
 //
 // Fault model of the share state (share_state.go): each group's configs
 // and share partitions (start and end offsets, in-flight records with

@@ -151,7 +151,7 @@ func (c *shareConfig) set(name, value string, del bool) error {
 		}
 		c.DLQ = value
 	default:
-		return fmt.Errorf("unknown group config %q", name)
+		return fmt.Errorf("%w %q", ErrUnknownShareGroupConfig, name)
 	}
 	return nil
 }
